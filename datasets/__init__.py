@@ -1,0 +1,24 @@
+"""fedrec-privacy data: loaders, synthetic generator, user partitioners, node cache.
+
+A node calls load_node_data and receives only its own users' rows; centralized
+references call load_dataset. Not Hugging Face `datasets` (this package shadows it).
+"""
+
+from .containers import InteractionData, NodeData
+from .errors import DataError
+from .load import load_dataset, load_node_data
+from .partition import KNOWN_PARTITIONS, PartitionSpec, partition_users
+from .spec import KNOWN_DATASETS, DatasetSpec
+
+__all__ = [
+    "KNOWN_DATASETS",
+    "KNOWN_PARTITIONS",
+    "DataError",
+    "DatasetSpec",
+    "InteractionData",
+    "NodeData",
+    "PartitionSpec",
+    "load_dataset",
+    "load_node_data",
+    "partition_users",
+]

@@ -1,0 +1,124 @@
+"""Local disk cache of node partitions, so a node process skips the full load next time.
+
+Location: $FEDREC_CACHE, else ~/.cache/fedrec-privacy. One `.npz` per
+(dataset key, partition spec, partition id). The dataset key hashes every
+DatasetSpec field plus each source file's path, mtime and size, so editing a
+spec or touching a file yields a new key (stale files are simply never read).
+Writes go to a temp file in the same directory and are published with
+os.replace, so concurrent node processes never see a half-written file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from .containers import NodeData
+from .partition import PartitionSpec
+from .sources import fingerprint
+from .spec import DatasetSpec
+
+CACHE_VERSION = 1  # bump when the cached layout or the data pipeline changes
+
+
+def cache_dir() -> Path:
+    """The cache directory, read from the environment at call time."""
+    env = os.environ.get("FEDREC_CACHE", "")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "fedrec-privacy"
+
+
+def dataset_key(spec: DatasetSpec, files: dict[str, Path]) -> str:
+    """sha256 over the cache version, all spec fields and the source-file fingerprints."""
+    payload = {
+        "version": CACHE_VERSION,
+        "spec": dataclasses.asdict(spec),
+        "files": fingerprint(files),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def node_path(spec: DatasetSpec, key: str, part: PartitionSpec, partition_id: int) -> Path:
+    """File for one node: readable prefix, spec-hash, partition spec, partition id."""
+    name = (
+        f"{spec.name}-{key[:20]}-{part.scheme}-n{part.num_partitions}"
+        f"-s{part.seed}-p{partition_id}.npz"
+    )
+    return cache_dir() / "nodes" / name
+
+
+def _csr_arrays(prefix: str, m: sp.csr_matrix) -> dict[str, np.ndarray]:
+    return {
+        f"{prefix}_data": m.data,
+        f"{prefix}_indices": m.indices,
+        f"{prefix}_indptr": m.indptr,
+        f"{prefix}_shape": np.asarray(m.shape, dtype=np.int64),
+    }
+
+
+def _csr(z: "np.lib.npyio.NpzFile", prefix: str) -> sp.csr_matrix:
+    shape = tuple(int(s) for s in z[f"{prefix}_shape"])
+    return sp.csr_matrix(
+        (z[f"{prefix}_data"], z[f"{prefix}_indices"], z[f"{prefix}_indptr"]), shape=shape
+    )
+
+
+def write_node(path: Path, key: str, node: NodeData) -> bool:
+    """Atomically write `node`; warn and return False if the cache is not writable."""
+    arrays = {
+        "key": np.array(key),
+        "partition_id": np.array(node.partition_id, dtype=np.int64),
+        "user_ids": node.user_ids,
+        "n_items": np.array(node.n_items, dtype=np.int64),
+        "n_users_total": np.array(node.n_users_total, dtype=np.int64),
+        "has_user_features": np.array(node.user_features is not None),
+        "user_features": node.user_features if node.user_features is not None else np.zeros((0, 0)),
+        **_csr_arrays("train", node.train),
+        **_csr_arrays("test", node.test),
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    except OSError as exc:
+        warnings.warn(f"fedrec cache disabled: cannot write {path.parent} ({exc})", stacklevel=3)
+        return False
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; other local tools may read the cache
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
+
+
+def read_node(path: Path, key: str) -> NodeData | None:
+    """The cached node, or None when absent, unreadable or written for another key."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if str(z["key"]) != key:
+                return None
+            return NodeData(
+                partition_id=int(z["partition_id"]),
+                user_ids=z["user_ids"],
+                train=_csr(z, "train"),
+                test=_csr(z, "test"),
+                user_features=z["user_features"] if bool(z["has_user_features"]) else None,
+                n_items=int(z["n_items"]),
+                n_users_total=int(z["n_users_total"]),
+            )
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None

@@ -1,0 +1,73 @@
+"""Data containers: the whole dataset (InteractionData) and one node's rows (NodeData)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+
+@dataclass
+class RawData:
+    """What a source loader returns before implicit/min-rating, split and cold start.
+
+    Either `ratings` (all interactions, no given split) or `train` and `test`
+    (the published split) is set.
+    """
+
+    ratings: sp.csr_matrix | None = None
+    train: sp.csr_matrix | None = None
+    test: sp.csr_matrix | None = None
+    user_features: np.ndarray | None = None
+    item_features: np.ndarray | None = None
+    user_attributes: dict[str, np.ndarray] = field(default_factory=dict)
+    has_ratings: bool = False  # True when values are ratings (min-rating applies)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(n_users, n_items) of whichever matrix is present."""
+        m = self.ratings if self.ratings is not None else self.train
+        assert m is not None
+        return m.shape
+
+
+@dataclass
+class InteractionData:
+    """The whole dataset, for centralized references and for partitioning.
+
+    Instances returned by load_dataset are shared through an in-memory cache:
+    copy before mutating.
+    """
+
+    train: sp.csr_matrix
+    test: sp.csr_matrix
+    user_features: np.ndarray | None
+    item_features: np.ndarray | None
+    user_attributes: dict[str, np.ndarray]
+    cold_users: np.ndarray
+    cold_items: np.ndarray
+    name: str
+
+    @property
+    def n_users(self) -> int:
+        """Number of rows (users)."""
+        return int(self.train.shape[0])
+
+    @property
+    def n_items(self) -> int:
+        """Number of columns (items)."""
+        return int(self.train.shape[1])
+
+
+@dataclass
+class NodeData:
+    """What ONE node holds: only its own users' rows, never the full matrix."""
+
+    partition_id: int
+    user_ids: np.ndarray
+    train: sp.csr_matrix
+    test: sp.csr_matrix
+    user_features: np.ndarray | None
+    n_items: int
+    n_users_total: int

@@ -1,0 +1,118 @@
+"""Entry points: the whole dataset (load_dataset) and one node's rows (load_node_data)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from . import cache, lightgcn, movielens, synthetic
+from .containers import InteractionData, NodeData, RawData
+from .errors import DataError
+from .partition import PartitionSpec, partition_users
+from .sources import locate
+from .split import binarize, cold_start, holdout
+from .spec import DatasetSpec
+
+# Independent random streams per purpose, so e.g. cold start does not shift the split.
+_STREAM_SPLIT, _STREAM_COLD = 2, 3
+
+
+def _read_raw(spec: DatasetSpec, files: dict[str, Path]) -> RawData:
+    """Dispatch to the source reader for spec.name."""
+    if spec.name == "synthetic":
+        return synthetic.generate(
+            spec.synthetic_users,
+            spec.synthetic_items,
+            spec.synthetic_rank,
+            spec.synthetic_density,
+            spec.seed,
+        )
+    if spec.name == "ml-100k":
+        return movielens.load_ml100k(files)
+    if "train_npz" in files:
+        return lightgcn.load_npz(files)
+    return lightgcn.load_txt(files)
+
+
+def _prepare(spec: DatasetSpec, raw: RawData) -> InteractionData:
+    """Apply min-rating/implicit, the holdout split (if none given) and cold start."""
+    if raw.ratings is not None:
+        ratings = binarize(raw.ratings, spec.implicit, spec.min_rating)
+        rng = np.random.default_rng([spec.seed, _STREAM_SPLIT])
+        train, test = holdout(ratings, spec.test_ratio, rng)
+    else:
+        assert raw.train is not None and raw.test is not None
+        if spec.min_rating > 1.0 and not raw.has_ratings:
+            raise ValueError(
+                f"{spec.name}: min-rating {spec.min_rating} would drop every interaction "
+                f"(the data are implicit, 1.0 per interaction)"
+            )
+        train = binarize(raw.train, spec.implicit, spec.min_rating)
+        test = binarize(raw.test, spec.implicit, spec.min_rating)
+    n_users, n_items = train.shape
+    for label, feats, n in (("user", raw.user_features, n_users), ("item", raw.item_features, n_items)):
+        if feats is not None and feats.shape[0] != n:
+            raise DataError(f"{spec.name}: {feats.shape[0]} {label} feature rows for {n} {label}s")
+    rng = np.random.default_rng([spec.seed, _STREAM_COLD])
+    train, test, cold_users, cold_items = cold_start(
+        train, test, spec.cold_start_users, spec.cold_start_items, rng
+    )
+    return InteractionData(
+        train=train,
+        test=test,
+        user_features=raw.user_features,
+        item_features=raw.item_features,
+        user_attributes=raw.user_attributes,
+        cold_users=cold_users,
+        cold_items=cold_items,
+        name=spec.name,
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _load_by_key(key: str, spec: DatasetSpec, files: tuple[tuple[str, Path], ...]) -> InteractionData:
+    """Per-process memo of full loads, keyed by the spec hash (includes file mtimes)."""
+    return _prepare(spec, _read_raw(spec, dict(files)))
+
+
+def _key_and_files(spec: DatasetSpec) -> tuple[str, tuple[tuple[str, Path], ...]]:
+    files = locate(spec.name, spec.data_dir)
+    return cache.dataset_key(spec, files), tuple(sorted(files.items()))
+
+
+def load_dataset(spec: DatasetSpec) -> InteractionData:
+    """The whole dataset, for centralized references and partitioning.
+
+    Memoized per process: the returned object is shared, copy before mutating.
+    """
+    key, files = _key_and_files(spec)
+    return _load_by_key(key, spec, files)
+
+
+def load_node_data(spec: DatasetSpec, part: PartitionSpec, partition_id: int) -> NodeData:
+    """The rows of node `partition_id` only, from the disk cache when present."""
+    if not 0 <= partition_id < part.num_partitions:
+        raise ValueError(
+            f"partition id {partition_id} out of range for {part.num_partitions} partitions "
+            f"(scheme {part.scheme!r})"
+        )
+    key, files = _key_and_files(spec)
+    path = cache.node_path(spec, key, part, partition_id)
+    node = cache.read_node(path, key)
+    if node is not None:
+        return node
+    data = _load_by_key(key, spec, files)
+    users = partition_users(data, part)[partition_id]
+    node = NodeData(
+        partition_id=partition_id,
+        user_ids=users,
+        train=data.train[users],
+        test=data.test[users],
+        user_features=None if data.user_features is None else data.user_features[users].copy(),
+        n_items=data.n_items,
+        n_users_total=data.n_users,
+    )
+    cache.write_node(path, key, node)
+    return node

@@ -1,0 +1,87 @@
+"""DatasetSpec: the one value that names a dataset and how to prepare it.
+
+Frozen and hashable so it can key caches; round-trips through Flower's run config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ._config import coerce
+
+KNOWN_DATASETS: tuple[str, ...] = ("synthetic", "ml-100k", "gowalla", "yelp2018", "lightgcn")
+
+# Spec field -> Flower run-config key (dashes, as in pyproject.toml).
+_CONFIG_KEYS: dict[str, str] = {
+    "name": "dataset",
+    "data_dir": "data-dir",
+    "seed": "seed",
+    "test_ratio": "test-ratio",
+    "implicit": "implicit",
+    "min_rating": "min-rating",
+    "synthetic_users": "synthetic-users",
+    "synthetic_items": "synthetic-items",
+    "synthetic_rank": "synthetic-rank",
+    "synthetic_density": "synthetic-density",
+    "cold_start_users": "cold-start-users",
+    "cold_start_items": "cold-start-items",
+}
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Which dataset to load and how to split it; every field affects the data."""
+
+    name: str = "synthetic"
+    data_dir: str = ""
+    seed: int = 0
+    test_ratio: float = 0.2
+    implicit: bool = True
+    min_rating: float = 0.0
+    synthetic_users: int = 200
+    synthetic_items: int = 300
+    synthetic_rank: int = 8
+    synthetic_density: float = 0.05
+    cold_start_users: float = 0.0
+    cold_start_items: float = 0.0
+
+    def __post_init__(self) -> None:
+        """Reject bad values up front, before any loading work is done."""
+        if self.name not in KNOWN_DATASETS:
+            raise ValueError(
+                f"unknown dataset {self.name!r}; known datasets: {', '.join(KNOWN_DATASETS)}"
+            )
+        if not 0.0 <= self.test_ratio < 1.0:
+            raise ValueError(f"test-ratio must be in [0, 1), got {self.test_ratio}")
+        if not 0.0 < self.synthetic_density <= 1.0:
+            raise ValueError(
+                f"synthetic-density must be in (0, 1], got {self.synthetic_density}"
+            )
+        for field in ("synthetic_users", "synthetic_items", "synthetic_rank"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"{_CONFIG_KEYS[field]} must be >= 1, got {getattr(self, field)}")
+        for field in ("cold_start_users", "cold_start_items"):
+            if not 0.0 <= getattr(self, field) < 1.0:
+                raise ValueError(
+                    f"{_CONFIG_KEYS[field]} must be in [0, 1), got {getattr(self, field)}"
+                )
+        if self.min_rating < 0:
+            raise ValueError(f"min-rating must be >= 0, got {self.min_rating}")
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> "DatasetSpec":
+        """Build from a Flower run config (dashed keys); unknown keys are ignored."""
+        kwargs: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            key = _CONFIG_KEYS[field.name]
+            if key in cfg:
+                kwargs[field.name] = coerce(key, cfg[key], type(field.default))
+        return cls(**kwargs)
+
+    def to_config(self) -> dict[str, Any]:
+        """Inverse of from_config: dashed keys, str/int/float/bool values only."""
+        return {
+            _CONFIG_KEYS[f.name]: getattr(self, f.name) for f in dataclasses.fields(self)
+        }

@@ -1,0 +1,1 @@
+"""fedrec-privacy Flower application: wiring (server/client apps, messaging) and the shared core."""

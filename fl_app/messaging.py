@@ -1,0 +1,316 @@
+"""Request/reply over the Flower Grid: short polling, clear timeouts, byte and time accounting.
+
+Why not ``Grid.send_and_receive``: it sleeps between polls (0.1 s in simulation, 3 s against a
+deployed SuperLink), and protocols here run hundreds of synchronous rounds. We push all
+requests with ``push_messages`` and pull replies with a short poll, so a round costs what
+Flower's own delivery costs and nothing more (the simulation engine hands each node at most
+one message every 0.1 s; see DESIGN.md section 7).
+
+Every request and reply is measured in bytes as Flower serializes it (the deflated message
+and all its records, arrays and array chunks), per node, per phase and per direction, and
+every phase is timed. Strategies read the totals from :class:`CommLedger`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from flwr.app import Message, RecordDict
+from flwr.serverapp import Grid
+
+DEFAULT_POLL_INTERVAL = 0.002
+
+
+class NodeTimeoutError(TimeoutError):
+    """Some nodes did not answer a request in time; the message names them."""
+
+    def __init__(self, action: str, missing: list[str], total: int, timeout: float):
+        self.action = action
+        self.missing = missing
+        super().__init__(
+            f"{len(missing)} of {total} node(s) did not answer '{action}' within "
+            f"{timeout:g} s: {', '.join(missing)}"
+        )
+
+
+class NodeError(RuntimeError):
+    """A node answered with an error (its handler raised); the message names the node."""
+
+    def __init__(self, action: str, node: str, reason: str):
+        self.action = action
+        self.node = node
+        self.reason = reason
+        super().__init__(f"{node} failed in '{action}': {reason}")
+
+
+def message_nbytes(message: Message) -> int:
+    """Bytes Flower carries for ``message``: its deflated body plus every unique descendant.
+
+    This is the size of the objects Flower's object store moves between SuperLink and
+    SuperNode (metadata, records, arrays and their chunks); identical chunks count once, as
+    Flower sends them once.
+    """
+    seen: set[str] = set()
+    total = len(message.deflate())
+    stack = list((message.children or {}).items())
+    while stack:
+        obj_id, obj = stack.pop()
+        if obj_id in seen:
+            continue
+        seen.add(obj_id)
+        total += len(obj.deflate())
+        stack.extend((obj.children or {}).items())
+    return total
+
+
+@dataclass
+class PhaseStats:
+    """Totals of one named phase (e.g. ``power_step``) over all its rounds."""
+
+    rounds: int = 0
+    seconds: float = 0.0
+    bytes_down: int = 0  # server -> nodes
+    bytes_up: int = 0  # nodes -> server
+    messages: int = 0
+
+
+@dataclass
+class CommLedger:
+    """Accounting of what crossed the Grid: per phase, per node and per round."""
+
+    phases: dict[str, PhaseStats] = field(default_factory=lambda: defaultdict(PhaseStats))
+    node_down: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    node_up: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+
+    def record_round(
+        self,
+        phase: str,
+        seconds: float,
+        down: Mapping[int, int],
+        up: Mapping[int, int],
+    ) -> None:
+        """Add one synchronous round (requests out, replies back) to the ledger."""
+        stats = self.phases[phase]
+        stats.rounds += 1
+        stats.seconds += seconds
+        stats.bytes_down += sum(down.values())
+        stats.bytes_up += sum(up.values())
+        stats.messages += len(down) + len(up)
+        for node, n in down.items():
+            self.node_down[node] += n
+        for node, n in up.items():
+            self.node_up[node] += n
+        self.rounds.append(
+            {
+                "phase": phase,
+                "seconds": seconds,
+                "nodes": len(down),
+                "bytes_down": sum(down.values()),
+                "bytes_up": sum(up.values()),
+            }
+        )
+
+    @property
+    def total_rounds(self) -> int:
+        return len(self.rounds)
+
+    def bytes_per_node(self) -> dict[str, float]:
+        """Mean, max bytes per node in each direction (what a data holder pays)."""
+        nodes = set(self.node_down) | set(self.node_up)
+        if not nodes:
+            return {"mean_down": 0.0, "mean_up": 0.0, "max_down": 0.0, "max_up": 0.0}
+        down = [self.node_down.get(n, 0) for n in nodes]
+        up = [self.node_up.get(n, 0) for n in nodes]
+        return {
+            "mean_down": sum(down) / len(nodes),
+            "mean_up": sum(up) / len(nodes),
+            "max_down": float(max(down)),
+            "max_up": float(max(up)),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary: per-phase totals, per-node bytes, and the round log."""
+        return {
+            "total_rounds": self.total_rounds,
+            "phases": {name: vars(stats) for name, stats in self.phases.items()},
+            "bytes_per_node": self.bytes_per_node(),
+            "node_bytes": {
+                str(n): {"down": self.node_down.get(n, 0), "up": self.node_up.get(n, 0)}
+                for n in sorted(set(self.node_down) | set(self.node_up))
+            },
+            "rounds": self.rounds,
+        }
+
+
+class Messenger:
+    """Send requests to nodes and collect their replies, fast and accounted.
+
+    ``node_labels`` maps node ids to human names (e.g. ``"node 7 (partition 3)"``) used in
+    error messages; strategies fill it after a handshake.
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        *,
+        timeout: float = 120.0,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        ledger: CommLedger | None = None,
+    ) -> None:
+        self.grid = grid
+        self.timeout = timeout
+        self.poll_interval = poll_interval
+        self.ledger = ledger if ledger is not None else CommLedger()
+        self.node_labels: dict[int, str] = {}
+        self._round = 0
+
+    def node_ids(self, min_nodes: int = 1, wait: float | None = None) -> list[int]:
+        """Sorted ids of the connected nodes, waiting up to ``wait`` s for ``min_nodes``."""
+        deadline = time.monotonic() + (self.timeout if wait is None else wait)
+        while True:
+            ids = sorted(self.grid.get_node_ids())
+            if len(ids) >= min_nodes or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if len(ids) < min_nodes:
+            raise NodeTimeoutError("connect", [f"{min_nodes - len(ids)} missing node(s)"],
+                                   min_nodes, self.timeout if wait is None else wait)
+        return ids
+
+    def label(self, node_id: int) -> str:
+        return self.node_labels.get(node_id, f"node {node_id}")
+
+    def iter_replies(
+        self,
+        action: str,
+        contents: Mapping[int, RecordDict],
+        *,
+        phase: str | None = None,
+        timeout: float | None = None,
+        message_type: str | None = None,
+    ) -> Iterator[tuple[int, RecordDict]]:
+        """Send ``contents[node]`` to each node and yield ``(node, reply)`` as replies arrive.
+
+        Lets a server reduce replies incrementally (it never has to hold all of them). Raises
+        :class:`NodeError` on the first error reply and :class:`NodeTimeoutError` naming every
+        node still silent when the timeout expires.
+        """
+        phase = phase or action
+        timeout = self.timeout if timeout is None else timeout
+        self._round += 1
+        mtype = message_type or f"query.{action}"
+        t0 = time.perf_counter()
+        messages = [
+            Message(content, dst_node_id=node, message_type=mtype,
+                    group_id=f"{phase}:{self._round}")
+            for node, content in contents.items()
+        ]
+        down = {msg.metadata.dst_node_id: message_nbytes(msg) for msg in messages}
+        ids = list(self.grid.push_messages(messages))
+        pending = dict(zip(ids, (m.metadata.dst_node_id for m in messages)))
+        up: dict[int, int] = {}
+        deadline = time.monotonic() + timeout
+        try:
+            while pending:
+                replies = list(self.grid.pull_messages(list(pending)))
+                for reply in replies:
+                    node = pending.pop(reply.metadata.reply_to_message_id, None)
+                    if node is None:
+                        continue
+                    up[node] = message_nbytes(reply)
+                    if reply.has_error():
+                        raise NodeError(action, self.label(node), reply.error.reason)
+                    yield node, reply.content
+                if pending and not replies:
+                    if time.monotonic() > deadline:
+                        raise NodeTimeoutError(
+                            action, [self.label(n) for n in sorted(pending.values())],
+                            len(contents), timeout,
+                        )
+                    time.sleep(self.poll_interval)
+        finally:
+            self.ledger.record_round(phase, time.perf_counter() - t0, down, up)
+
+    def send(
+        self,
+        action: str,
+        contents: Mapping[int, RecordDict],
+        **kwargs: Any,
+    ) -> dict[int, RecordDict]:
+        """Per-node request; returns every node's reply keyed by node id."""
+        return dict(self.iter_replies(action, contents, **kwargs))
+
+    def broadcast(
+        self,
+        action: str,
+        content: RecordDict,
+        nodes: Iterable[int] | None = None,
+        **kwargs: Any,
+    ) -> dict[int, RecordDict]:
+        """The same request to every node (or to ``nodes``); returns replies by node id."""
+        targets = list(nodes) if nodes is not None else self.node_ids()
+        return self.send(action, {node: content for node in targets}, **kwargs)
+
+
+class AccountedGrid(Grid):
+    """A Grid that adds short polling and byte accounting to any stock Flower strategy.
+
+    Stock strategies (``FedAvg`` and friends) call ``send_and_receive``; wrapping the real
+    grid in this class gives them the same fast round and the same ledger as our own
+    protocols without changing their code. Semantics of ``send_and_receive`` are Flower's:
+    replies that arrived before the timeout are returned (missing nodes are logged in the
+    ledger's round record, not raised).
+    """
+
+    def __init__(self, grid: Grid, messenger: Messenger) -> None:
+        self._grid = grid
+        self._messenger = messenger
+
+    def set_run(self, run: Any) -> None:
+        self._grid.set_run(run)
+
+    @property
+    def run(self) -> Any:
+        return self._grid.run
+
+    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int,
+                       group_id: str, ttl: float | None = None) -> Message:
+        return Message(content, dst_node_id=dst_node_id, message_type=message_type,
+                       ttl=ttl, group_id=group_id)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return self._grid.get_node_ids()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        return self._grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return self._grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages: Iterable[Message], *,
+                         timeout: float | None = None) -> Iterable[Message]:
+        messages = list(messages)
+        if not messages:
+            return []
+        phase = messages[0].metadata.message_type
+        t0 = time.perf_counter()
+        down = {m.metadata.dst_node_id: message_nbytes(m) for m in messages}
+        pending = set(self._grid.push_messages(messages))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        replies: list[Message] = []
+        up: dict[int, int] = {}
+        while pending and (deadline is None or time.monotonic() < deadline):
+            got = list(self._grid.pull_messages(list(pending)))
+            for reply in got:
+                pending.discard(reply.metadata.reply_to_message_id)
+                up[reply.metadata.src_node_id] = message_nbytes(reply)
+                replies.append(reply)
+            if pending and not got:
+                time.sleep(self._messenger.poll_interval)
+        self._messenger.ledger.record_round(phase, time.perf_counter() - t0, down, up)
+        return replies

@@ -1,0 +1,1 @@
+"""Recommendation models and metrics for fedrec-privacy."""
