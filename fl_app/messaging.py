@@ -43,8 +43,21 @@ class NodeError(RuntimeError):
     def __init__(self, action: str, node: str, reason: str):
         self.action = action
         self.node = node
-        self.reason = reason
-        super().__init__(f"{node} failed in '{action}': {reason}")
+        self.reason = clean_error_reason(reason)
+        super().__init__(f"{node} failed in '{action}': {self.reason}")
+
+
+def clean_error_reason(reason: str) -> str:
+    """The node's own error line out of Flower's wrapping (exception class, Ray traceback)."""
+    text = reason.strip()
+    marker = "Message: "
+    if marker in text:
+        text = text.rsplit(marker, 1)[1]
+    elif text.startswith("<class"):
+        text = text.split(":<'", 1)[-1]
+    text = text.removesuffix("'>").strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else reason
 
 
 def message_nbytes(message: Message) -> int:
@@ -167,6 +180,7 @@ class Messenger:
         self.poll_interval = poll_interval
         self.ledger = ledger if ledger is not None else CommLedger()
         self.node_labels: dict[int, str] = {}
+        self.last_missing: list[int] = []
         self._round = 0
 
     def node_ids(self, min_nodes: int = 1, wait: float | None = None) -> list[int]:
@@ -193,18 +207,22 @@ class Messenger:
         phase: str | None = None,
         timeout: float | None = None,
         message_type: str | None = None,
+        allow_missing: bool = False,
     ) -> Iterator[tuple[int, RecordDict]]:
         """Send ``contents[node]`` to each node and yield ``(node, reply)`` as replies arrive.
 
         Lets a server reduce replies incrementally (it never has to hold all of them). Raises
         :class:`NodeError` on the first error reply and :class:`NodeTimeoutError` naming every
-        node still silent when the timeout expires.
+        node still silent when the timeout expires, unless ``allow_missing``: then the silent
+        nodes are listed in :attr:`last_missing` and the iteration just ends (dropout-tolerant
+        protocols such as secure aggregation decide what to do). Error replies always raise.
         """
         phase = phase or action
         timeout = self.timeout if timeout is None else timeout
         self._round += 1
         mtype = message_type or f"query.{action}"
         t0 = time.perf_counter()
+        self.last_missing = []
         messages = [
             Message(content, dst_node_id=node, message_type=mtype,
                     group_id=f"{phase}:{self._round}")
@@ -228,6 +246,9 @@ class Messenger:
                     yield node, reply.content
                 if pending and not replies:
                     if time.monotonic() > deadline:
+                        if allow_missing:
+                            self.last_missing = sorted(pending.values())
+                            return
                         raise NodeTimeoutError(
                             action, [self.label(n) for n in sorted(pending.values())],
                             len(contents), timeout,

@@ -1,0 +1,365 @@
+"""Explicit differential-privacy mechanisms and a privacy ledger.
+
+Why: every protocol that adds noise must say which mechanism, with which sensitivity and
+which budget, and the run must report the composed budget. So each mechanism here is a
+plain function of (value, sensitivity, budget, rng) with nothing hidden, and
+:class:`PrivacyLedger` records every release, modelled on Opacus accountants (record, then
+ask for epsilon at a delta).
+
+Calibrations:
+
+- Gaussian, classical (Dwork & Roth 2014, Thm A.1): sigma = sqrt(2 ln(1.25/delta)) * s / eps,
+  with s the L2 sensitivity. The theorem is proved for 0 < eps < 1, so the classical mode
+  refuses eps > 1 (use ``analytic=True``).
+- Gaussian, analytic (Balle & Wang 2018, Thm 8): the smallest sigma with
+  Phi(s/(2 sigma) - eps sigma/s) - e^eps Phi(-s/(2 sigma) - eps sigma/s) <= delta, found by
+  scipy root bracketing (brentq) on a log-stable form. Exact for every eps > 0 and never
+  larger than the classical sigma.
+- Laplace: scale b = s1 / eps with s1 the L1 sensitivity (pure eps-DP).
+- Exponential mechanism (McSherry & Talwar 2007): P(i) proportional to exp(eps u_i / (2 s)),
+  sampled exactly and stably as argmax_i (eps u_i / (2 s) + G_i), G_i iid Gumbel(0, 1).
+- Gumbel top-s (Durfee & Rogers 2019): adding Gumbel noise once with per-item budget eps/s
+  and keeping the s largest is distributed exactly as s rounds of the exponential mechanism
+  without replacement ("peeling"), each eps/s-DP, hence eps-DP in total by basic
+  composition.
+
+Accounting: the ledger composes pure-DP entries by summation, and the Gaussian entries
+with Opacus's RDP or PRV accountant from (noise_multiplier = sigma / sensitivity,
+sample_rate, steps), which is much tighter than summing per-release (eps, delta).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+from scipy.optimize import brentq
+from scipy.special import log_ndtr, ndtr
+
+__all__ = [
+    "gaussian_sigma",
+    "classical_gaussian_epsilon",
+    "gaussian_mechanism",
+    "gaussian_noise_with_sigma",
+    "laplace_mechanism",
+    "exponential_mechanism",
+    "gumbel_top_s",
+    "clip_l2",
+    "clip_rows_l2",
+    "LedgerEntry",
+    "PrivacyLedger",
+]
+
+
+def _check_pos(name: str, value: float) -> float:
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be finite and > 0, got {value}")
+    return value
+
+
+def _check_delta(delta: float) -> float:
+    delta = float(delta)
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    return delta
+
+
+# ---------------------------------------------------------------------------- Gaussian
+def _analytic_delta(sigma: float, sens: float, eps: float) -> float:
+    """delta(sigma) of the Gaussian mechanism (Balle & Wang 2018, Thm 8), log-stable."""
+    a = sens / (2 * sigma)
+    b = eps * sigma / sens
+    first = ndtr(a - b)
+    second = math.exp(eps + log_ndtr(-a - b))
+    return float(first - second)
+
+
+def gaussian_sigma(l2_sensitivity: float, epsilon: float, delta: float, analytic: bool = False) -> float:
+    """Noise std for an (epsilon, delta)-DP Gaussian mechanism with the given L2 sensitivity.
+
+    Classical (default): sqrt(2 ln(1.25/delta)) * s / epsilon, valid for epsilon <= 1 only
+    (raises ``ValueError`` otherwise). ``analytic=True``: Balle & Wang's exact calibration,
+    valid for all epsilon > 0.
+    """
+    sens = _check_pos("l2_sensitivity", l2_sensitivity)
+    eps = _check_pos("epsilon", epsilon)
+    delta = _check_delta(delta)
+    classical = math.sqrt(2 * math.log(1.25 / delta)) * sens / eps
+    if not analytic:
+        if eps > 1:
+            raise ValueError(
+                f"classical Gaussian calibration is proved only for epsilon <= 1 (got {eps}); "
+                "use analytic=True"
+            )
+        return classical
+    # delta(sigma) decreases in sigma: bracket the root, then solve.
+    lo, hi = sens * 1e-6, max(classical, sens)
+    while _analytic_delta(hi, sens, eps) > delta:
+        hi *= 2
+    if _analytic_delta(lo, sens, eps) <= delta:
+        return lo
+    sigma = brentq(lambda s: _analytic_delta(s, sens, eps) - delta, lo, hi, xtol=1e-12 * hi, rtol=1e-12, maxiter=500)
+    # Return a sigma that certainly satisfies the bound (root finders may land just below).
+    while _analytic_delta(sigma, sens, eps) > delta:
+        sigma *= 1 + 1e-12
+    return float(sigma)
+
+
+def classical_gaussian_epsilon(sigma: float, l2_sensitivity: float, delta: float) -> float:
+    """Inverse of the classical calibration: eps = sqrt(2 ln(1.25/delta)) * s / sigma.
+
+    A guarantee only when the result is <= 1; used for basic-composition comparisons.
+    """
+    sigma = _check_pos("sigma", sigma)
+    sens = _check_pos("l2_sensitivity", l2_sensitivity)
+    delta = _check_delta(delta)
+    return math.sqrt(2 * math.log(1.25 / delta)) * sens / sigma
+
+
+def gaussian_noise_with_sigma(x: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
+    """Return x + N(0, sigma^2 I) (float64), for callers that calibrate sigma themselves."""
+    sigma = float(sigma)
+    if not (math.isfinite(sigma) and sigma >= 0):
+        raise ValueError(f"sigma must be finite and >= 0, got {sigma}")
+    arr = np.asarray(x, dtype=np.float64)
+    return arr + rng.normal(0.0, sigma, size=arr.shape)
+
+
+def gaussian_mechanism(
+    x: np.ndarray,
+    l2_sensitivity: float,
+    epsilon: float,
+    delta: float,
+    rng: np.random.Generator,
+    analytic: bool = False,
+) -> np.ndarray:
+    """(epsilon, delta)-DP release of x: x + N(0, sigma^2 I) with sigma from :func:`gaussian_sigma`."""
+    sigma = gaussian_sigma(l2_sensitivity, epsilon, delta, analytic=analytic)
+    return gaussian_noise_with_sigma(x, sigma, rng)
+
+
+# ---------------------------------------------------------------------------- Laplace
+def laplace_mechanism(x: np.ndarray, l1_sensitivity: float, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+    """epsilon-DP release of x: x + Laplace(0, l1_sensitivity / epsilon) per coordinate."""
+    scale = _check_pos("l1_sensitivity", l1_sensitivity) / _check_pos("epsilon", epsilon)
+    arr = np.asarray(x, dtype=np.float64)
+    return arr + rng.laplace(0.0, scale, size=arr.shape)
+
+
+# ---------------------------------------------------------------------------- selection
+def _utility_scores(utilities: np.ndarray, sensitivity: float, epsilon: float) -> np.ndarray:
+    u = np.asarray(utilities, dtype=np.float64).ravel()
+    if u.size == 0:
+        raise ValueError("utilities is empty; nothing to select")
+    if not np.all(np.isfinite(u)):
+        raise ValueError("utilities must be finite")
+    return _check_pos("epsilon", epsilon) * u / (2 * _check_pos("sensitivity", sensitivity))
+
+
+def exponential_mechanism(
+    utilities: np.ndarray, sensitivity: float, epsilon: float, rng: np.random.Generator
+) -> int:
+    """epsilon-DP choice of an index with P(i) proportional to exp(eps u_i / (2 sensitivity)).
+
+    Sampled by the Gumbel-max trick (argmax of scores plus iid Gumbel noise), which is exact
+    and never exponentiates, so large utilities cannot overflow.
+    """
+    scores = _utility_scores(utilities, sensitivity, epsilon)
+    return int(np.argmax(scores + rng.gumbel(size=scores.shape)))
+
+
+def gumbel_top_s(
+    utilities: np.ndarray, s: int, sensitivity: float, epsilon: float, rng: np.random.Generator
+) -> np.ndarray:
+    """epsilon-DP selection of s distinct indices (one-shot Gumbel top-s).
+
+    Each item's score is (eps/s) u_i / (2 sensitivity) plus one Gumbel draw; the s largest
+    are returned, best first. This equals s-fold peeling exponential mechanism with budget
+    eps/s per round, so the whole selection is eps-DP by basic composition (Durfee & Rogers
+    2019). ``sensitivity`` is the per-item utility sensitivity.
+    """
+    scores = _utility_scores(utilities, sensitivity, epsilon)
+    s = int(s)
+    if not 1 <= s <= scores.size:
+        raise ValueError(f"s must be in [1, {scores.size}], got {s}")
+    noisy = scores / s + rng.gumbel(size=scores.shape)
+    top = np.argpartition(-noisy, s - 1)[:s]
+    return top[np.argsort(-noisy[top], kind="stable")]
+
+
+# ---------------------------------------------------------------------------- clipping
+def clip_l2(x: np.ndarray, c: float) -> np.ndarray:
+    """Scale x (as one vector) to L2 norm at most c; bounds the L2 sensitivity by c."""
+    c = _check_pos("clip norm c", c)
+    arr = np.asarray(x, dtype=np.float64)
+    norm = float(np.linalg.norm(arr))
+    return arr * (c / norm) if norm > c else arr.copy()
+
+
+def clip_rows_l2(X: np.ndarray, c: float) -> np.ndarray:
+    """Scale each row of a 2-D array to L2 norm at most c (per-user / per-item clipping)."""
+    c = _check_pos("clip norm c", c)
+    arr = np.asarray(X, dtype=np.float64)
+    if arr.ndim != 2:
+        raise ValueError(f"clip_rows_l2 expects a 2-D array, got shape {arr.shape}")
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    factor = np.minimum(1.0, c / np.maximum(norms, np.finfo(np.float64).tiny))
+    return arr * factor
+
+
+# ---------------------------------------------------------------------------- ledger
+_GAUSSIAN = "gaussian"
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One recorded release (or ``steps`` identical releases)."""
+
+    name: str
+    mechanism: str
+    epsilon: float | None
+    delta: float
+    sigma: float | None
+    sensitivity: float | None
+    sample_rate: float
+    steps: int
+
+    @property
+    def noise_multiplier(self) -> float | None:
+        """sigma / sensitivity for Gaussian entries (Opacus's noise_multiplier)."""
+        if self.sigma is None or self.sensitivity is None:
+            return None
+        return self.sigma / self.sensitivity
+
+
+class PrivacyLedger:
+    """Record of every DP release of a run, with composed budgets.
+
+    Usage mirrors Opacus accountants: ``record(...)`` after each release, then
+    ``gaussian_epsilon(delta)`` / ``pure_epsilon()`` / ``basic_composition()``.
+
+    - Pure entries (delta == 0 and not Gaussian: Laplace, exponential, Gumbel top-s)
+      compose by summing epsilon * steps. Their sample_rate is recorded but not used for
+      amplification (conservative).
+    - Gaussian entries (mechanism "gaussian", with sigma and sensitivity) are composed by
+      Opacus (RDP or PRV) as subsampled Gaussian steps; sample_rate=1 means no subsampling.
+    """
+
+    def __init__(self) -> None:
+        self.entries: list[LedgerEntry] = []
+
+    def record(
+        self,
+        name: str,
+        mechanism: str,
+        epsilon: float | None,
+        delta: float = 0.0,
+        sigma: float | None = None,
+        sensitivity: float | None = None,
+        sample_rate: float = 1.0,
+        steps: int = 1,
+    ) -> LedgerEntry:
+        """Store a release; ``steps`` > 1 records that many identical releases."""
+        mech = str(mechanism).lower()
+        if epsilon is not None:
+            epsilon = _check_pos(f"epsilon of {name!r}", epsilon)
+        delta = float(delta)
+        if not 0 <= delta < 1:
+            raise ValueError(f"delta of {name!r} must be in [0, 1), got {delta}")
+        if not 0 < sample_rate <= 1:
+            raise ValueError(f"sample_rate of {name!r} must be in (0, 1], got {sample_rate}")
+        steps = int(steps)
+        if steps < 1:
+            raise ValueError(f"steps of {name!r} must be >= 1, got {steps}")
+        if mech == _GAUSSIAN:
+            if sigma is None or sensitivity is None:
+                raise ValueError(f"Gaussian entry {name!r} needs sigma and sensitivity for accounting")
+            sigma = _check_pos(f"sigma of {name!r}", sigma)
+            sensitivity = _check_pos(f"sensitivity of {name!r}", sensitivity)
+        elif epsilon is None:
+            raise ValueError(f"entry {name!r} ({mech}) needs an epsilon")
+        entry = LedgerEntry(name, mech, epsilon, delta, sigma, sensitivity, float(sample_rate), steps)
+        self.entries.append(entry)
+        return entry
+
+    # -- composition ---------------------------------------------------------------
+    def _gaussian_entries(self) -> list[LedgerEntry]:
+        return [e for e in self.entries if e.mechanism == _GAUSSIAN]
+
+    def pure_epsilon(self) -> float:
+        """Basic composition of the pure-DP entries (non-Gaussian, delta == 0): sum eps * steps."""
+        return float(
+            sum(e.epsilon * e.steps for e in self.entries if e.mechanism != _GAUSSIAN and e.delta == 0 and e.epsilon)
+        )
+
+    def basic_composition(self) -> tuple[float, float]:
+        """(sum eps_i * steps_i, sum delta_i * steps_i) over all entries.
+
+        Gaussian entries need their per-release epsilon (and delta) recorded; raises
+        ``ValueError`` naming the first entry without one.
+        """
+        eps = delta = 0.0
+        for e in self.entries:
+            if e.epsilon is None:
+                raise ValueError(f"entry {e.name!r} has no per-release epsilon; use gaussian_epsilon()")
+            eps += e.epsilon * e.steps
+            delta += e.delta * e.steps
+        return eps, delta
+
+    def gaussian_epsilon(self, delta: float, accountant: Literal["rdp", "prv"] = "rdp") -> float:
+        """Epsilon at ``delta`` of all Gaussian entries composed by an Opacus accountant.
+
+        Each entry contributes (noise_multiplier = sigma / sensitivity, sample_rate, steps)
+        to the accountant's history. Returns 0.0 when there are no Gaussian entries.
+        """
+        from opacus.accountants import PRVAccountant, RDPAccountant  # heavy import, on demand
+
+        delta = _check_delta(delta)
+        history = [(e.noise_multiplier, e.sample_rate, e.steps) for e in self._gaussian_entries()]
+        if not history:
+            return 0.0
+        if accountant == "rdp":
+            acc = RDPAccountant()
+        elif accountant == "prv":
+            acc = PRVAccountant()
+        else:
+            raise ValueError(f"accountant must be 'rdp' or 'prv', got {accountant!r}")
+        acc.history = history
+        return float(acc.get_epsilon(delta=delta))
+
+    def total_epsilon(self, delta: float, accountant: Literal["rdp", "prv"] = "rdp") -> float:
+        """pure_epsilon() + gaussian_epsilon(delta): an (eps, delta)-DP bound for the whole run.
+
+        Approximate-DP non-Gaussian entries (delta > 0) are not covered; raises if any exist.
+        """
+        other = [e.name for e in self.entries if e.mechanism != _GAUSSIAN and e.delta > 0]
+        if other:
+            raise ValueError(f"entries {other} are approximate DP but not Gaussian; use basic_composition()")
+        return self.pure_epsilon() + self.gaussian_epsilon(delta, accountant)
+
+    # -- reporting -----------------------------------------------------------------
+    def summary(self, delta: float | None = None) -> dict[str, Any]:
+        """JSON-serialisable summary; with ``delta`` also the RDP-composed Gaussian epsilon."""
+        out: dict[str, Any] = {
+            "n_entries": len(self.entries),
+            "total_steps": int(sum(e.steps for e in self.entries)),
+            "pure_epsilon": self.pure_epsilon(),
+            "entries": [asdict(e) for e in self.entries],
+        }
+        try:
+            eps, dlt = self.basic_composition()
+            out["basic_composition"] = {"epsilon": eps, "delta": dlt}
+        except ValueError:
+            out["basic_composition"] = None
+        if delta is not None:
+            out["gaussian_rdp"] = {"delta": float(delta), "epsilon": self.gaussian_epsilon(delta, "rdp")}
+        return out
+
+    TABLE_COLUMNS = ("name", "mechanism", "epsilon", "delta", "sigma", "sensitivity", "sample_rate", "steps")
+
+    def to_table_rows(self) -> list[dict[str, Any]]:
+        """One dict per entry with keys ``TABLE_COLUMNS`` (for Markdown / console tables)."""
+        return [{k: getattr(e, k) for k in self.TABLE_COLUMNS} for e in self.entries]

@@ -1,0 +1,241 @@
+"""Node key pairs, pairwise keys, authenticated encryption, secret relay and Shamir shares.
+
+Why: secure aggregation needs (a) a pairwise secret per pair of nodes from a key agreement
+the server cannot complete, (b) authenticated encryption so that the server can relay
+shares and shared secrets (LP-GCN's S, the CKKS secret context) without reading or altering
+them, and (c) threshold sharing for dropout recovery.
+
+Choices:
+
+- X25519 (``cryptography``) for key agreement: 32-byte public keys, constant time, no
+  point validation pitfalls; the raw shared secret is never used directly but passed
+  through HKDF-SHA256 with a caller-supplied ``context`` (run id, purpose) so that keys of
+  different runs and purposes are independent. Flower 1.41's SecAgg+ uses ECDH on P-384 via
+  ``flwr.supercore.primitives.asymmetric``; we use X25519 because the project needs only
+  our own protocol to interoperate with itself.
+- AES-256-GCM for sealing (random 12-byte nonce prepended; 16-byte tag appended). Flower's
+  ``symmetric_encryption.encrypt`` is Fernet (AES-128-CBC + HMAC) without associated data;
+  we need associated data to bind a blob to (owner, recipient, context), so that the relaying
+  server cannot swap blobs between recipients or replay them into another run. Random
+  96-bit nonces are safe for far more than the < 2^32 messages a key seals here.
+- Shamir shares reuse Flower's ``crypto.shamir`` (pycryptodome, GF(2^128) per 16-byte
+  chunk). Flower's shares do not record the threshold, and combining too few shares
+  silently yields garbage, so :func:`split_secret` prefixes each share with a 3-byte header
+  (version, threshold) and :func:`combine_secret` refuses to combine fewer than threshold.
+  Shares are not authenticated by themselves; they travel sealed (``seal``) in the protocol.
+
+Cryptographic keys come from the OS CSPRNG, never from the run's ``seed``: determinism of
+the numeric results does not depend on them because masks cancel exactly.
+"""
+
+from __future__ import annotations
+
+import os
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from flwr.common.secure_aggregation.crypto.shamir import combine_shares, create_shares
+
+__all__ = [
+    "AuthenticationError",
+    "NodeKeys",
+    "seal",
+    "open_sealed",
+    "wrap_secret_for_peers",
+    "unwrap_secret",
+    "split_secret",
+    "combine_secret",
+]
+
+_PAIRWISE_INFO = b"fedrec-privacy/pairwise/v1|"
+_RELAY_LABEL = b"secret-relay|"
+_NONCE_LEN = 12
+_TAG_LEN = 16
+_SHARE_VERSION = 1
+_SHARE_HEADER = 3  # version (1 byte) || threshold (2 bytes big-endian)
+
+
+class AuthenticationError(ValueError):
+    """A sealed blob failed authentication: tampered, wrong key, or wrong associated data."""
+
+
+# ---------------------------------------------------------------------------- key pairs
+class NodeKeys:
+    """A node's X25519 key pair.
+
+    Create with ``NodeKeys()`` (fresh key from the OS CSPRNG) or restore one saved in the
+    node's state with ``NodeKeys.from_private_bytes(b)``.
+    """
+
+    def __init__(self, private_key: X25519PrivateKey | None = None) -> None:
+        self._private = private_key if private_key is not None else X25519PrivateKey.generate()
+        self._public = self._private.public_key()
+
+    @classmethod
+    def from_private_bytes(cls, data: bytes) -> "NodeKeys":
+        """Restore keys from the 32 raw private bytes of :meth:`private_bytes`."""
+        if len(data) != 32:
+            raise ValueError(f"X25519 private key must be 32 bytes, got {len(data)}")
+        return cls(X25519PrivateKey.from_private_bytes(bytes(data)))
+
+    def private_bytes(self) -> bytes:
+        """Raw 32-byte private key, for the node's own persistent state only."""
+        return self._private.private_bytes(
+            serialization.Encoding.Raw,
+            serialization.PrivateFormat.Raw,
+            serialization.NoEncryption(),
+        )
+
+    def public_bytes(self) -> bytes:
+        """Raw 32-byte public key, safe to publish through the server."""
+        return self._public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+    def shared_key(self, peer_public: bytes, context: bytes) -> bytes:
+        """32-byte key shared with the owner of ``peer_public``: HKDF-SHA256(X25519(a, B)).
+
+        ``info = "fedrec-privacy/pairwise/v1|" || context``. Both sides get the same key only
+        if they pass the same ``context``, so the context must not depend on who calls
+        (e.g. use the run id and a purpose label, not "my id || your id").
+        """
+        if not isinstance(context, (bytes, bytearray)):
+            raise TypeError(f"context must be bytes, got {type(context).__name__}")
+        if len(peer_public) != 32:
+            raise ValueError(f"X25519 public key must be 32 bytes, got {len(peer_public)}")
+        try:
+            raw = self._private.exchange(X25519PublicKey.from_public_bytes(bytes(peer_public)))
+        except ValueError as err:  # all-zero output from a small-order point
+            raise ValueError(f"invalid peer public key: {err}") from err
+        return HKDF(
+            algorithm=hashes.SHA256(), length=32, salt=None, info=_PAIRWISE_INFO + bytes(context)
+        ).derive(raw)
+
+
+# ---------------------------------------------------------------------------- sealing
+def seal(key: bytes, plaintext: bytes, aad: bytes) -> bytes:
+    """AES-256-GCM encrypt: ``nonce(12) || ciphertext || tag(16)``; ``aad`` is authenticated."""
+    if len(key) != 32:
+        raise ValueError(f"sealing key must be 32 bytes, got {len(key)}")
+    nonce = os.urandom(_NONCE_LEN)
+    return nonce + AESGCM(bytes(key)).encrypt(nonce, bytes(plaintext), bytes(aad))
+
+
+def open_sealed(key: bytes, ciphertext: bytes, aad: bytes) -> bytes:
+    """Decrypt a :func:`seal` blob; raise :class:`AuthenticationError` if it does not verify."""
+    if len(key) != 32:
+        raise ValueError(f"sealing key must be 32 bytes, got {len(key)}")
+    if len(ciphertext) < _NONCE_LEN + _TAG_LEN:
+        raise AuthenticationError(
+            f"sealed blob too short ({len(ciphertext)} bytes; at least {_NONCE_LEN + _TAG_LEN})"
+        )
+    nonce, body = bytes(ciphertext[:_NONCE_LEN]), bytes(ciphertext[_NONCE_LEN:])
+    try:
+        return AESGCM(bytes(key)).decrypt(nonce, body, bytes(aad))
+    except InvalidTag:
+        raise AuthenticationError(
+            "sealed blob failed authentication (AES-GCM tag mismatch): the ciphertext was "
+            "altered, or it was sealed under a different key or associated data "
+            f"({len(ciphertext)} bytes, aad {len(aad)} bytes)"
+        ) from None
+
+
+# ---------------------------------------------------------------------------- relay
+def _relay_aad(owner_id: int, peer_id: int, context: bytes) -> bytes:
+    return int(owner_id).to_bytes(8, "big") + int(peer_id).to_bytes(8, "big") + bytes(context)
+
+
+def wrap_secret_for_peers(
+    owner: NodeKeys, secret: bytes, peers: dict[int, bytes], owner_id: int, context: bytes
+) -> dict[int, bytes]:
+    """Seal ``secret`` once per peer under the owner-peer pairwise key.
+
+    The server relays the returned blobs; it sees only ciphertexts. The key is
+    ``owner.shared_key(peer_public, "secret-relay|" || context)`` (separated from mask keys
+    derived from the same key pair) and the associated data is
+    ``owner_id (8 bytes BE) || peer_id (8 bytes BE) || context``, so a blob opens only for
+    the intended recipient, from the claimed owner, in this context.
+
+    Args:
+        owner: the owner's key pair.
+        secret: bytes to share (e.g. LP-GCN's S or a serialized CKKS secret context).
+        peers: node id -> that node's 32-byte public key.
+        owner_id: the owner's node id (uint64).
+        context: run id / purpose binding, identical on both sides.
+    """
+    blobs: dict[int, bytes] = {}
+    for peer_id, peer_public in peers.items():
+        key = owner.shared_key(peer_public, _RELAY_LABEL + bytes(context))
+        blobs[int(peer_id)] = seal(key, secret, _relay_aad(owner_id, peer_id, context))
+    return blobs
+
+
+def unwrap_secret(
+    me: NodeKeys, my_id: int, owner_id: int, owner_public: bytes, blob: bytes, context: bytes
+) -> bytes:
+    """Open a blob made by :func:`wrap_secret_for_peers` for ``my_id``.
+
+    Raises :class:`AuthenticationError` naming both ids if the blob was not sealed by
+    ``owner_id`` for ``my_id`` in ``context`` or was altered in transit.
+    """
+    key = me.shared_key(owner_public, _RELAY_LABEL + bytes(context))
+    try:
+        return open_sealed(key, blob, _relay_aad(owner_id, my_id, context))
+    except AuthenticationError as err:
+        raise AuthenticationError(
+            f"relayed secret from node {owner_id} to node {my_id} failed authentication: {err}"
+        ) from None
+
+
+# ---------------------------------------------------------------------------- Shamir
+def split_secret(secret: bytes, threshold: int, n: int) -> list[bytes]:
+    """Split ``secret`` into ``n`` shares, any ``threshold`` of which reconstruct it.
+
+    Share format: ``version(1) || threshold(2, BE) || flwr share`` where the flwr share is
+    ``index(4, LE) || 16 bytes per padded 16-byte chunk``.
+    """
+    threshold, n = int(threshold), int(n)
+    if n < 1 or n >= 1 << 16:
+        raise ValueError(f"number of shares must be in [1, 65535], got {n}")
+    if not 1 <= threshold <= n:
+        raise ValueError(f"threshold must be in [1, n={n}], got {threshold}")
+    header = bytes([_SHARE_VERSION]) + threshold.to_bytes(2, "big")
+    return [header + share for share in create_shares(bytes(secret), threshold, n)]
+
+
+def combine_secret(shares: list[bytes]) -> bytes:
+    """Reconstruct the secret from at least ``threshold`` shares of one :func:`split_secret`.
+
+    Raises ``ValueError`` stating the threshold and the count if too few distinct shares
+    are given, and on shares from different splits or malformed shares.
+    """
+    if not shares:
+        raise ValueError("no shares given; need at least threshold shares to reconstruct")
+    parsed: dict[int, bytes] = {}
+    threshold = None
+    length = len(shares[0])
+    for share in shares:
+        share = bytes(share)
+        if len(share) != length or len(share) < _SHARE_HEADER + 4 + 16 or (len(share) - _SHARE_HEADER - 4) % 16:
+            raise ValueError(f"malformed Shamir share ({len(share)} bytes) or shares of different secrets")
+        if share[0] != _SHARE_VERSION:
+            raise ValueError(f"unknown Shamir share version {share[0]}")
+        t = int.from_bytes(share[1:3], "big")
+        if threshold is None:
+            threshold = t
+        elif t != threshold:
+            raise ValueError(f"shares disagree on the threshold ({threshold} vs {t})")
+        body = share[_SHARE_HEADER:]
+        index = int.from_bytes(body[:4], "little")
+        if index in parsed and parsed[index] != body:
+            raise ValueError(f"two different shares carry the same index {index}")
+        parsed[index] = body
+    assert threshold is not None
+    if len(parsed) < threshold:
+        raise ValueError(
+            f"too few Shamir shares: threshold is {threshold}, got {len(parsed)} distinct share(s)"
+        )
+    # Any `threshold` shares determine the polynomial; use exactly that many.
+    chosen = [parsed[i] for i in sorted(parsed)[:threshold]]
+    return combine_shares(chosen)

@@ -1,0 +1,46 @@
+"""Run a server-side function against real simulated nodes (Flower simulation, Ray backend).
+
+The function gets a Messenger over the simulation's Grid; its return value comes back to the
+test. Node side: this project's ClientApp with every registered handler.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from fl_app.messaging import Messenger
+from fl_app.simulation import DEFAULT_BACKEND
+
+
+def run_on_simulated_nodes(fn: Callable[[Messenger], Any], num_nodes: int,
+                           timeout: float = 60.0) -> Any:
+    from flwr.simulation import run_simulation
+
+    from fl_app.client_app import build_client_app
+
+    box: dict[str, Any] = {}
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        messenger = Messenger(grid, timeout=timeout)
+        messenger.node_ids(min_nodes=num_nodes)
+        try:
+            box["value"] = fn(messenger)
+        except BaseException as exc:  # hand the failure back to the test
+            box["error"] = exc
+
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        run_simulation(server_app=app, client_app=build_client_app(), num_supernodes=num_nodes,
+                       backend_config=DEFAULT_BACKEND)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

@@ -1,0 +1,123 @@
+"""DP mechanisms and the privacy ledger (fl_app.secure.dp)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fl_app.secure import dp
+
+
+def test_gaussian_noise_scale():
+    rng = np.random.default_rng(0)
+    sigma = dp.gaussian_sigma(2.0, 0.5, 1e-5)
+    assert sigma == pytest.approx(math.sqrt(2 * math.log(1.25e5)) * 2.0 / 0.5)
+    noise = dp.gaussian_mechanism(np.zeros(200_000), 2.0, 0.5, 1e-5, rng)
+    assert abs(noise.std() / sigma - 1) < 0.03
+    assert abs(noise.mean()) < 4 * sigma / math.sqrt(200_000)
+    explicit = dp.gaussian_noise_with_sigma(np.full(200_000, 3.0), 1.7, rng)
+    assert abs(explicit.std() / 1.7 - 1) < 0.03
+
+
+def test_classical_gaussian_refuses_large_epsilon_and_analytic_is_tighter():
+    with pytest.raises(ValueError, match="analytic"):
+        dp.gaussian_sigma(1.0, 2.0, 1e-5)
+    classical = dp.gaussian_sigma(1.0, 1.0, 1e-5)
+    analytic = dp.gaussian_sigma(1.0, 1.0, 1e-5, analytic=True)
+    assert analytic < classical
+    assert analytic == pytest.approx(3.7306, abs=1e-3)  # Balle & Wang 2018 calibration
+    # the analytic sigma meets delta exactly (to solver precision) for large epsilon too
+    s = dp.gaussian_sigma(1.0, 5.0, 1e-6, analytic=True)
+    d = stats.norm.cdf(1 / (2 * s) - 5 * s) - math.exp(5) * stats.norm.cdf(-1 / (2 * s) - 5 * s)
+    assert d <= 1e-6 and d == pytest.approx(1e-6, rel=1e-6)
+
+
+def test_laplace_noise_scale():
+    rng = np.random.default_rng(1)
+    noise = dp.laplace_mechanism(np.zeros(200_000), 3.0, 0.7, rng)
+    b = 3.0 / 0.7
+    assert abs(noise.std() / (math.sqrt(2) * b) - 1) < 0.03
+
+
+def test_exponential_mechanism_frequencies():
+    rng = np.random.default_rng(2)
+    u = np.array([0.0, 1.0, 2.0, 3.0, 5.0])
+    eps, sens = 1.0, 1.0
+    draws = 50_000
+    counts = np.bincount([dp.exponential_mechanism(u, sens, eps, rng) for _ in range(draws)], minlength=5)
+    p = np.exp(eps * u / (2 * sens))
+    p /= p.sum()
+    _, pval = stats.chisquare(counts, draws * p)
+    assert pval > 1e-4, (counts, draws * p)
+    # huge utilities do not overflow
+    assert dp.exponential_mechanism(np.array([1e300, 0.0]), 1.0, 1.0, rng) == 0
+
+
+def test_gumbel_top_s():
+    rng = np.random.default_rng(3)
+    u = rng.normal(size=200)
+    sel = dp.gumbel_top_s(u, 10, 1.0, 0.5, rng)
+    assert sel.shape == (10,) and len(set(sel.tolist())) == 10
+    sel = dp.gumbel_top_s(u, 10, 1.0, 1e9, rng)
+    np.testing.assert_array_equal(sel, np.argsort(-u)[:10])
+    with pytest.raises(ValueError):
+        dp.gumbel_top_s(u, 201, 1.0, 1.0, rng)
+
+
+def test_clipping():
+    x = np.array([3.0, 4.0])
+    np.testing.assert_allclose(dp.clip_l2(x, 1.0), [0.6, 0.8])
+    np.testing.assert_allclose(dp.clip_l2(x, 10.0), x)
+    X = np.array([[3.0, 4.0], [0.1, 0.0], [0.0, 0.0]])
+    C = dp.clip_rows_l2(X, 1.0)
+    np.testing.assert_allclose(np.linalg.norm(C, axis=1), [1.0, 0.1, 0.0])
+    np.testing.assert_allclose(C[1], X[1])
+
+
+def test_ledger_pure_composition():
+    ledger = dp.PrivacyLedger()
+    ledger.record("grid", "laplace", 0.5, sensitivity=1.0)
+    ledger.record("swap", "exponential", 0.25, steps=4)
+    ledger.record("select", "gumbel_top_s", 1.0)
+    assert ledger.pure_epsilon() == pytest.approx(2.5)
+    assert ledger.basic_composition() == (pytest.approx(2.5), 0.0)
+    summary = ledger.summary()
+    json.dumps(summary)
+    assert summary["pure_epsilon"] == pytest.approx(2.5)
+    rows = ledger.to_table_rows()
+    assert [r["name"] for r in rows] == ["grid", "swap", "select"]
+    with pytest.raises(ValueError):
+        ledger.record("g", "gaussian", None)  # no sigma / sensitivity
+
+
+def test_ledger_gaussian_matches_opacus_and_beats_basic_composition():
+    from opacus.accountants import RDPAccountant
+
+    sigma, q, steps, delta = 1.1, 0.01, 1000, 1e-5
+    ledger = dp.PrivacyLedger()
+    ledger.record("dp-sgd", "gaussian", None, sigma=sigma, sensitivity=1.0, sample_rate=q, steps=steps)
+    acc = RDPAccountant()
+    for _ in range(steps):
+        acc.step(noise_multiplier=sigma, sample_rate=q)
+    expected = acc.get_epsilon(delta=delta)
+    assert ledger.gaussian_epsilon(delta, accountant="rdp") == pytest.approx(expected, rel=1e-12)
+    # scaling sigma and sensitivity together keeps the noise multiplier
+    scaled = dp.PrivacyLedger()
+    scaled.record("x", "gaussian", None, sigma=2.2, sensitivity=2.0, sample_rate=q, steps=steps)
+    assert scaled.gaussian_epsilon(delta) == pytest.approx(expected, rel=1e-12)
+    # basic composition of the same releases, each calibrated classically at delta / steps
+    per_step = dp.classical_gaussian_epsilon(sigma, 1.0, delta / steps)
+    basic = dp.PrivacyLedger()
+    basic.record("dp-sgd", "gaussian", per_step, delta=delta / steps, sigma=sigma, sensitivity=1.0, steps=steps)
+    eps_basic, delta_basic = basic.basic_composition()
+    assert delta_basic == pytest.approx(delta)
+    assert ledger.gaussian_epsilon(delta) < eps_basic
+    prv = ledger.gaussian_epsilon(delta, accountant="prv")
+    assert 0 < prv <= expected * 1.05
+    json.dumps(ledger.summary(delta=delta))
+    ledger.record("sel", "exponential", 0.3)
+    assert ledger.total_epsilon(delta) == pytest.approx(expected + 0.3)
