@@ -229,11 +229,19 @@ class Messenger:
             for node, content in contents.items()
         ]
         down = {msg.metadata.dst_node_id: message_nbytes(msg) for msg in messages}
-        ids = list(self.grid.push_messages(messages))
-        pending = dict(zip(ids, (m.metadata.dst_node_id for m in messages)))
+        # Key by the id each grid writes into the message: a grid may leave out (in memory)
+        # or return None for (deployed) a message it rejects, so positions cannot be trusted.
+        accepted = {i for i in self.grid.push_messages(messages) if i}
+        pending = {m.metadata.message_id: m.metadata.dst_node_id
+                   for m in messages if m.metadata.message_id in accepted}
+        rejected = [m.metadata.dst_node_id for m in messages
+                    if m.metadata.message_id not in accepted]
         up: dict[int, int] = {}
         deadline = time.monotonic() + timeout
         try:
+            if rejected:
+                raise NodeError(action, ", ".join(self.label(n) for n in rejected),
+                                "the SuperLink rejected the message (unknown or offline node)")
             while pending:
                 replies = list(self.grid.pull_messages(list(pending)))
                 for reply in replies:
@@ -321,7 +329,7 @@ class AccountedGrid(Grid):
         phase = messages[0].metadata.message_type
         t0 = time.perf_counter()
         down = {m.metadata.dst_node_id: message_nbytes(m) for m in messages}
-        pending = set(self._grid.push_messages(messages))
+        pending = {i for i in self._grid.push_messages(messages) if i}
         deadline = None if timeout is None else time.monotonic() + timeout
         replies: list[Message] = []
         up: dict[int, int] = {}

@@ -1,0 +1,1 @@
+"""Benchmarks that reproduce the project's measurements into ``results/``."""
