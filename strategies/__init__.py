@@ -5,6 +5,12 @@
 ``flwr.serverapp.strategy.Strategy`` subclass.
 """
 
-from strategies.base import REGISTRY, FedRecStrategy, RunOutcome, load_strategy_class
+from strategies.base import (
+    REGISTRY,
+    FedRecStrategy,
+    ProtocolStrategy,
+    RunOutcome,
+    load_strategy_class,
+)
 
-__all__ = ["REGISTRY", "FedRecStrategy", "RunOutcome", "load_strategy_class"]
+__all__ = ["REGISTRY", "FedRecStrategy", "ProtocolStrategy", "RunOutcome", "load_strategy_class"]

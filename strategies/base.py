@@ -118,3 +118,48 @@ def handshake(messenger: Messenger, cfg: Mapping[str, Any],
         raise ValueError(f"nodes disagree on the number of items ({detail}); "
                          "they must load the same catalogue")
     return infos
+
+
+class ProtocolStrategy(Strategy):
+    """Base of multi-phase protocols: a Flower ``Strategy`` whose ``start`` runs the phases.
+
+    Flower's ``Strategy.start`` loops train/evaluate rounds; the protocols here have several
+    phases per run (key setup, secure sums, power steps, evaluation), so subclasses
+    implement :meth:`run` and ``start`` calls it and returns Flower's ``Result``. The
+    round-based hooks are not part of such a protocol and say so if called.
+    """
+
+    @classmethod
+    def from_run_config(cls, cfg: Mapping[str, Any]) -> ProtocolStrategy:
+        return cls()
+
+    def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
+        raise NotImplementedError(f"{type(self).__name__} must implement run()")
+
+    def summary(self) -> None:
+        import logging
+
+        logging.getLogger("fedrec").info("%s: %s", type(self).__name__, vars(self))
+
+    def start(self, grid: Grid, initial_arrays: Any = None, num_rounds: int = 1,
+              timeout: float = 3600, train_config: Any = None, evaluate_config: Any = None,
+              evaluate_fn: Any = None) -> Any:
+        """Run the protocol with the default config and return a Flower ``Result``."""
+        from flwr.app import MetricRecord
+        from flwr.serverapp.strategy import Result
+
+        from fl_app.config import merge_config
+
+        cfg = merge_config(dict(train_config or {}))
+        outcome = self.run(grid, Messenger(grid, timeout=timeout), cfg)
+        result = Result()
+        result.evaluate_metrics_serverapp[1] = MetricRecord(
+            {k: float(v) for k, v in outcome.metrics.items()})
+        return result
+
+    def _not_round_based(self, *_: Any, **__: Any) -> Any:
+        raise TypeError(f"{type(self).__name__} is a multi-phase protocol: use start() or "
+                        "run(), not Flower's per-round hooks")
+
+    configure_train = aggregate_train = _not_round_based
+    configure_evaluate = aggregate_evaluate = _not_round_based

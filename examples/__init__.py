@@ -1,0 +1,1 @@
+"""Examples of plugging your own strategies and protocols into fedrec-privacy."""
