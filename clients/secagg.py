@@ -16,12 +16,12 @@ from clients.node import NodeContext
 from clients.registry import handler
 from fl_app.secure.fixedpoint import FixedPoint
 from fl_app.secure.keys import NodeKeys, open_sealed, seal, split_secret
+from fl_app.secure.masks import expand_mask
 from fl_app.secure.secagg import (
     SECAGG_KEY,
     SHARES_KEY,
     SecAggError,
     agreement_context,
-    pairwise_mask_from_sum_key,
     pairwise_sum_key,
     self_mask,
 )
@@ -69,7 +69,9 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     threshold = int(cfg["threshold"])
     first, batch = int(cfg["first-sum"]), int(cfg["batch"])
     holders = [me, *neighbours]
-    seeds = {first + i: secrets.token_bytes(32) for i in range(batch)}
+    # 31 bytes: Flower's Shamir pads secrets to 16-byte chunks, so 31 bytes need two chunks
+    # (32 would need three) while staying a 248-bit key for HKDF.
+    seeds = {first + i: secrets.token_bytes(31) for i in range(batch)}
     shares = {t: split_secret(seed, threshold, len(holders)) for t, seed in seeds.items()}
     for t, seed in seeds.items():
         node.state.config_records[_SEEDS][str(t)] = seed
@@ -157,8 +159,11 @@ def mask_values(content: RecordDict, state: RecordDict, me: int, vec: np.ndarray
     out += self_mask(bytes(seeds[str(sum_id)]), sum_id, n)
     alive = {int(v) for v in cfg["alive"]}
     for v, key in _pairwise_keys(st, me, sum_id).items():
-        if v in alive:
-            out += pairwise_mask_from_sum_key(key, sum_id, n, me < v)
+        if v in alive:  # the lower id adds the pairwise mask, the higher subtracts it
+            if me < v:
+                out += expand_mask(key, sum_id, n)
+            else:
+                out -= expand_mask(key, sum_id, n)
     st["last-sum"] = sum_id
     del seeds[str(sum_id)]  # each seed serves one sum
     return out

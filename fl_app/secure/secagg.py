@@ -121,13 +121,6 @@ def pairwise_sum_key(shared_key: bytes, sum_id: int) -> bytes:
     return derive_sum_key(shared_key, sum_id, b"pairwise")
 
 
-def pairwise_mask_from_sum_key(sum_key: bytes, sum_id: int, n: int,
-                               sign_positive: bool) -> np.ndarray:
-    """+-PRG(k_uv^(t)): the lower node id adds the mask, the higher subtracts it."""
-    mask = expand_mask(sum_key, sum_id, n)
-    return mask if sign_positive else (np.uint64(0) - mask)
-
-
 def self_mask(seed: bytes, sum_id: int, n: int) -> np.ndarray:
     """PRG(b_u^(t)): the self mask of one sum (the seed is used for that sum only)."""
     return expand_mask(derive_sum_key(seed, sum_id, b"self"), sum_id, n)
@@ -305,8 +298,12 @@ class SecureAggregator:
                 if kind == "b" and owner in b_shares:
                     b_shares[owner].append(bytes(value))
                 elif kind == "k" and owner in dropped:
-                    # v added +-PRG(k_vu) with the sign of (v < owner); cancel it.
-                    total -= pairwise_mask_from_sum_key(bytes(value), self.sum_id, n, v < owner)
+                    # v added PRG(k_vu) if v < owner, subtracted it otherwise; cancel that.
+                    mask = expand_mask(bytes(value), self.sum_id, n)
+                    if v < owner:
+                        total -= mask
+                    else:
+                        total += mask
         for u, shares in b_shares.items():
             seed = self._combine(u, shares, "self-mask seed")
             total -= self_mask(seed, self.sum_id, n)

@@ -1,0 +1,189 @@
+"""Client side of the shared-secret relay (see ``fl_app/secure/relay.py`` for the protocol).
+
+State kept in this node's ``context.state`` (never sent anywhere):
+
+- ``relay.<purpose>`` ConfigRecord: this node's X25519 private key for the relay of that
+  purpose (``sk``).
+- ``secret.<purpose>`` ConfigRecord: the shared secret (``secret``), what kind it is
+  (``make``), who created it (``owner``) and its SHA-256 ``fingerprint``.
+
+Protocol handlers read the secret with :func:`get_shared_secret` (bytes) or, for a relayed
+CKKS context, :func:`get_shared_context` (a TenSEAL context holding the secret key).
+
+Diagnostics: ``keys_prove`` answers HMAC-SHA256(secret, challenge) so the server can check
+that nodes hold the same secret without learning it; ``keys_ckks_selftest`` encrypts a
+vector with the relayed CKKS context (mode ``encrypt``) or decrypts a ciphertext list the
+server summed (mode ``decrypt``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+import numpy as np
+from flwr.app import ConfigRecord, RecordDict
+
+from clients.node import NodeContext
+from clients.registry import handler
+from fl_app.secure.keys import NodeKeys, unwrap_secret, wrap_secret_for_peers
+from fl_app.secure.relay import MAKES, RELAY_KEY, RelayError, relay_context
+
+__all__ = ["get_shared_secret", "get_shared_context", "secret_fingerprint"]
+
+_CONTEXT_CACHE: dict[bytes, object] = {}  # fingerprint -> loaded TenSEAL context (this process)
+
+
+def _keys_key(purpose: str) -> str:
+    return f"relay.{purpose}"
+
+
+def _secret_key(purpose: str) -> str:
+    return f"secret.{purpose}"
+
+
+def secret_fingerprint(secret: bytes) -> bytes:
+    """SHA-256 of the secret: what a node reports instead of the secret itself."""
+    return hashlib.sha256(bytes(secret)).digest()
+
+
+def get_shared_secret(state: RecordDict, purpose: str) -> bytes:
+    """The secret relayed for ``purpose`` (raw bytes), from this node's state.
+
+    Raises :class:`fl_app.secure.relay.RelayError` if the relay for ``purpose`` has not run
+    on this node (the server must call ``relay_secret(..., purpose=...)`` first).
+    """
+    key = _secret_key(purpose)
+    if key not in state.config_records:
+        held = sorted(k.removeprefix("secret.") for k in state.config_records
+                      if k.startswith("secret."))
+        raise RelayError(
+            f"no shared secret '{purpose}' on this node (holds: {held or 'none'}); the server "
+            f"must run fl_app.secure.relay.relay_secret(purpose={purpose!r}) first"
+        )
+    return bytes(state.config_records[key]["secret"])
+
+
+def get_shared_context(state: RecordDict, purpose: str):
+    """The relayed CKKS secret context for ``purpose`` as a TenSEAL context (cached)."""
+    from fl_app.secure.he import load_context
+
+    record = state.config_records.get(_secret_key(purpose))
+    if record is not None and str(record["make"]) != "ckks-context":
+        raise RelayError(f"shared secret '{purpose}' is a {record['make']}, not a CKKS context")
+    secret = get_shared_secret(state, purpose)
+    fp = secret_fingerprint(secret)
+    if fp not in _CONTEXT_CACHE:
+        _CONTEXT_CACHE[fp] = load_context(secret)
+    return _CONTEXT_CACHE[fp]
+
+
+def _cfg(content: RecordDict) -> ConfigRecord:
+    if RELAY_KEY not in content.config_records:
+        raise RelayError(f"relay message has no '{RELAY_KEY}' ConfigRecord")
+    return content.config_records[RELAY_KEY]
+
+
+def _my_keys(node: NodeContext, purpose: str) -> NodeKeys:
+    record = node.state.config_records.get(_keys_key(purpose))
+    if record is None:
+        raise RelayError(f"node {node.context.node_id}: no relay key pair for '{purpose}' "
+                         "(keys_advertise_relay must come first)")
+    return NodeKeys.from_private_bytes(bytes(record["sk"]))
+
+
+def _store_secret(node: NodeContext, purpose: str, make: str, owner: int, secret: bytes) -> bytes:
+    fp = secret_fingerprint(secret)
+    node.state.config_records[_secret_key(purpose)] = ConfigRecord({
+        "secret": secret, "make": make, "owner": int(owner), "fingerprint": fp,
+    })
+    return fp
+
+
+@handler("keys_advertise_relay")
+def advertise_relay(content: RecordDict, node: NodeContext) -> RecordDict:
+    """Round 1: a fresh X25519 key pair for this purpose; publish the public key."""
+    purpose = str(_cfg(content)["purpose"])
+    keys = NodeKeys()
+    node.state.config_records[_keys_key(purpose)] = ConfigRecord({"sk": keys.private_bytes()})
+    return RecordDict({"relay-pk": ConfigRecord({"pk": keys.public_bytes()})})
+
+
+def _make_secret(make: str) -> tuple[bytes, bytes | None]:
+    """(secret bytes, public context bytes or None) for a new secret of kind ``make``."""
+    if make == "random-key":
+        return secrets.token_bytes(32), None
+    if make == "ckks-context":
+        from fl_app.secure.he import make_secret_context, public_context_bytes, secret_context_bytes
+
+        ctx = make_secret_context()
+        return secret_context_bytes(ctx), public_context_bytes(ctx)
+    raise RelayError(f"unknown secret kind {make!r}; expected one of {MAKES}")
+
+
+@handler("keys_create_secret")
+def create_secret(content: RecordDict, node: NodeContext) -> RecordDict:
+    """Round 2 (owner only): create the secret, keep it, seal one copy per peer."""
+    cfg = _cfg(content)
+    purpose, make = str(cfg["purpose"]), str(cfg["make"])
+    me = node.context.node_id
+    peers = [int(p) for p in cfg["peers"]]
+    pks = [bytes(b) for b in cfg["peer-pks"]]
+    if len(peers) != len(pks):
+        raise RelayError(f"node {me}: {len(peers)} peers but {len(pks)} public keys")
+    keys = _my_keys(node, purpose)
+    secret, public_ctx = _make_secret(make)
+    fp = _store_secret(node, purpose, make, me, secret)
+    blobs = wrap_secret_for_peers(keys, secret, dict(zip(peers, pks)), me, relay_context(purpose))
+    created: dict = {"fingerprint": fp}
+    if public_ctx is not None:
+        created["public-context"] = public_ctx
+    return RecordDict({
+        "relay-created": ConfigRecord(created),
+        "relay-blobs": ConfigRecord({str(p): blob for p, blob in blobs.items()}),
+    })
+
+
+@handler("keys_receive_secret")
+def receive_secret(content: RecordDict, node: NodeContext) -> RecordDict:
+    """Round 3: open the sealed secret from the owner, keep it, acknowledge its fingerprint."""
+    cfg = _cfg(content)
+    purpose, make, owner = str(cfg["purpose"]), str(cfg["make"]), int(cfg["owner"])
+    me = node.context.node_id
+    keys = _my_keys(node, purpose)
+    # AuthenticationError names owner and recipient if the blob was altered or misdirected
+    secret = unwrap_secret(keys, me, owner, bytes(cfg["owner-pk"]), bytes(cfg["blob"]),
+                           relay_context(purpose))
+    fp = _store_secret(node, purpose, make, owner, secret)
+    return RecordDict({"relay-ack": ConfigRecord({"fingerprint": fp})})
+
+
+@handler("keys_prove")
+def prove(content: RecordDict, node: NodeContext) -> RecordDict:
+    """HMAC-SHA256(secret, challenge): equal across nodes iff they hold the same secret."""
+    cfg = _cfg(content)
+    secret = get_shared_secret(node.state, str(cfg["purpose"]))
+    mac = hmac.new(secret, bytes(cfg["challenge"]), hashlib.sha256).digest()
+    return RecordDict({"relay-proof": ConfigRecord({"mac": mac})})
+
+
+@handler("keys_ckks_selftest")
+def ckks_selftest(content: RecordDict, node: NodeContext) -> RecordDict:
+    """CKKS round trip with the relayed context.
+
+    mode ``encrypt``: encrypt ``values`` (float list) and reply the packed ciphertexts.
+    mode ``decrypt``: decrypt ``chunks`` (packed ciphertexts of ``n`` values) and reply them.
+    """
+    from fl_app.secure.he import decrypt_packed, encrypt_packed
+
+    cfg = _cfg(content)
+    ctx = get_shared_context(node.state, str(cfg["purpose"]))
+    mode = str(cfg["mode"])
+    if mode == "encrypt":
+        chunks = encrypt_packed(ctx, np.asarray(list(cfg["values"]), dtype=np.float64))
+        return RecordDict({"ckks": ConfigRecord({"chunks": chunks})})
+    if mode == "decrypt":
+        values = decrypt_packed(ctx, [bytes(b) for b in cfg["chunks"]], int(cfg["n"]))
+        return RecordDict({"ckks": ConfigRecord({"values": [float(v) for v in values]})})
+    raise RelayError(f"keys_ckks_selftest: unknown mode {mode!r} (encrypt or decrypt)")
