@@ -19,6 +19,7 @@ DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "rounds": 20,
     "timeout": 120.0,
+    "min-nodes": 1,
     "secagg": "secagg+",
     "run-name": "",
     "synthetic-users": 200,

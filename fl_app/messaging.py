@@ -287,18 +287,20 @@ class Messenger:
 
 
 class AccountedGrid(Grid):
-    """A Grid that adds short polling and byte accounting to any stock Flower strategy.
+    """A Grid that adds short polling, byte accounting and strict failures to stock strategies.
 
     Stock strategies (``FedAvg`` and friends) call ``send_and_receive``; wrapping the real
     grid in this class gives them the same fast round and the same ledger as our own
-    protocols without changing their code. Semantics of ``send_and_receive`` are Flower's:
-    replies that arrived before the timeout are returned (missing nodes are logged in the
-    ledger's round record, not raised).
+    protocols without changing their code. Unlike Flower's own ``send_and_receive``, a node
+    that does not answer within the timeout, or answers with an error, fails the run with an
+    error naming it (``strict=True``): every protocol here assumes a fixed set of parties, so
+    silently averaging over survivors would change the result without saying so.
     """
 
-    def __init__(self, grid: Grid, messenger: Messenger) -> None:
+    def __init__(self, grid: Grid, messenger: Messenger, strict: bool = True) -> None:
         self._grid = grid
         self._messenger = messenger
+        self.strict = strict
 
     def set_run(self, run: Any) -> None:
         self._grid.set_run(run)
@@ -327,9 +329,12 @@ class AccountedGrid(Grid):
         if not messages:
             return []
         phase = messages[0].metadata.message_type
+        label = self._messenger.label
         t0 = time.perf_counter()
         down = {m.metadata.dst_node_id: message_nbytes(m) for m in messages}
-        pending = {i for i in self._grid.push_messages(messages) if i}
+        accepted = {i for i in self._grid.push_messages(messages) if i}
+        dst = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
+        pending = set(accepted)
         deadline = None if timeout is None else time.monotonic() + timeout
         replies: list[Message] = []
         up: dict[int, int] = {}
@@ -342,4 +347,13 @@ class AccountedGrid(Grid):
             if pending and not got:
                 time.sleep(self._messenger.poll_interval)
         self._messenger.ledger.record_round(phase, time.perf_counter() - t0, down, up)
+        if self.strict:
+            silent = [dst[m] for m in dst if m not in accepted or m in pending]
+            if silent:
+                raise NodeTimeoutError(phase, [label(n) for n in sorted(silent)],
+                                       len(messages), float(timeout or 0.0))
+            for reply in replies:
+                if reply.has_error():
+                    raise NodeError(phase, label(reply.metadata.src_node_id),
+                                    reply.error.reason)
         return replies

@@ -102,7 +102,7 @@ def handshake(messenger: Messenger, cfg: Mapping[str, Any],
     """
     from flwr.app import ConfigRecord, RecordDict
 
-    nodes = messenger.node_ids(min_nodes=min_nodes)
+    nodes = messenger.node_ids(min_nodes=max(min_nodes, int(cfg.get("min-nodes", 1))))
     replies = messenger.broadcast(
         "hello", RecordDict({"data": ConfigRecord(data_config(cfg))}), nodes, phase="handshake"
     )

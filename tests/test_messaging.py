@@ -220,10 +220,10 @@ def test_accounted_grid_send_and_receive_records_round(grid3: LocalGrid) -> None
         assert 0 < ledger.node_up[node] < 1_000
 
 
-def test_accounted_grid_returns_what_arrived_by_timeout(client_app) -> None:
+def test_accounted_grid_non_strict_returns_what_arrived_by_timeout(client_app) -> None:
     with LocalGrid(client_app, 3, silent=[1003]) as grid:
         messenger = Messenger(grid, timeout=5)
-        fast = AccountedGrid(grid, messenger)
+        fast = AccountedGrid(grid, messenger, strict=False)
         msgs = [Message(RecordDict(), dst_node_id=n, message_type="query.msgtest_echo")
                 for n in grid.ids]
         t0 = time.monotonic()
@@ -232,6 +232,18 @@ def test_accounted_grid_returns_what_arrived_by_timeout(client_app) -> None:
     assert sorted(r.metadata.src_node_id for r in replies) == [1001, 1002]
     row = messenger.ledger.rounds[0]
     assert row["nodes"] == 3 and set(messenger.ledger.node_up) == {1001, 1002}
+
+
+def test_accounted_grid_strict_names_the_silent_node(client_app) -> None:
+    with LocalGrid(client_app, 3, silent=[1003]) as grid:
+        messenger = Messenger(grid, timeout=5)
+        messenger.node_labels[1003] = "node 1003 (partition 2)"
+        fast = AccountedGrid(grid, messenger)
+        msgs = [Message(RecordDict(), dst_node_id=n, message_type="query.msgtest_echo")
+                for n in grid.ids]
+        with pytest.raises(NodeTimeoutError, match=r"1 of 3 .*partition 2"):
+            fast.send_and_receive(msgs, timeout=0.3)
+    assert messenger.ledger.total_rounds == 1
 
 
 def test_message_to_unknown_node_is_reported_not_misattributed(grid3: LocalGrid) -> None:

@@ -1,0 +1,1 @@
+"""Deployment helpers: certificates and a local SuperLink + SuperNodes launcher (docs/deployment.md)."""

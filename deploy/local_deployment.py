@@ -1,0 +1,528 @@
+"""Run this Flower app on a real SuperLink and real SuperNodes, all on 127.0.0.1.
+
+What a deployment does, as separate processes (each in its own process group):
+
+* ``flower-superlink`` serving its Fleet, Control and Runtime APIs on one HTTP(S) port
+  (Flower 1.41 moved all three onto ``--host/--port``), TLS on by default with a CA made by
+  ``deploy/make_certs.sh``. Its auto-started SuperExec runs the ServerApp in a
+  ``flwr-serverapp`` subprocess whose working directory is the SuperLink's and whose
+  environment is the SuperLink's: ``FEDREC_RESULTS`` is set there, so the ServerApp writes
+  ``<workdir>/results/runs/<run-name>.json``.
+* one ``flower-supernode`` per data holder with ``--node-config "partition-id=i
+  num-partitions=n [data-dir=...]"``, its own Runtime API port, its own ``FLWR_HOME`` and
+  its own ``FEDREC_CACHE`` (as if each were a different machine).
+* ``flwr run <app> <connection> --run-config ...`` against a named SuperLink connection
+  written to ``<workdir>/flwr-home/config.toml`` (``FLWR_HOME``), then ``flwr ls`` until the
+  run is finished.
+
+Every process's output goes to ``<log_dir>/<name>.log``; every process (and its children,
+found through ``/proc``) is stopped on exit, error or timeout. A failure raises
+:class:`DeploymentError` with the tail of the relevant logs.
+
+Python::
+
+    from deploy.local_deployment import run_deployed
+    record = run_deployed({"rounds": 3, "mf-dim": 4}, num_nodes=3)
+
+Command line::
+
+    python -m deploy.local_deployment --nodes 3 --set rounds=3 --set mf-dim=4 [--insecure]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+REPO = Path(__file__).resolve().parents[1]
+MAKE_CERTS = Path(__file__).resolve().parent / "make_certs.sh"
+BIN = Path(sys.executable).parent
+CONNECTION = "fedrec-local"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class DeploymentError(RuntimeError):
+    """The deployment or its run failed; the message carries the tails of the process logs."""
+
+
+# ----------------------------------------------------------------------------- helpers
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 1:
+            children[int(fields[1])].append(int(entry))
+    return children
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (Linux ``/proc``; empty elsewhere)."""
+    if not os.path.isdir("/proc"):
+        return []
+    children = _children_map()
+    out, stack = [], [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            out.append(child)
+            stack.append(child)
+    return out
+
+
+def _signal_pids(pids: Sequence[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    """Last ``lines`` lines of a log file, colour codes removed."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return f"(no log at {path})"
+    return "\n".join(_ANSI.sub("", text).splitlines()[-lines:])
+
+
+def toml_value(value: Any) -> str:
+    """A Python value as a TOML literal for ``--run-config`` / ``--node-config``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(str(value))
+
+
+def config_arg(config: Mapping[str, Any]) -> str:
+    """``{"rounds": 3, "dataset": "synthetic"}`` -> ``rounds=3 dataset="synthetic"``."""
+    return " ".join(f"{key}={toml_value(value)}" for key, value in config.items())
+
+
+def seconds_per_round(record: Mapping[str, Any]) -> dict[str, float]:
+    """Wall seconds per protocol round from a results record, and per phase round.
+
+    ``round`` is the sum of every phase's seconds except the one-off handshake, divided by
+    the run config's ``rounds``; ``<phase>`` is that phase's seconds per synchronous round.
+    """
+    phases = record.get("communication", {}).get("phases", {})
+    rounds = max(int(record.get("config", {}).get("rounds", 1)), 1)
+    out = {name: st["seconds"] / max(st["rounds"], 1) for name, st in phases.items()}
+    out["round"] = sum(st["seconds"] for name, st in phases.items() if name != "handshake") / rounds
+    return out
+
+
+@dataclass
+class Proc:
+    """One started process and its log."""
+
+    name: str
+    popen: subprocess.Popen
+    log_path: Path
+    log_file: TextIO
+    args: list[str] = field(default_factory=list)
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+
+# ----------------------------------------------------------------------------- deployment
+class LocalDeployment:
+    """A SuperLink and ``num_nodes`` SuperNodes on 127.0.0.1; use as a context manager.
+
+    Parameters
+    ----------
+    num_nodes : number of SuperNodes (data holders); node ``i`` gets ``partition-id=i``.
+    workdir : folder for certificates, Flower homes, caches, results and logs
+        (default: a new temp folder, kept afterwards so logs can be read).
+    insecure : no TLS (``--insecure`` everywhere) -- local trials only.
+    certs_dir : existing ``ca.crt``/``server.pem``/``server.key`` (default: made with
+        ``deploy/make_certs.sh`` in ``<workdir>/certs``).
+    data_dirs : optional ``data-dir`` per node (node config), e.g. each holder's own files.
+    log_dir : where ``superlink.log``, ``supernode-<i>.log`` and ``flwr-*.log`` go
+        (default ``<workdir>/logs``).
+    app_dir : the Flower app (default: this repository).
+    env : extra environment for every process (e.g. ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``).
+    install_dependencies : let the SuperLink ``uv sync`` the app's dependencies into a fresh
+        env per run (Flower 1.41's default). Off here: the app and its dependencies are
+        already installed in this interpreter's environment, and a sync would fetch torch.
+    """
+
+    def __init__(
+        self,
+        num_nodes: int = 3,
+        *,
+        workdir: str | Path | None = None,
+        insecure: bool = False,
+        certs_dir: str | Path | None = None,
+        data_dirs: Sequence[str | Path | None] | None = None,
+        log_dir: str | Path | None = None,
+        app_dir: str | Path = REPO,
+        env: Mapping[str, str] | None = None,
+        install_dependencies: bool = False,
+        startup_timeout: float = 90.0,
+    ) -> None:
+        if num_nodes < 1:
+            raise ValueError("num_nodes must be >= 1")
+        if data_dirs is not None and len(data_dirs) != num_nodes:
+            raise ValueError(f"data_dirs has {len(data_dirs)} entries for {num_nodes} nodes")
+        self.num_nodes = num_nodes
+        self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="fedrec-deploy-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.insecure = insecure
+        self.certs_dir = Path(certs_dir) if certs_dir else self.workdir / "certs"
+        self.data_dirs = list(data_dirs) if data_dirs is not None else [None] * num_nodes
+        self.log_dir = Path(log_dir) if log_dir else self.workdir / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.app_dir = Path(app_dir).resolve()
+        self.extra_env = dict(env or {})
+        self.install_dependencies = install_dependencies
+        self.startup_timeout = startup_timeout
+        self.results_dir = self.workdir / "results"
+        self.cli_home = self.workdir / "flwr-home"
+        self.superlink_port = 0
+        self.superlink: Proc | None = None
+        self.nodes: list[Proc] = []
+        self._cli_count = 0
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def __enter__(self) -> LocalDeployment:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _env(self, **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # flower-superexec etc.
+        env.update(self.extra_env)
+        env.update(extra)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        return env
+
+    def _spawn(self, name: str, args: list[str], env: Mapping[str, str], cwd: Path) -> Proc:
+        cwd.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{name}.log"
+        log_file = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 (closed in stop())
+        log_file.write(f"$ {' '.join(args)}\n")
+        log_file.flush()
+        popen = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, env=dict(env),
+                                 cwd=str(cwd), start_new_session=True)
+        return Proc(name, popen, log_path, log_file, args)
+
+    def _make_certs(self) -> None:
+        if all((self.certs_dir / f).is_file() for f in ("ca.crt", "server.pem", "server.key")):
+            return
+        if shutil.which("openssl") is None:
+            raise DeploymentError("TLS needs openssl to make certificates (or pass insecure=True)")
+        res = subprocess.run(["bash", str(MAKE_CERTS), str(self.certs_dir)],
+                             capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            raise DeploymentError(f"make_certs.sh failed:\n{res.stdout}\n{res.stderr}")
+
+    def start(self) -> None:
+        """Start the SuperLink, then the SuperNodes; return when every node is connected."""
+        if not self.insecure:
+            self._make_certs()
+        self.superlink_port = free_port()
+        tls = (["--insecure"] if self.insecure else [
+            "--ssl-ca-certfile", str(self.certs_dir / "ca.crt"),
+            "--ssl-certfile", str(self.certs_dir / "server.pem"),
+            "--ssl-keyfile", str(self.certs_dir / "server.key")])
+        deps = [] if self.install_dependencies else ["--disable-runtime-dependency-installation"]
+        link_dir = self.workdir / "superlink"
+        self.superlink = self._spawn(
+            "superlink",
+            [str(BIN / "flower-superlink"), *tls, "--host", "127.0.0.1",
+             "--port", str(self.superlink_port), *deps],
+            self._env(FLWR_HOME=str(link_dir / "flwr-home"),
+                      FEDREC_RESULTS=str(self.results_dir)),
+            link_dir,
+        )
+        self._wait_for_log(self.superlink, "Application startup complete")
+        self._write_cli_config()
+
+        for i in range(self.num_nodes):
+            node_dir = self.workdir / f"supernode-{i}"
+            node_config: dict[str, Any] = {"partition-id": i, "num-partitions": self.num_nodes}
+            if self.data_dirs[i]:
+                node_config["data-dir"] = str(self.data_dirs[i])
+            tls_node = (["--insecure"] if self.insecure
+                        else ["--root-certificates", str(self.certs_dir / "ca.crt")])
+            self.nodes.append(self._spawn(
+                f"supernode-{i}",
+                [str(BIN / "flower-supernode"), *tls_node,
+                 "--superlink", f"127.0.0.1:{self.superlink_port}",
+                 "--node-config", config_arg(node_config),
+                 "--host", "127.0.0.1", "--port", str(free_port())],
+                self._env(FLWR_HOME=str(node_dir / "flwr-home"),
+                          FEDREC_CACHE=str(node_dir / "cache")),
+                node_dir,
+            ))
+        for node in self.nodes:
+            self._wait_for_log(node, "SuperNode ID:")
+
+    def _wait_for_log(self, proc: Proc, needle: str) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            proc.log_file.flush()
+            if needle in proc.log_path.read_text(encoding="utf-8", errors="replace"):
+                return
+            if not proc.alive:
+                raise DeploymentError(f"{proc.name} exited with code {proc.popen.returncode} "
+                                      f"during startup:\n{tail(proc.log_path)}")
+            time.sleep(0.2)
+        raise DeploymentError(f"{proc.name} did not start within {self.startup_timeout:g} s "
+                              f"(no '{needle}' in its log):\n{tail(proc.log_path)}")
+
+    def _write_cli_config(self) -> None:
+        self.cli_home.mkdir(parents=True, exist_ok=True)
+        lines = ["[superlink]", f'default = "{CONNECTION}"', "",
+                 f"[superlink.{CONNECTION}]", f'address = "127.0.0.1:{self.superlink_port}"']
+        if self.insecure:
+            lines.append("insecure = true")
+        else:
+            lines.append(f"root-certificates = {json.dumps(str(self.certs_dir / 'ca.crt'))}")
+        (self.cli_home / "config.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def kill_node(self, index: int, sig: int = signal.SIGKILL) -> None:
+        """Kill SuperNode ``index`` and its children at once (a crashed data holder)."""
+        self._kill_tree(self.nodes[index], sig)
+
+    def _kill_tree(self, proc: Proc, sig: int) -> None:
+        pids = [proc.popen.pid, *descendants(proc.popen.pid)]
+        try:
+            os.killpg(proc.popen.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        _signal_pids(pids, sig)
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop every process (nodes first): SIGTERM, then SIGKILL after ``grace`` s."""
+        procs = [*self.nodes, *([self.superlink] if self.superlink else [])]
+        trees = {p.name: [p.popen.pid, *descendants(p.popen.pid)] for p in procs}
+        for proc in procs:
+            if proc.alive:
+                self._kill_tree(proc, signal.SIGTERM)
+            else:  # its children (SuperExec, app processes) may outlive it
+                _signal_pids(trees[proc.name][1:], signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in procs:
+            try:
+                proc.popen.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                pass
+        for proc in procs:
+            _signal_pids(trees[proc.name] + descendants(proc.popen.pid), signal.SIGKILL)
+            try:
+                os.killpg(proc.popen.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                proc.popen.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            proc.log_file.close()
+        self.nodes = []
+        self.superlink = None
+
+    # -- the flwr CLI --------------------------------------------------------------------
+    def flwr(self, *args: str, timeout: float = 120.0, check: bool = True) -> str:
+        """Run ``flwr <args>`` with this deployment's ``FLWR_HOME``; return its stdout."""
+        self._cli_count += 1
+        cmd = [str(BIN / "flwr"), *args]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
+                             cwd=str(self.app_dir), env=self._env(FLWR_HOME=str(self.cli_home)))
+        with open(self.log_dir / "flwr-cli.log", "a", encoding="utf-8") as fh:
+            fh.write(f"$ {' '.join(cmd)}\n{res.stdout}{res.stderr}\n")
+        if check and res.returncode != 0:
+            raise DeploymentError(f"`flwr {' '.join(args)}` failed ({res.returncode}):\n"
+                                  f"{_ANSI.sub('', res.stdout + res.stderr)[-3000:]}")
+        return res.stdout
+
+    def submit(self, run_config: Mapping[str, Any] | None = None) -> int:
+        """``flwr run <app> fedrec-local --run-config ...``; returns the run id."""
+        args = ["run", str(self.app_dir), CONNECTION, "--format", "json"]
+        if run_config:
+            args += ["--run-config", config_arg(run_config)]
+        out = self.flwr(*args)
+        payload = json.loads(out[out.index("{"):])
+        if not payload.get("success") or not payload.get("run-id"):
+            raise DeploymentError(f"flwr run did not start a run: {out}")
+        return int(payload["run-id"])
+
+    def status(self, run_id: int) -> dict[str, Any]:
+        """The run's row from ``flwr ls --run-id`` (keys ``status``, ``status-details``, ...)."""
+        out = self.flwr("ls", CONNECTION, "--run-id", str(run_id), "--format", "json")
+        return json.loads(out[out.index("{"):])["runs"][0]
+
+    def wait(self, run_id: int, timeout: float, poll: float = 2.0) -> dict[str, Any]:
+        """Poll until the run is finished; stop it and raise on timeout or failure."""
+        deadline = time.monotonic() + timeout
+        row: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            if self.superlink is None or not self.superlink.alive:
+                raise self.error(f"the SuperLink exited while run {run_id} was going")
+            row = self.status(run_id)
+            if str(row.get("status", "")).startswith("finished"):
+                break
+            time.sleep(poll)
+        else:
+            self.flwr("stop", str(run_id), CONNECTION, check=False)
+            raise self.error(f"run {run_id} did not finish within {timeout:g} s "
+                             f"(last status: {row.get('status')})")
+        if row["status"] != "finished:completed":
+            server_log = self.flwr("log", str(run_id), CONNECTION, "--show", timeout=60,
+                                   check=False)
+            tail_lines = "\n".join(server_log.strip().splitlines()[-30:])
+            raise self.error(f"run {run_id} ended with status {row['status']}: "
+                             f"{row.get('status-details')}\n--- ServerApp log (last 30 lines)"
+                             f" ---\n{tail_lines}")
+        return row
+
+    def error(self, headline: str, lines: int = 30) -> DeploymentError:
+        """A DeploymentError with the headline and the tail of every process log."""
+        parts = [headline, f"(logs in {self.log_dir})"]
+        procs = [*([self.superlink] if self.superlink else []), *self.nodes]
+        for proc in procs:
+            proc.log_file.flush()
+            state = "running" if proc.alive else f"exited {proc.popen.returncode}"
+            parts.append(f"--- {proc.name} ({state}), last {lines} lines ---\n"
+                         f"{tail(proc.log_path, lines)}")
+        return DeploymentError("\n".join(parts))
+
+    def results_path(self, run_config: Mapping[str, Any] | None) -> Path:
+        """Where the ServerApp writes this run config's results."""
+        from fl_app.config import merge_config, run_name
+
+        return self.results_dir / "runs" / f"{run_name(merge_config(run_config))}.json"
+
+    def run(self, run_config: Mapping[str, Any] | None = None,
+            timeout: float = 600.0) -> dict[str, Any]:
+        """Submit a run, wait for it, return its results record (plus a ``deployment`` key)."""
+        path = self.results_path(run_config)
+        if path.exists():
+            path.unlink()
+        t0 = time.perf_counter()
+        run_id = self.submit(run_config)
+        row = self.wait(run_id, timeout)
+        wall = time.perf_counter() - t0
+        if not path.is_file():
+            raise self.error(f"run {run_id} completed but wrote no results at {path}")
+        record = json.loads(path.read_text(encoding="utf-8"))
+        record["deployment"] = {
+            "run_id": run_id, "status": row["status"], "wall_seconds": wall,
+            "tls": not self.insecure, "num_supernodes": self.num_nodes,
+            "results_path": str(path), "log_dir": str(self.log_dir),
+            "flower": {k: row.get(k) for k in ("elapsed", "network-traffic", "compute-time")},
+        }
+        return record
+
+
+def run_deployed(run_config: Mapping[str, Any] | None = None, num_nodes: int = 3, *,
+                 timeout: float = 600.0, **kwargs: Any) -> dict[str, Any]:
+    """Start a deployment, run ``run_config`` on it, stop everything, return the record.
+
+    ``kwargs`` go to :class:`LocalDeployment` (``insecure``, ``workdir``, ``log_dir``,
+    ``data_dirs``, ``certs_dir``, ``env``).
+    """
+    with LocalDeployment(num_nodes, **kwargs) as dep:
+        return dep.run(run_config, timeout=timeout)
+
+
+# ----------------------------------------------------------------------------- CLI
+def _parse_set(items: Sequence[str]) -> dict[str, Any]:
+    import tomli
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set needs key=value, got {item!r}")
+        try:
+            out[key.strip()] = tomli.loads(f"v = {raw}")["v"]
+        except tomli.TOMLDecodeError:
+            out[key.strip()] = raw
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Run the fedrec-privacy Flower app on a local SuperLink + SuperNodes "
+                    "(real processes on 127.0.0.1) and print its results.")
+    parser.add_argument("--nodes", type=int, default=3, help="number of SuperNodes")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="run-config override (TOML value), repeatable")
+    parser.add_argument("--insecure", action="store_true", help="no TLS (local trial)")
+    parser.add_argument("--certs-dir", help="existing ca.crt/server.pem/server.key")
+    parser.add_argument("--data-dir", action="append", default=None,
+                        help="data-dir node config, once per node in order")
+    parser.add_argument("--workdir", help="working folder (default: new temp folder)")
+    parser.add_argument("--log-dir", help="process logs (default: <workdir>/logs)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds for the run")
+    parser.add_argument("--out", help="also write the results record here")
+    args = parser.parse_args(argv)
+
+    run_config = _parse_set(args.set)
+    try:
+        record = run_deployed(run_config, args.nodes, timeout=args.timeout,
+                              insecure=args.insecure, certs_dir=args.certs_dir,
+                              data_dirs=args.data_dir, workdir=args.workdir,
+                              log_dir=args.log_dir)
+    except DeploymentError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    if args.out:
+        Path(args.out).write_text(json.dumps(record, indent=2, sort_keys=True))
+    dep = record["deployment"]
+    per_round = seconds_per_round(record)
+    print(json.dumps({
+        "metrics": record["metrics"],
+        "rounds": record["config"]["rounds"],
+        "seconds_per_round": per_round,
+        "synchronous_rounds": record["communication"]["total_rounds"],
+        "server_seconds": record["seconds"],
+        "wall_seconds": dep["wall_seconds"],
+        "results_path": dep["results_path"],
+        "log_dir": dep["log_dir"],
+        "tls": dep["tls"],
+    }, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
