@@ -18,6 +18,7 @@ import clients.common  # noqa: F401  (the imports register the built-in handlers
 import clients.diagnostics  # noqa: F401
 import clients.fedmf  # noqa: F401
 import clients.keyrelay  # noqa: F401
+import clients.privirec  # noqa: F401
 import clients.secagg  # noqa: F401
 from clients.node import NodeContext
 from clients.registry import EVALUATE_HANDLERS, QUERY_HANDLERS, TRAIN_HANDLERS, Handler

@@ -31,6 +31,14 @@ DEFAULTS: dict[str, Any] = {
     "mf-lr": 0.05,
     "mf-reg": 0.0001,
     "mf-negatives": 1,
+    "secagg-degree": 0,
+    "privirec-filters": "gf-cf,bspm-lm,bspm-em,turbo-cf",
+    "privirec-L": 2,
+    "privirec-rank": 0,
+    "privirec-k": 1024,
+    "privirec-ritz": "auto",
+    "privirec-omega": "private",
+    "privirec-filter-rank": 0,
 }
 
 

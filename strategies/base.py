@@ -15,6 +15,8 @@ from fl_app.messaging import Messenger
 #: Built-in protocols: run-config ``protocol`` name -> "module:Class".
 REGISTRY: dict[str, str] = {
     "fedmf": "strategies.fedmf:FedMF",
+    "privirec": "strategies.privirec:PriviRec",
+    "privirec-k": "strategies.privirec:PriviRecK",
 }
 
 

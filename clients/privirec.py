@@ -1,0 +1,148 @@
+"""PriviRec / PriviRec-k client (paper 000): a node's share of every secure sum, and local
+scoring of its own users with the filters built from what the server broadcasts.
+
+Every reply that carries data about the node's users goes through ``masked_reply`` (a
+SecAgg+ contribution, or a labelled plain contribution when ``secagg="none"``), except the
+sparse item-item contribution in plain mode, which is the labelled full-scale shortcut of
+``secagg="none"`` (the dense masked form of an |I| x |I| matrix does not fit a node at
+Gowalla scale; see docs/protocols/privirec.md).
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import numpy as np
+import scipy.sparse as sp
+from flwr.app import RecordDict
+
+from clients.node import NodeContext
+from clients.registry import handler
+from fl_app.records import arrays_of, csr_from_arrays, csr_to_arrays, to_array_record
+from fl_app.recsys.graph_filters import make_filter
+from fl_app.recsys.linalg import (
+    safe_power,
+    symmetric_from_upper,
+    upper_triangle,
+    user_gram_weight,
+)
+from fl_app.recsys.metrics import evaluate_ranking
+from fl_app.secure.secagg import masked_reply
+
+#: Gaussian start rows are clipped to +-OMEGA_CLIP so their secure sum has a declared range
+#: (P(|z| > 8) ~ 1e-15 per draw; the distribution is otherwise unchanged).
+OMEGA_CLIP = 8.0
+#: Refuse a dense masked item-item matrix larger than this many bytes per node.
+MAX_DENSE_GRAM_BYTES = 2 << 30
+
+
+def _binary_rows(node: NodeContext) -> sp.csr_matrix:
+    train = sp.csr_matrix(node.data().train, dtype=np.float64)
+    train.data[:] = 1.0
+    return train
+
+
+def normalized_rows(train: sp.csr_matrix, item_deg: np.ndarray,
+                    alpha: float = 0.5) -> sp.csr_matrix:
+    """This node's rows of R~ = U^{-alpha} R V^{alpha-1} (its users' degrees are local)."""
+    user_deg = np.asarray(train.sum(axis=1)).ravel()
+    return sp.csr_matrix(sp.diags(safe_power(user_deg, -alpha)) @ train
+                         @ sp.diags(safe_power(item_deg, alpha - 1.0)))
+
+
+def omega_rows(user_ids: np.ndarray, p: int, mode: str, seed: int) -> np.ndarray:
+    """The node's private rows of the Gaussian start Omega (paper A2: the server never sees it).
+
+    ``private``: drawn from the OS entropy pool, known to nobody but this node.
+    ``seeded``: drawn from (seed, user id), reproducible by the centralized reference (tests,
+    benchmarks); anyone who knows the run seed knows Omega, so use it only for evaluation.
+    """
+    if mode == "private":
+        rng = np.random.default_rng(secrets.randbits(128))
+        rows = rng.standard_normal((len(user_ids), p))
+    elif mode == "seeded":
+        rows = np.empty((len(user_ids), p))
+        for r, uid in enumerate(user_ids):
+            rows[r] = np.random.default_rng([seed, 31, int(uid)]).standard_normal(p)
+    else:
+        raise ValueError(f"privirec omega mode must be 'private' or 'seeded', got {mode!r}")
+    return np.clip(rows, -OMEGA_CLIP, OMEGA_CLIP)
+
+
+@handler("privirec_degrees")
+def degrees(content: RecordDict, node: NodeContext) -> RecordDict:
+    """Secure sum #1 (Eq. 6): this node's item degree counts."""
+    deg = np.asarray(_binary_rows(node).sum(axis=0)).ravel()
+    return masked_reply(content, node.state, node.context.node_id, {"deg": deg})
+
+
+@handler("privirec_gram")
+def gram(content: RecordDict, node: NodeContext) -> RecordDict:
+    """Secure sum #2 (Theorem 3.1): sum over this node's users of d_u^{-2 alpha} R_u^T R_u."""
+    cfg = content.config_records["privirec"]
+    train = _binary_rows(node)
+    weights = user_gram_weight(np.asarray(train.sum(axis=1)).ravel(), float(cfg["alpha"]))
+    G = upper_triangle(train.T @ sp.diags(weights) @ train)
+    n = G.shape[0]
+    if cfg["transport"] == "sparse":  # labelled plain mode only (checked by the server)
+        reply = RecordDict({"gram": to_array_record(csr_to_arrays(G, "G"))})
+        return reply
+    if n * (n + 1) // 2 * 8 > MAX_DENSE_GRAM_BYTES:
+        raise MemoryError(
+            f"partition {node.partition_id}: a dense masked item-item matrix for {n} items "
+            f"needs {n * (n + 1) * 4 / 2**30:.1f} GiB; use secagg='none' or privirec-k")
+    rows, cols = np.triu_indices(n)
+    dense = np.asarray(G[rows, cols]).ravel()
+    return masked_reply(content, node.state, node.context.node_id, {"gram": dense})
+
+
+@handler("privirec_power")
+def power_step(content: RecordDict, node: NodeContext) -> RecordDict:
+    """Algorithm 1, one secure-sum round.
+
+    First round (no X in the request): Y = R~_node^T Omega_node with the node's private
+    Omega rows. Later rounds: Y = R~_node^T (R~_node X). With ``ritz`` set, the k x k
+    Rayleigh-Ritz sum H = (R~_node X)^T (R~_node X) instead.
+    """
+    cfg = content.config_records["privirec"]
+    arrays = arrays_of(content)
+    data = node.data()
+    A = normalized_rows(_binary_rows(node), arrays["item_deg"])
+    if "X" not in arrays:
+        omega = omega_rows(data.user_ids, int(cfg["p"]), str(cfg["omega"]), int(cfg["seed"]))
+        out = {"Y": np.asarray(A.T @ omega)}
+    elif cfg.get("ritz"):
+        AX = np.asarray(A @ arrays["X"])
+        out = {"H": AX.T @ AX}
+    else:
+        out = {"Y": np.asarray(A.T @ (A @ arrays["X"]))}
+    return masked_reply(content, node.state, node.context.node_id, out)
+
+
+@handler("privirec_evaluate")
+def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
+    """Build every requested filter from the broadcast pieces and score this node's users.
+
+    Replies (through the secure sum) the Recall/NDCG sums per filter, so the server learns
+    only totals over all nodes.
+    """
+    cfg = content.config_records["privirec"]
+    arrays = arrays_of(content)
+    filters = content.config_records["filters"]
+    data = node.data()
+    train = _binary_rows(node)
+    P = {key.removeprefix("P@").removesuffix(".shape"): None for key in arrays
+         if key.startswith("P@") and key.endswith(".shape")}
+    for alpha in P:
+        P[alpha] = symmetric_from_upper(csr_from_arrays(arrays, f"P@{alpha}"))
+    out: dict[str, np.ndarray] = {}
+    k = int(cfg.get("top-k", 20))
+    for name in sorted(filters):
+        flt = make_filter(name, str(cfg["dataset"]), int(cfg.get("filter-rank", 0)))
+        P_tilde = P.get(f"{flt.alpha:g}") if flt.needs_P else None
+        flt.fit(arrays["item_deg"], P_tilde, arrays.get("S"), arrays.get("eigvals"))
+        sums = evaluate_ranking(lambda rows, f=flt: f.score(train[rows]), train, data.test,
+                                k=k, batch_size=int(cfg.get("batch-size", 512)))
+        out[name] = np.array([sums.n_users, sums.recall, sums.ndcg, sums.precision, sums.hit,
+                              sums.map], dtype=np.float64)
+    return masked_reply(content, node.state, node.context.node_id, out)

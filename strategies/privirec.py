@@ -1,0 +1,271 @@
+"""PriviRec and PriviRec-k (paper 000, "Secure Federated Graph-Filtering for Recommender
+Systems"): graph filters (GF-CF, BSPM, Turbo-CF) from secure sums and a distributed
+randomized power method, without centralizing any interaction.
+
+Phases (each a secure sum unless noted; client side in ``clients/privirec.py``):
+
+1. ``degrees`` (Eq. 6): V' = sum of the nodes' item degree counts.
+2. ``gram`` (Theorem 3.1, PriviRec only): P' = sum_u d_u^{-2 alpha} R_u^T R_u (upper
+   triangle); the server forms P~ = V^{alpha-1} P' V^{alpha-1}. Once per alpha the filters
+   need (Turbo-CF uses its own alpha, 0.6 on Gowalla and Yelp2018).
+3. ``power`` (Algorithm 1): round 1 sums R~_u^T Omega_u with Omega rows drawn privately by
+   each node (digest A2: the server must not know Omega); rounds 2..L sum R~_u^T R~_u X and
+   the server takes a positive-diagonal QR (``qr_positive``). ``L`` counts all secure-sum
+   rounds, the paper's Algorithm 1 reading (digest A3).
+4. ``ritz`` (beyond the paper, on by default when filters need different ranks): one k x k
+   secure sum H = sum_u (R~_u X)^T (R~_u X) and a Rayleigh-Ritz step, so the leading r
+   columns are the best rank-r estimate for every filter and the eigenvalue estimates are
+   Ritz values instead of diag(T) (digest A6).
+5. ``evaluate``: the server broadcasts V, P~ (PriviRec) or diag of the eigenvalue estimates
+   (PriviRec-k), and S; every node builds each filter and scores its own users; the Recall
+   and NDCG sums come back through a secure sum, so the server learns totals only.
+
+Decisions on the paper's open points are listed in ``docs/protocols/privirec.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from flwr.app import ConfigRecord, RecordDict
+
+from fl_app.messaging import Messenger
+from fl_app.records import csr_from_arrays, csr_to_arrays, to_array_record
+from fl_app.recsys.graph_filters import make_filter
+from fl_app.recsys.linalg import (
+    item_item_from_gram,
+    qr_positive,
+    rayleigh_ritz_from_gram,
+    symmetric_from_upper,
+    upper_triangle,
+)
+from fl_app.recsys.metrics import RankingSums
+from fl_app.secure.secagg import SecureAggregator
+from flwr.serverapp import Grid
+from strategies.base import ProtocolStrategy, RunOutcome, data_config, handshake
+
+log = logging.getLogger("fedrec")
+
+DEFAULT_FILTERS = ("gf-cf", "bspm-lm", "bspm-em", "turbo-cf")
+#: Ranges declared to the fixed-point encoder (see clients/privirec.py for why they hold).
+POWER_MAX_ABS = 2.0  # entries of R~_node^T R~_node X and of H: the node's P~ part has norm <= 1
+
+
+def paper_float_counts(n_items: int, L: int, k1: int = 256, k2: int = 2000, k3: int = 64,
+                       e: int = 1000, n_users: int = 0) -> dict[str, float]:
+    """Dominant per-client upload terms of the paper's Table 1 (Section 3.6), in floats.
+
+    PriviRec: |I|^2; PriviRec-k: L k2 |I|; federated GCN/MF: e k3 (|I| + n). With the Gowalla
+    numbers (L=3, k2=2000, e=1000, k3=64) these are 1,679M, 246M and 4,534M.
+    """
+    return {"privirec": float(n_items) ** 2, "privirec-k": float(L * k2 * n_items),
+            "federated-gcn": float(e * k3 * (n_items + n_users))}
+
+
+class PriviRec(ProtocolStrategy):
+    """PriviRec (paper 000, Section 3.3): exact P~ and the ideal low-pass filter.
+
+    Parameters
+    ----------
+    filters : filter names to evaluate (``gf-cf``, ``bspm-lm``, ``bspm-em``, ``turbo-cf``,
+        ``linear``, ``ideal``); hyperparameters are each method's published per-dataset ones.
+    L : secure-sum rounds of the power method, including the R~^T Omega round (paper: 2).
+    rank : iteration rank p; 0 means the largest rank any filter needs (GF-CF 256, BSPM 448
+        on Gowalla, 384 on Yelp2018).
+    ritz : run the Rayleigh-Ritz step (one k x k secure sum); None = when ranks differ.
+    omega : ``private`` (default; each node draws its Omega rows from OS entropy) or
+        ``seeded`` (reproducible from the run seed; for comparisons with the reference).
+    secagg : ``secagg+`` or ``none`` (labelled plain sums; the item-item contribution then
+        travels sparse, which is what makes Gowalla-scale runs possible).
+    secagg_degree : neighbours per node in SecAgg+ (0 = complete graph).
+    filter_rank : override every filter's ideal low-pass rank (0 = the published ranks); for
+        small catalogues.
+    """
+
+    low_rank = False
+
+    def __init__(self, *, filters: tuple[str, ...] = DEFAULT_FILTERS, L: int = 2,
+                 rank: int = 0, ritz: bool | None = None, omega: str = "private",
+                 secagg: str = "secagg+", secagg_degree: int = 0, dataset: str = "",
+                 seed: int = 0, top_k: int = 20, filter_rank: int = 0) -> None:
+        if L < 1:
+            raise ValueError(f"privirec-L counts the R~^T Omega round and must be >= 1, got {L}")
+        self.filters = tuple(filters)
+        self.L, self.rank, self.ritz, self.omega = L, rank, ritz, omega
+        self.secagg, self.secagg_degree = secagg, secagg_degree
+        self.dataset, self.seed, self.top_k = dataset, seed, top_k
+        self.filter_rank = filter_rank
+        self._filter_objects()  # unknown filter names fail here, before any message
+
+    @classmethod
+    def from_run_config(cls, cfg: Mapping[str, Any]) -> PriviRec:
+        filters = tuple(f.strip() for f in str(cfg.get("privirec-filters", ",".join(
+            DEFAULT_FILTERS))).split(",") if f.strip())
+        ritz = str(cfg.get("privirec-ritz", "auto"))
+        return cls(filters=filters, L=int(cfg.get("privirec-L", 2)),
+                   rank=int(cfg.get("privirec-rank", 0)),
+                   ritz=None if ritz == "auto" else ritz.lower() in ("1", "true", "yes"),
+                   omega=str(cfg.get("privirec-omega", "private")),
+                   secagg=str(cfg["secagg"]), secagg_degree=int(cfg.get("secagg-degree", 0)),
+                   dataset=str(cfg["dataset"]), seed=int(cfg["seed"]),
+                   filter_rank=int(cfg.get("privirec-filter-rank", 0)))
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _filter_objects(self) -> dict[str, Any]:
+        return {name: make_filter(name, self.dataset, self.filter_rank) for name in self.filters}
+
+    def iteration_rank(self, n_items: int) -> int:
+        ranks = [f.rank for f in self._filter_objects().values() if f.needs_S]
+        p = self.rank or max(ranks, default=0)
+        if p > n_items:
+            raise ValueError(f"rank {p} is larger than the number of items ({n_items}); "
+                             "lower privirec-rank or the filters' rank")
+        return p
+
+    def _use_ritz(self) -> bool:
+        if self.ritz is not None:
+            return self.ritz
+        ranks = {f.rank for f in self._filter_objects().values() if f.needs_S}
+        return len(ranks) > 1 or self.low_rank
+
+    # -- phases -----------------------------------------------------------------------------
+    def sum_degrees(self, agg: SecureAggregator, max_users: int) -> np.ndarray:
+        """Eq. 6: V' = SecAgg(R_u)."""
+        return agg.sum("privirec_degrees", RecordDict(), max_abs=float(max_users),
+                       phase="degrees")["deg"]
+
+    def sum_gram(self, agg: SecureAggregator, messenger: Messenger, n_items: int,
+                 max_users: int, alpha: float) -> sp.csr_matrix:
+        """Theorem 3.1: P' (upper triangle) by secure sum, or sparse plain sum if labelled."""
+        req = RecordDict({"privirec": ConfigRecord({
+            "alpha": alpha, "transport": "sparse" if self.secagg == "none" else "dense"})})
+        phase = f"gram@{alpha:g}"
+        if self.secagg == "none":
+            total = sp.csr_matrix((n_items, n_items))
+            for _, reply in messenger.iter_replies("privirec_gram", dict.fromkeys(agg.nodes, req),
+                                                   phase=phase):
+                arrays = {k: v.numpy() for k, v in reply.array_records["gram"].items()}
+                total = total + csr_from_arrays(arrays, "G")  # incremental: one at a time
+            return symmetric_from_upper(total)
+        dense = agg.sum("privirec_gram", req, max_abs=float(max_users), phase=phase)["gram"]
+        rows, cols = np.triu_indices(n_items)
+        keep = dense != 0.0
+        upper = sp.csr_matrix((dense[keep], (rows[keep], cols[keep])), shape=(n_items, n_items))
+        return symmetric_from_upper(upper)
+
+    def power_method(self, agg: SecureAggregator, item_deg: np.ndarray, p: int,
+                     max_users: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Algorithm 1 with L secure-sum rounds; optional Rayleigh-Ritz. Returns (S, eigvals)."""
+        cfg = ConfigRecord({"p": p, "omega": self.omega, "seed": self.seed})
+        deg_record = {"item_deg": item_deg}
+        omega_max = 8.0 * float(max_users)  # |sum_u R~_ui Omega_ui| <= 8 * (users on a node)
+        Y = agg.sum("privirec_power", RecordDict({"arrays": to_array_record(deg_record),
+                                                  "privirec": cfg}),
+                    max_abs=omega_max, phase="power")["Y"]
+        X, T = qr_positive(Y)
+        for _ in range(self.L - 1):
+            Y = agg.sum("privirec_power", RecordDict({
+                "arrays": to_array_record({**deg_record, "X": X}), "privirec": cfg}),
+                max_abs=POWER_MAX_ABS, phase="power")["Y"]
+            X, T = qr_positive(Y)
+        if self._use_ritz():
+            ritz_cfg = ConfigRecord({**dict(cfg), "ritz": True})
+            H = agg.sum("privirec_power", RecordDict({
+                "arrays": to_array_record({**deg_record, "X": X}), "privirec": ritz_cfg}),
+                max_abs=POWER_MAX_ABS, phase="ritz")["H"]
+            S, theta = rayleigh_ritz_from_gram(X, H)  # H = X^T P~ X
+            return S[:, :k], np.maximum(theta[:k], 0.0)
+        return X[:, :k], np.abs(np.diag(T))[:k].copy()
+
+    def evaluate(self, agg: SecureAggregator, item_deg: np.ndarray, S: np.ndarray | None,
+                 eigvals: np.ndarray | None, P: Mapping[float, sp.csr_matrix],
+                 max_users: int) -> dict[str, RankingSums]:
+        """Broadcast the pieces; nodes score their users; secure sum of the metric sums."""
+        arrays: dict[str, np.ndarray] = {"item_deg": item_deg}
+        if S is not None:
+            arrays["S"] = S
+        if eigvals is not None:
+            arrays["eigvals"] = eigvals
+        for alpha, Pt in P.items():
+            arrays.update(csr_to_arrays(upper_triangle(Pt), f"P@{alpha:g}"))
+        req = RecordDict({
+            "arrays": to_array_record(arrays),
+            "privirec": ConfigRecord({"dataset": self.dataset, "top-k": self.top_k,
+                                      "filter-rank": self.filter_rank}),
+            "filters": ConfigRecord(dict.fromkeys(self.filters, True)),
+        })
+        sums = agg.sum("privirec_evaluate", req, max_abs=float(max_users) + 1.0,
+                       phase="evaluate")
+        out = {}
+        for name, vec in sums.items():
+            n, recall, ndcg, precision, hit, map_ = (float(x) for x in vec)
+            out[name] = RankingSums(k=self.top_k, n_users=int(round(n)), recall=recall,
+                                    ndcg=ndcg, precision=precision, hit=hit, map=map_)
+        return out
+
+    # -- the run ----------------------------------------------------------------------------
+    def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
+        infos = handshake(messenger, cfg)
+        n_items = next(iter(infos.values())).n_items
+        max_users = max(i.n_users for i in infos.values())
+        p = self.iteration_rank(n_items)
+        agg = SecureAggregator(messenger, sorted(infos), mode=self.secagg,
+                               degree=self.secagg_degree or None, seed=self.seed)
+        agg.setup()
+        log.info("privirec: degrees")
+        item_deg = self.sum_degrees(agg, max_users)
+        P = {}
+        if not self.low_rank:
+            alphas = sorted({f.alpha for f in self._filter_objects().values() if f.needs_P})
+            for alpha in alphas:
+                log.info("privirec: item-item gram (alpha=%g)", alpha)
+                P[alpha] = item_item_from_gram(
+                    self.sum_gram(agg, messenger, n_items, max_users, alpha), item_deg, alpha)
+        S = eigvals = None
+        if p:
+            log.info("privirec: power method, rank %d, L=%d", p, self.L)
+            S, eigvals = self.power_method(agg, item_deg, p, max_users, p)
+        log.info("privirec: evaluation on the nodes")
+        sums = self.evaluate(agg, item_deg, S, eigvals if self.low_rank else None, P, max_users)
+        metrics = {f"{name}/{key}": value for name, s in sums.items()
+                   for key, value in s.means().items()}
+        return RunOutcome(metrics=metrics, extra={
+            "item_deg": item_deg, "S": S, "eigvals": eigvals, "P": P,
+            "n_items": n_items, "rank": p, "secure_sums": agg.sum_id,
+            "paper_floats_per_client": paper_float_counts(n_items, self.L, k1=p, k2=p),
+            "data": data_config(cfg)})
+
+
+class PriviRecK(PriviRec):
+    """PriviRec-k (paper 000, Section 3.4): no item-item sum; P~ ~ S_k Diag(T) S_k^T.
+
+    ``rank`` is the large rank k of the power method (the paper sweeps 256..3584); filters
+    use the leading columns for their ideal low-pass part. Turbo-CF needs explicit P~
+    entries (element-wise powers) and is not available here.
+    """
+
+    low_rank = True
+
+    def __init__(self, *, filters: tuple[str, ...] = ("gf-cf", "bspm-lm", "bspm-em"),
+                 rank: int = 1024, **kwargs: Any) -> None:
+        if "turbo-cf" in filters:
+            raise ValueError("privirec-k cannot run turbo-cf: it needs the explicit item-item "
+                             "matrix (element-wise powers); use privirec")
+        super().__init__(filters=filters, rank=rank, **kwargs)
+
+    @classmethod
+    def from_run_config(cls, cfg: Mapping[str, Any]) -> PriviRecK:
+        base = PriviRec.from_run_config(cfg)
+        filters = tuple(f for f in base.filters if f != "turbo-cf")
+        ritz = str(cfg.get("privirec-ritz", "false"))
+        return cls(filters=filters, L=base.L, rank=int(cfg.get("privirec-k", 1024)),
+                   ritz=ritz.lower() in ("1", "true", "yes"), omega=base.omega,
+                   secagg=base.secagg, secagg_degree=base.secagg_degree,
+                   dataset=base.dataset, seed=base.seed, filter_rank=base.filter_rank)
+
+    def _use_ritz(self) -> bool:
+        return bool(self.ritz)

@@ -1,0 +1,100 @@
+"""PriviRec / PriviRec-k in a Flower simulation against the centralized reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from clients.privirec import omega_rows
+from datasets import DatasetSpec, load_dataset
+from fl_app.recsys.graph_filters import make_filter, score_all
+from fl_app.recsys.linalg import (
+    item_item_matrix,
+    normalize_interactions,
+    randomized_power_iteration,
+    top_eigvecs_exact,
+)
+from fl_app.recsys.metrics import ranking_sums
+from fl_app.simulation import run_in_simulation
+
+BASE = {"dataset": "synthetic", "synthetic-users": 90, "synthetic-items": 40, "seed": 2,
+        "partition": "shards-random", "privirec-omega": "seeded", "privirec-L": 3}
+
+
+def _binary_train(cfg: dict):
+    train = load_dataset(DatasetSpec.from_config(cfg)).train.copy()
+    train.data[:] = 1.0
+    return train
+
+
+def _projector(S: np.ndarray) -> np.ndarray:
+    return S @ S.T
+
+
+@pytest.fixture(scope="module")
+def secure_run() -> dict:
+    cfg = {**BASE, "protocol": "privirec", "secagg": "secagg+", "privirec-rank": 12,
+           "privirec-filter-rank": 8, "privirec-ritz": "true",
+           "privirec-filters": "gf-cf,bspm-em,turbo-cf", "run-name": "test-privirec"}
+    return run_in_simulation(cfg, num_nodes=5, quiet=True) | {"cfg": cfg}
+
+
+def test_secure_P_and_degrees_equal_centralized(secure_run: dict) -> None:
+    R = _binary_train(secure_run["cfg"])
+    R_tilde, _, item_deg = normalize_interactions(R, 0.5)
+    extra = secure_run["extra"]
+    np.testing.assert_allclose(extra["item_deg"], item_deg, atol=1e-6)
+    P_ref = item_item_matrix(R_tilde).toarray()
+    np.testing.assert_allclose(extra["P"][0.5].toarray(), P_ref, atol=1e-6)
+
+
+def test_power_method_and_scores_equal_centralized(secure_run: dict) -> None:
+    cfg = secure_run["cfg"]
+    R = _binary_train(cfg)
+    R_tilde, _, item_deg = normalize_interactions(R, 0.5)
+    omega = omega_rows(np.arange(R.shape[0]), 12, "seeded", cfg["seed"])
+    P = item_item_matrix(R_tilde)
+    S_ref, vals_ref = randomized_power_iteration(lambda X: P @ X, R.shape[1], 12, 12,
+                                                 L=cfg["privirec-L"] - 1,
+                                                 start=np.asarray(R_tilde.T @ omega), ritz=True)
+    S = secure_run["extra"]["S"]
+    np.testing.assert_allclose(_projector(S[:, :8]), _projector(S_ref[:, :8]), atol=1e-6)
+    data = load_dataset(DatasetSpec.from_config(cfg))
+    for name in ("gf-cf", "bspm-em"):
+        flt = make_filter(name, cfg["dataset"], 8).fit(item_deg, P, S_ref, vals_ref)
+        want = ranking_sums(score_all(flt, R), R, data.test, k=20).means()
+        got = secure_run["metrics"]
+        assert got[f"{name}/ndcg@20"] == pytest.approx(want["ndcg@20"], abs=1e-6), name
+        assert got[f"{name}/recall@20"] == pytest.approx(want["recall@20"], abs=1e-6), name
+
+
+def test_turbo_cf_is_identical(secure_run: dict) -> None:
+    cfg = secure_run["cfg"]
+    R = _binary_train(cfg)
+    data = load_dataset(DatasetSpec.from_config(cfg))
+    flt = make_filter("turbo-cf", cfg["dataset"])
+    R_tilde, _, item_deg = normalize_interactions(R, flt.alpha)
+    flt.fit(item_deg, item_item_matrix(R_tilde))
+    want = ranking_sums(score_all(flt, R), R, data.test, k=20).means()
+    assert secure_run["metrics"]["turbo-cf/ndcg@20"] == pytest.approx(want["ndcg@20"], abs=1e-6)
+
+
+def test_full_rank_iteration_gives_exact_truncated_projector() -> None:
+    cfg = {**BASE, "protocol": "privirec", "secagg": "none", "privirec-rank": 40,
+           "privirec-filter-rank": 6, "privirec-ritz": "true", "privirec-filters": "gf-cf",
+           "run-name": "test-privirec-full"}
+    record = run_in_simulation(cfg, num_nodes=3, quiet=True)
+    R_tilde, _, _ = normalize_interactions(_binary_train(cfg), 0.5)
+    vecs, _ = top_eigvecs_exact(item_item_matrix(R_tilde), 6)
+    S = record["extra"]["S"][:, :6]
+    np.testing.assert_allclose(_projector(S), _projector(vecs), atol=1e-6)
+
+
+def test_privirec_k_runs_and_rejects_bad_rank() -> None:
+    cfg = {**BASE, "protocol": "privirec-k", "secagg": "none", "privirec-k": 20,
+           "privirec-filter-rank": 6, "privirec-filters": "gf-cf", "run-name": "test-pk"}
+    record = run_in_simulation(cfg, num_nodes=3, quiet=True)
+    assert 0.0 < record["metrics"]["gf-cf/ndcg@20"] <= 1.0
+    assert record["extra"]["P"] == {}
+    with pytest.raises(Exception, match="larger than the number of items"):
+        run_in_simulation({**cfg, "privirec-k": 500}, num_nodes=3, quiet=True)
