@@ -1,0 +1,141 @@
+"""PriviRec (paper 000, Table 3): centralized reference and federated protocol in one run.
+
+For each dataset, in this process: the centralized reference (exact pieces: item degrees,
+P~, top singular vectors by svds; each filter scored over all users) and the federated
+``privirec`` protocol in a Flower simulation (``--nodes`` nodes, ``secagg="none"`` at full
+scale: the labelled plain-sum mode, see docs/protocols/privirec.md). Writes
+``results/privirec/<dataset>.json`` (keys ``centralized``, ``federated``, ``seconds``,
+``bytes_per_node``) and a Markdown table beside it.
+
+    python benchmarks/privirec.py --datasets gowalla yelp2018 --nodes 8 --filters gf-cf turbo-cf
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from datasets import DatasetSpec, load_dataset  # noqa: E402
+from fl_app.recsys.graph_filters import FactoredItemItem, make_filter  # noqa: E402
+from fl_app.recsys.linalg import normalize_interactions, top_right_singular_vectors  # noqa: E402
+from fl_app.recsys.metrics import evaluate_ranking  # noqa: E402
+from fl_app.simulation import run_in_simulation  # noqa: E402
+
+PAPER_NDCG = {  # Table 3: (Centr., Priv.)
+    "gowalla": {"gf-cf": (0.1518, 0.1528), "turbo-cf": (0.1531, 0.1531),
+                "bspm-lm": (0.1570, 0.1580), "bspm-em": (0.1597, 0.1595)},
+    "yelp2018": {"gf-cf": (0.0571, 0.0561), "turbo-cf": (0.0574, 0.0574),
+                 "bspm-lm": (0.0584, 0.0576), "bspm-em": (0.0593, 0.0589)},
+}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def centralized(dataset: str, filters: list[str], batch_size: int) -> tuple[dict, float]:
+    """Every filter from exactly computed pieces; returns metrics and wall seconds."""
+    t0 = time.perf_counter()
+    data = load_dataset(DatasetSpec(name=dataset))
+    train = data.train.copy()
+    train.data[:] = 1.0
+    flts = {name: make_filter(name, dataset) for name in filters}
+    rank = max((f.rank for f in flts.values() if f.needs_S), default=0)
+    pieces: dict[float, Any] = {}
+    for alpha in {f.alpha for f in flts.values()} | ({0.5} if rank else set()):
+        R_tilde, _, item_deg = normalize_interactions(train, alpha)
+        pieces[alpha] = (item_deg, FactoredItemItem(R_tilde), R_tilde)
+    S = vals = None
+    if rank:
+        log(f"{dataset}: centralized svds rank {rank}")
+        S, vals = top_right_singular_vectors(pieces[0.5][2], rank)
+    out = {}
+    for name, flt in flts.items():
+        item_deg, P, _ = pieces[flt.alpha]
+        flt.fit(item_deg, P if flt.needs_P else None, S, vals)
+        log(f"{dataset}: centralized {name}")
+        sums = evaluate_ranking(lambda rows, f=flt: f.score(train[rows]), train, data.test,
+                                k=20, batch_size=batch_size).means()
+        out[name] = {"ndcg20": sums["ndcg@20"], "recall20": sums["recall@20"]}
+    return out, time.perf_counter() - t0
+
+
+def federated(dataset: str, filters: list[str], nodes: int, L: int) -> tuple[dict, float, dict]:
+    cfg = {"protocol": "privirec", "dataset": dataset, "secagg": "none", "privirec-L": L,
+           "privirec-filters": ",".join(filters), "partition": "shards-random",
+           "run-name": f"bench-privirec-{dataset}", "timeout": 3600.0}
+    t0 = time.perf_counter()
+    record = run_in_simulation(cfg, num_nodes=nodes, quiet=True)
+    seconds = time.perf_counter() - t0
+    out = {name: {"ndcg20": record["metrics"][f"{name}/ndcg@20"],
+                  "recall20": record["metrics"][f"{name}/recall@20"]} for name in filters}
+    return out, seconds, record
+
+
+def markdown(res: dict) -> str:
+    lines = [f"# PriviRec on {res['dataset']} ({res['nodes']} nodes, secagg=none, L={res['L']})",
+             "", "| filter | centr. NDCG@20 | fed. NDCG@20 | diff | centr. Recall@20 | "
+             "fed. Recall@20 | paper (Centr. / Priv.) |", "|---|---|---|---|---|---|---|"]
+    for name, c in res["centralized"].items():
+        f = res["federated"][name]
+        paper = PAPER_NDCG.get(res["dataset"], {}).get(name)
+        lines.append(f"| {name} | {c['ndcg20']:.4f} | {f['ndcg20']:.4f} | "
+                     f"{f['ndcg20'] - c['ndcg20']:+.4f} | {c['recall20']:.4f} | "
+                     f"{f['recall20']:.4f} | {'%.4f / %.4f' % paper if paper else '-'} |")
+    s = res["seconds"]
+    b = res["bytes_per_node"]
+    lines += ["", f"Wall time: centralized {s['centralized']:.0f} s, federated "
+              f"{s['federated']:.0f} s (ratio {s['federated'] / s['centralized']:.2f}).",
+              f"Bytes per node: {b['mean_down'] / 1e6:.0f} MB down, {b['mean_up'] / 1e6:.0f} MB up "
+              f"(paper's analytic upload, Table 1: {res['paper_floats_per_client']} floats).",
+              f"Synchronous rounds: {res['rounds']}. Peak RSS of this process: "
+              f"{res['peak_rss_gib']:.1f} GiB."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--datasets", nargs="+", default=["gowalla", "yelp2018"])
+    p.add_argument("--filters", nargs="+", default=["gf-cf", "turbo-cf"])
+    p.add_argument("--nodes", type=int, default=8)
+    p.add_argument("--L", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--out", default=str(REPO / "results" / "privirec"))
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for dataset in args.datasets:
+        log(f"{dataset}: centralized reference")
+        cen, cen_s = centralized(dataset, args.filters, args.batch_size)
+        log(f"{dataset}: federated privirec on {args.nodes} nodes")
+        fed, fed_s, record = federated(dataset, args.filters, args.nodes, args.L)
+        comm = record["communication"]
+        res = {
+            "dataset": dataset, "nodes": args.nodes, "L": args.L, "secagg": "none",
+            "centralized": cen, "federated": fed,
+            "seconds": {"centralized": cen_s, "federated": fed_s},
+            "bytes_per_node": comm["bytes_per_node"],
+            "phases": comm["phases"], "rounds": comm["total_rounds"],
+            "paper_floats_per_client": record["extra"].get("paper_floats_per_client"),
+            "paper_ndcg": PAPER_NDCG.get(dataset),
+            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        }
+        (out / f"{dataset}.json").write_text(json.dumps(res, indent=2, default=float))
+        (out / f"{dataset}.md").write_text(markdown(res))
+        print(markdown(res), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    sys.exit(main())
