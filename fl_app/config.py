@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from datasets._config import coerce
+
 DEFAULTS: dict[str, Any] = {
     "protocol": "fedmf",
     "strategy": "",
@@ -62,24 +64,10 @@ def merge_config(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
 
 
 def _coerce(key: str, value: Any, kind: type) -> Any:
-    if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
-        return value
     try:
-        if kind is bool:
-            if isinstance(value, str):
-                if value.lower() in ("1", "true", "yes"):
-                    return True
-                if value.lower() in ("0", "false", "no"):
-                    return False
-                raise ValueError(value)
-            return bool(value)
-        if kind is int and isinstance(value, float) and not value.is_integer():
-            raise ValueError(value)
-        return kind(value)
-    except (TypeError, ValueError):
-        raise ConfigError(
-            f"run config '{key}': expected {kind.__name__}, got {value!r}"
-        ) from None
+        return coerce(key, value, kind)  # one coercion rule for run config and data specs
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def run_name(cfg: Mapping[str, Any]) -> str:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import tenseal as ts
@@ -156,13 +156,19 @@ def decrypt_packed(ctx: ts.Context, chunks: list[bytes], n: int) -> np.ndarray:
     """
     if not ctx.has_secret_key():
         raise ValueError("this context holds no secret key: it can add ciphertexts but not decrypt")
-    slots = slots_of(ctx)
+    return _decrypt_chunks(ctx, chunks, n, slots_of(ctx), ts.ckks_vector_from, np.float64, "CKKS")
+
+
+def _decrypt_chunks(ctx: ts.Context, chunks: list[bytes], n: int, slots: int,
+                    load: Any, dtype: Any, scheme: str) -> np.ndarray:
+    """Decrypt packed chunks (any scheme) into one vector of length ``n``, checking layout."""
     expected = math.ceil(n / slots) if n > 0 else 0
     if len(chunks) != expected:
-        raise ValueError(f"expected {expected} ciphertext chunks for n={n} ({slots} slots), got {len(chunks)}")
-    out = np.empty(n, dtype=np.float64)
+        raise ValueError(f"expected {expected} {scheme} ciphertext chunks for n={n} "
+                         f"({slots} slots), got {len(chunks)}")
+    out = np.empty(n, dtype=dtype)
     for (a, b), blob in zip(_chunks(n, slots), chunks):
-        vals = ts.ckks_vector_from(ctx, blob).decrypt()
+        vals = load(ctx, blob).decrypt()
         if len(vals) != b - a:
             raise ValueError(f"chunk for [{a}, {b}) holds {len(vals)} values, expected {b - a}")
         out[a:b] = vals
@@ -284,14 +290,4 @@ def decrypt_ints(ctx: ts.Context, chunks: list[bytes], n: int) -> np.ndarray:
     """Decrypt packed BFV ciphertexts to int64 (centered representatives mod t)."""
     if not ctx.has_secret_key():
         raise ValueError("this context holds no secret key: it cannot decrypt")
-    slots = _bfv_slots(ctx)
-    expected = math.ceil(n / slots) if n > 0 else 0
-    if len(chunks) != expected:
-        raise ValueError(f"expected {expected} BFV chunks for n={n} ({slots} slots), got {len(chunks)}")
-    out = np.empty(n, dtype=np.int64)
-    for (a, b), blob in zip(_chunks(n, slots), chunks):
-        vals = ts.bfv_vector_from(ctx, blob).decrypt()
-        if len(vals) != b - a:
-            raise ValueError(f"chunk for [{a}, {b}) holds {len(vals)} values, expected {b - a}")
-        out[a:b] = vals
-    return out
+    return _decrypt_chunks(ctx, chunks, n, _bfv_slots(ctx), ts.bfv_vector_from, np.int64, "BFV")
