@@ -236,7 +236,8 @@ class PriviRec(ProtocolStrategy):
         return RunOutcome(metrics=metrics, extra={
             "item_deg": item_deg, "S": S, "eigvals": eigvals, "P": P,
             "n_items": n_items, "rank": p, "secure_sums": agg.sum_id,
-            "paper_floats_per_client": paper_float_counts(n_items, self.L, k1=p, k2=p),
+            "paper_floats_per_client": paper_float_counts(
+                n_items, self.L, k1=p, k2=p, n_users=sum(i.n_users for i in infos.values())),
             "data": data_config(cfg)})
 
 

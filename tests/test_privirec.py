@@ -98,3 +98,18 @@ def test_privirec_k_runs_and_rejects_bad_rank() -> None:
     assert record["extra"]["P"] == {}
     with pytest.raises(Exception, match="larger than the number of items"):
         run_in_simulation({**cfg, "privirec-k": 500}, num_nodes=3, quiet=True)
+
+
+def test_cold_items_and_users_without_training_rows_are_handled() -> None:
+    """Items no user touched in training and users with no training items: the run completes,
+    zero-degree items get zero scores instead of a division by zero."""
+    cfg = {**BASE, "protocol": "privirec", "secagg": "none", "privirec-rank": 10,
+           "privirec-filter-rank": 6, "privirec-filters": "gf-cf,turbo-cf",
+           "cold-start-items": 0.1, "cold-start-users": 0.1, "run-name": "test-privirec-cold"}
+    data = load_dataset(DatasetSpec.from_config(cfg))
+    assert len(data.cold_items) > 0 and len(data.cold_users) > 0
+    assert (np.asarray(data.train.sum(axis=0)).ravel() == 0).any()
+    record = run_in_simulation(cfg, num_nodes=3, quiet=True)
+    for name in ("gf-cf", "turbo-cf"):
+        assert np.isfinite(record["metrics"][f"{name}/ndcg@20"])
+    assert np.all(np.isfinite(record["extra"]["S"]))
