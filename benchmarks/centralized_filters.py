@@ -36,6 +36,7 @@ import scipy.sparse as sp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from datasets import DatasetSpec, load_dataset  # noqa: E402
 from fl_app.recsys.graph_filters import (  # noqa: E402
     FILTER_NAMES,
     FactoredItemItem,
@@ -60,27 +61,10 @@ PAPER_NDCG = {
 DEFAULT_FILTERS = ("gf-cf", "turbo-cf", "bspm-lm", "bspm-em", "linear", "ideal")
 
 
-def data_dir(arg: str | None) -> Path:
-    d = Path(arg or os.environ.get("FEDREC_DATA") or (REPO.parent / "shared" / "data"))
-    if not d.is_dir():
-        raise SystemExit(f"data directory {d} does not exist (use --data-dir or FEDREC_DATA)")
-    return d
-
-
-def load(d: Path, name: str) -> tuple[sp.csr_matrix, sp.csr_matrix]:
-    out = []
-    for split in ("train", "test"):
-        f = d / name / f"{split}.npz"
-        if not f.is_file():
-            raise SystemExit(f"missing {f}: expected scipy sparse train.npz/test.npz in {d / name}")
-        try:
-            m = sp.load_npz(f).tocsr().astype(np.float64)
-        except Exception as e:  # noqa: BLE001
-            raise SystemExit(f"cannot read {f} as a scipy sparse .npz: {e}") from e
-        out.append(m)
-    if out[0].shape != out[1].shape:
-        raise SystemExit(f"{name}: train {out[0].shape} and test {out[1].shape} shapes differ")
-    return out[0], out[1]
+def load(data_dir: str, name: str) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """Train/test of ``name`` through the project's loader (same files, same errors)."""
+    data = load_dataset(DatasetSpec(name=name, data_dir=data_dir))
+    return data.train, data.test
 
 
 def peak_rss_gib() -> float:
@@ -95,7 +79,7 @@ def evaluate(flt, train: sp.csr_matrix, test: sp.csr_matrix, batch_size: int) ->
             "score_eval_s": time.perf_counter() - t}
 
 
-def run_dataset(name: str, d: Path, filters: list[str], batch_size: int, power_L: list[int],
+def run_dataset(name: str, d: str, filters: list[str], batch_size: int, power_L: list[int],
                 seed: int, log) -> dict:
     train, test = load(d, name)
     log(f"== {name}: {train.shape[0]} users x {train.shape[1]} items, "
@@ -199,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO / "results" / "privirec"))
     args = ap.parse_args(argv)
 
-    d = data_dir(args.data_dir)
+    d = args.data_dir or ""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
