@@ -5,6 +5,7 @@ Parses line by line so a malformed line is reported with its file and number.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,29 +27,34 @@ def _number(path: Path, lineno: int, field: str, text: str, kind: type) -> float
         ) from None
 
 
-def read_ratings(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """0-based (users, items, ratings) from u.data; the last duplicate pair wins."""
-    users, items, ratings = [], [], []
+def _fields(path: Path, sep: str, n_fields: int | None, what: str,
+            min_fields: int = 0) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of every non-blank line; a wrong field count names the line."""
     with open(path, encoding="latin-1") as fh:
         for lineno, line in enumerate(fh, start=1):
             line = line.rstrip("\r\n")
             if not line.strip():
                 continue
-            parts = line.split("\t")
-            if len(parts) != 4:
-                raise DataError(
-                    f"{path} line {lineno}: expected 4 tab-separated fields "
-                    f"'{' '.join(_DATA_FIELDS)}', got {len(parts)}"
-                )
-            u = _number(path, lineno, "user", parts[0], int)
-            i = _number(path, lineno, "item", parts[1], int)
-            r = _number(path, lineno, "rating", parts[2], float)
-            _number(path, lineno, "timestamp", parts[3], int)
-            if u < 1 or i < 1:
-                raise DataError(f"{path} line {lineno}: ids are 1-based, got user {u} item {i}")
-            users.append(u - 1)
-            items.append(i - 1)
-            ratings.append(r)
+            parts = line.split(sep)
+            if (n_fields is not None and len(parts) != n_fields) or len(parts) < min_fields:
+                raise DataError(f"{path} line {lineno}: expected {what}, got {len(parts)} fields")
+            yield lineno, parts
+
+
+def read_ratings(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """0-based (users, items, ratings) from u.data; the last duplicate pair wins."""
+    users, items, ratings = [], [], []
+    what = f"4 tab-separated fields '{' '.join(_DATA_FIELDS)}'"
+    for lineno, parts in _fields(path, "\t", 4, what):
+        u = _number(path, lineno, "user", parts[0], int)
+        i = _number(path, lineno, "item", parts[1], int)
+        r = _number(path, lineno, "rating", parts[2], float)
+        _number(path, lineno, "timestamp", parts[3], int)
+        if u < 1 or i < 1:
+            raise DataError(f"{path} line {lineno}: ids are 1-based, got user {u} item {i}")
+        users.append(u - 1)
+        items.append(i - 1)
+        ratings.append(r)
     if not users:
         raise DataError(f"{path}: no ratings found")
     return np.asarray(users, np.int64), np.asarray(items, np.int64), np.asarray(ratings)
@@ -57,22 +63,13 @@ def read_ratings(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def read_users(path: Path) -> dict[str, np.ndarray]:
     """Per-user attributes from u.user (`id|age|gender|occupation|zip`), ordered by id."""
     rows: dict[int, tuple[int, str, str, str]] = {}
-    with open(path, encoding="latin-1") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            parts = line.split("|")
-            if len(parts) != 5:
-                raise DataError(
-                    f"{path} line {lineno}: expected 5 '|'-separated fields "
-                    f"'id|age|gender|occupation|zip', got {len(parts)}"
-                )
-            uid = int(_number(path, lineno, "id", parts[0], int))
-            age = int(_number(path, lineno, "age", parts[1], int))
-            if parts[2] not in ("M", "F"):
-                raise DataError(f"{path} line {lineno}: field 'gender' must be M or F, got {parts[2]!r}")
-            rows[uid] = (age, parts[2], parts[3].strip(), parts[4].strip())
+    for lineno, parts in _fields(path, "|", 5, "5 '|'-separated fields "
+                                 "'id|age|gender|occupation|zip'"):
+        uid = int(_number(path, lineno, "id", parts[0], int))
+        age = int(_number(path, lineno, "age", parts[1], int))
+        if parts[2] not in ("M", "F"):
+            raise DataError(f"{path} line {lineno}: field 'gender' must be M or F, got {parts[2]!r}")
+        rows[uid] = (age, parts[2], parts[3].strip(), parts[4].strip())
     ids = sorted(rows)
     if ids != list(range(1, len(ids) + 1)):
         raise DataError(f"{path}: user ids must be 1..n without gaps")
@@ -87,19 +84,11 @@ def read_users(path: Path) -> dict[str, np.ndarray]:
 def read_items(path: Path) -> np.ndarray:
     """n_items x 19 genre flags from u.item (pipe-separated, latin-1), ordered by id."""
     rows: dict[int, list[float]] = {}
-    with open(path, encoding="latin-1") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            parts = line.split("|")
-            if len(parts) < 1 + N_GENRES:
-                raise DataError(
-                    f"{path} line {lineno}: expected id and {N_GENRES} genre flags, got {len(parts)} fields"
-                )
-            iid = int(_number(path, lineno, "id", parts[0], int))
-            flags = [_number(path, lineno, f"genre{k}", t, int) for k, t in enumerate(parts[-N_GENRES:])]
-            rows[iid] = [float(f) for f in flags]
+    for lineno, parts in _fields(path, "|", None, f"id and {N_GENRES} genre flags",
+                                 min_fields=1 + N_GENRES):
+        iid = int(_number(path, lineno, "id", parts[0], int))
+        flags = [_number(path, lineno, f"genre{k}", t, int) for k, t in enumerate(parts[-N_GENRES:])]
+        rows[iid] = [float(f) for f in flags]
     ids = sorted(rows)
     if ids != list(range(1, len(ids) + 1)):
         raise DataError(f"{path}: item ids must be 1..n without gaps")
