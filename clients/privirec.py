@@ -138,7 +138,8 @@ def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     out: dict[str, np.ndarray] = {}
     k = int(cfg.get("top-k", 20))
     for name in sorted(filters):
-        flt = make_filter(name, str(cfg["dataset"]), int(cfg.get("filter-rank", 0)))
+        flt = make_filter(name, str(cfg["dataset"]), int(cfg.get("filter-rank", 0)),
+                          int(cfg.get("max-filter-rank", 0)))
         P_tilde = P.get(f"{flt.alpha:g}") if flt.needs_P else None
         flt.fit(arrays["item_deg"], P_tilde, arrays.get("S"), arrays.get("eigvals"))
         sums = evaluate_ranking(lambda rows, f=flt: f.score(train[rows]), train, data.test,

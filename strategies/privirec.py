@@ -99,6 +99,8 @@ class PriviRec(ProtocolStrategy):
         self.secagg, self.secagg_degree = secagg, secagg_degree
         self.dataset, self.seed, self.top_k = dataset, seed, top_k
         self.filter_rank = filter_rank
+        # PriviRec-k: the ideal low-pass part uses at most the k columns there are
+        self.max_filter_rank = rank if self.low_rank else 0
         self._filter_objects()  # unknown filter names fail here, before any message
 
     @classmethod
@@ -116,7 +118,8 @@ class PriviRec(ProtocolStrategy):
 
     # -- helpers ----------------------------------------------------------------------------
     def _filter_objects(self) -> dict[str, Any]:
-        return {name: make_filter(name, self.dataset, self.filter_rank) for name in self.filters}
+        return {name: make_filter(name, self.dataset, self.filter_rank, self.max_filter_rank)
+                for name in self.filters}
 
     def iteration_rank(self, n_items: int) -> int:
         ranks = [f.rank for f in self._filter_objects().values() if f.needs_S]
@@ -195,7 +198,8 @@ class PriviRec(ProtocolStrategy):
         req = RecordDict({
             "arrays": to_array_record(arrays),
             "privirec": ConfigRecord({"dataset": self.dataset, "top-k": self.top_k,
-                                      "filter-rank": self.filter_rank}),
+                                      "filter-rank": self.filter_rank,
+                                      "max-filter-rank": self.max_filter_rank}),
             "filters": ConfigRecord(dict.fromkeys(self.filters, True)),
         })
         sums = agg.sum("privirec_evaluate", req, max_abs=float(max_users) + 1.0,

@@ -573,13 +573,19 @@ def build_filter(name: str, dataset: str | None = None, **hyper: Any) -> _BaseFi
     return BSPM(variant=name.split("-")[1], **params)
 
 
-def make_filter(name: str, dataset: str | None = None, filter_rank: int = 0) -> _BaseFilter:
+def make_filter(name: str, dataset: str | None = None, filter_rank: int = 0,
+                max_rank: int = 0) -> _BaseFilter:
     """A filter with its published per-dataset hyperparameters, optionally at another
-    ideal low-pass rank (``filter_rank > 0``; small catalogues). Used alike by the federated
-    nodes and the centralized reference, so both build the same filter."""
+    ideal low-pass rank (``filter_rank > 0``; small catalogues) and at most ``max_rank``
+    (PriviRec-k with k below the published rank). Used alike by the federated nodes and the
+    centralized reference, so both build the same filter."""
     flt = build_filter(name, dataset)
-    if filter_rank and flt.needs_S:
-        flt = build_filter(name, dataset, rank=filter_rank)
+    if flt.needs_S:
+        rank = filter_rank or flt.rank
+        if max_rank:
+            rank = min(rank, max_rank)
+        if rank != flt.rank:
+            flt = build_filter(name, dataset, rank=rank)
     return flt
 
 
