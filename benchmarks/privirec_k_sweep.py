@@ -54,7 +54,9 @@ def plot(res: dict, path: Path) -> None:
     ax2.plot(ks, [(r["bytes_per_node"]["mean_down"] + r["bytes_per_node"]["mean_up"]) / 1e6
                   for r in res["runs"]], "s:", color="tab:red", label="MB per node")
     ax2.set_ylabel("MB per node (down + up)")
-    ax1.legend(loc="lower right")
+    handles = ax1.get_legend_handles_labels()
+    more = ax2.get_legend_handles_labels()
+    ax1.legend(handles[0] + more[0], handles[1] + more[1], loc="lower right")
     ax1.set_title(f"PriviRec-k on {res['dataset']} ({res['nodes']} nodes)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
