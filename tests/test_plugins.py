@@ -48,3 +48,20 @@ def test_new_protocol_with_own_client_handlers(monkeypatch) -> None:
     assert record["metrics"]["ndcg@20"] == pytest.approx(want["ndcg@20"], abs=1e-9)
     assert record["extra"]["top_items"][:3] == np.argsort(-deg)[:3].tolist()
     assert "secagg_setup" in record["communication"]["phases"]
+
+
+def test_protocol_strategy_start_returns_a_flower_result(monkeypatch) -> None:
+    """A ProtocolStrategy used the Flower way (``strategy.start(grid)``) runs its phases."""
+    from flwr.app import ConfigRecord
+
+    from examples.item_popularity import ItemPopularity
+    from fl_app.client_app import build_client_app
+    from tests.localgrid import LocalGrid
+
+    monkeypatch.setenv("FEDREC_CLIENT_MODULES", "examples.item_popularity")
+    with LocalGrid(build_client_app(), 3) as grid:
+        result = ItemPopularity(secagg="none").start(
+            grid, train_config=ConfigRecord({"synthetic-users": 60, "synthetic-items": 50}))
+    assert 0.0 < result.evaluate_metrics_serverapp[1]["ndcg@20"] <= 1.0
+    with pytest.raises(TypeError, match="multi-phase"):
+        ItemPopularity().configure_train(1, None, None, None)
