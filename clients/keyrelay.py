@@ -115,7 +115,11 @@ def _make_secret(make: str) -> tuple[bytes, bytes | None]:
     if make == "random-key":
         return secrets.token_bytes(32), None
     if make == "ckks-context":
-        from fl_app.secure.he import make_secret_context, public_context_bytes, secret_context_bytes
+        from fl_app.secure.he import (
+            make_secret_context,
+            public_context_bytes,
+            secret_context_bytes,
+        )
 
         ctx = make_secret_context()
         return secret_context_bytes(ctx), public_context_bytes(ctx)

@@ -12,8 +12,8 @@ from .containers import InteractionData, NodeData, RawData
 from .errors import DataError
 from .partition import PartitionSpec, partition_users
 from .sources import locate
-from .split import binarize, cold_start, holdout
 from .spec import DatasetSpec
+from .split import binarize, cold_start, holdout
 
 # Independent random streams per purpose, so e.g. cold start does not shift the split.
 _STREAM_SPLIT, _STREAM_COLD = 2, 3

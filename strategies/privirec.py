@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from flwr.app import ConfigRecord, RecordDict
+from flwr.serverapp import Grid
 
 from fl_app.messaging import Messenger
 from fl_app.records import csr_from_arrays, csr_to_arrays, to_array_record
@@ -45,7 +46,6 @@ from fl_app.recsys.linalg import (
 )
 from fl_app.recsys.metrics import RankingSums
 from fl_app.secure.secagg import SecureAggregator
-from flwr.serverapp import Grid
 from strategies.base import ProtocolStrategy, RunOutcome, data_config, handshake
 
 log = logging.getLogger("fedrec")

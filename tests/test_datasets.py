@@ -17,8 +17,8 @@ from datasets import (
     load_dataset,
     load_node_data,
     partition_users,
+    synthetic,
 )
-from datasets import synthetic
 
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 

@@ -315,7 +315,10 @@ class PrivacyLedger:
         Each entry contributes (noise_multiplier = sigma / sensitivity, sample_rate, steps)
         to the accountant's history. Returns 0.0 when there are no Gaussian entries.
         """
-        from opacus.accountants import PRVAccountant, RDPAccountant  # heavy import, on demand
+        from opacus.accountants import (  # heavy import, on demand
+            PRVAccountant,
+            RDPAccountant,
+        )
 
         delta = _check_delta(delta)
         history = [(e.noise_multiplier, e.sample_rate, e.steps) for e in self._gaussian_entries()]
