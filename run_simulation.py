@@ -65,6 +65,15 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed, "run-name": args.run_name,
     }
     overrides.update(_parse_set(args.set))
+    if not args.quiet:  # progress of long runs: phase starts and slow rounds
+        import logging
+
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", "%H:%M:%S"))
+        fedrec_log = logging.getLogger("fedrec")
+        fedrec_log.addHandler(handler)
+        fedrec_log.setLevel(logging.INFO)
+        fedrec_log.propagate = False
     if args.output:
         import os
         os.environ["FEDREC_RESULTS"] = args.output

@@ -13,6 +13,7 @@ every phase is timed. Strategies read the totals from :class:`CommLedger`.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
@@ -23,6 +24,10 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 DEFAULT_POLL_INTERVAL = 0.002
+#: Rounds slower than this are reported at INFO (progress for long runs), others at DEBUG.
+SLOW_ROUND_SECONDS = 1.0
+
+log = logging.getLogger("fedrec")
 
 
 class NodeTimeoutError(TimeoutError):
@@ -114,6 +119,10 @@ class CommLedger:
         stats.bytes_down += sum(down.values())
         stats.bytes_up += sum(up.values())
         stats.messages += len(down) + len(up)
+        log.log(logging.INFO if seconds >= SLOW_ROUND_SECONDS else logging.DEBUG,
+                "%s round %d: %d/%d nodes answered in %.2f s (%.3g MB down, %.3g MB up)",
+                phase, stats.rounds, len(up), len(down), seconds,
+                sum(down.values()) / 1e6, sum(up.values()) / 1e6)
         for node, n in down.items():
             self.node_down[node] += n
         for node, n in up.items():
