@@ -21,7 +21,7 @@ from clients.registry import handler
 from fl_app.records import arrays_of, csr_from_arrays, csr_to_arrays, to_array_record
 from fl_app.recsys.graph_filters import make_filter
 from fl_app.recsys.linalg import (
-    safe_power,
+    normalize_rows,
     symmetric_from_upper,
     upper_triangle,
     user_gram_weight,
@@ -40,14 +40,6 @@ def _binary_rows(node: NodeContext) -> sp.csr_matrix:
     train = sp.csr_matrix(node.data().train, dtype=np.float64)
     train.data[:] = 1.0
     return train
-
-
-def normalized_rows(train: sp.csr_matrix, item_deg: np.ndarray,
-                    alpha: float = 0.5) -> sp.csr_matrix:
-    """This node's rows of R~ = U^{-alpha} R V^{alpha-1} (its users' degrees are local)."""
-    user_deg = np.asarray(train.sum(axis=1)).ravel()
-    return sp.csr_matrix(sp.diags(safe_power(user_deg, -alpha)) @ train
-                         @ sp.diags(safe_power(item_deg, alpha - 1.0)))
 
 
 def omega_rows(user_ids: np.ndarray, p: int, mode: str, seed: int) -> np.ndarray:
@@ -107,7 +99,7 @@ def power_step(content: RecordDict, node: NodeContext) -> RecordDict:
     cfg = content.config_records["privirec"]
     arrays = arrays_of(content)
     data = node.data()
-    A = normalized_rows(_binary_rows(node), arrays["item_deg"])
+    A = normalize_rows(_binary_rows(node), arrays["item_deg"])
     if "X" not in arrays:
         omega = omega_rows(data.user_ids, int(cfg["p"]), str(cfg["omega"]), int(cfg["seed"]))
         out = {"Y": np.asarray(A.T @ omega)}

@@ -65,13 +65,16 @@ def clean_error_reason(reason: str) -> str:
     return lines[-1].strip() if lines else reason
 
 
-def message_nbytes(message: Message) -> int:
+def message_nbytes(message: Message, sizes: dict[str, int] | None = None) -> int:
     """Bytes Flower carries for ``message``: its deflated body plus every unique descendant.
 
     This is the size of the objects Flower's object store moves between SuperLink and
     SuperNode (metadata, records, arrays and their chunks); identical chunks count once, as
-    Flower sends them once.
+    Flower sends them once. ``sizes`` (object id -> deflated length) can be shared across the
+    messages of a broadcast, so a payload sent to every node is serialized for measuring once,
+    not once per node; it is still counted for every node that receives it.
     """
+    sizes = {} if sizes is None else sizes
     seen: set[str] = set()
     total = len(message.deflate())
     stack = list((message.children or {}).items())
@@ -80,7 +83,9 @@ def message_nbytes(message: Message) -> int:
         if obj_id in seen:
             continue
         seen.add(obj_id)
-        total += len(obj.deflate())
+        if obj_id not in sizes:
+            sizes[obj_id] = len(obj.deflate())
+        total += sizes[obj_id]
         stack.extend((obj.children or {}).items())
     return total
 
@@ -237,7 +242,8 @@ class Messenger:
                     group_id=f"{phase}:{self._round}")
             for node, content in contents.items()
         ]
-        down = {msg.metadata.dst_node_id: message_nbytes(msg) for msg in messages}
+        sizes: dict[str, int] = {}
+        down = {msg.metadata.dst_node_id: message_nbytes(msg, sizes) for msg in messages}
         # Key by the id each grid writes into the message: a grid may leave out (in memory)
         # or return None for (deployed) a message it rejects, so positions cannot be trusted.
         accepted = {i for i in self.grid.push_messages(messages) if i}
@@ -340,7 +346,8 @@ class AccountedGrid(Grid):
         phase = messages[0].metadata.message_type
         label = self._messenger.label
         t0 = time.perf_counter()
-        down = {m.metadata.dst_node_id: message_nbytes(m) for m in messages}
+        sizes: dict[str, int] = {}
+        down = {m.metadata.dst_node_id: message_nbytes(m, sizes) for m in messages}
         accepted = {i for i in self._grid.push_messages(messages) if i}
         dst = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
         pending = set(accepted)

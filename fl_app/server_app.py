@@ -42,18 +42,15 @@ def run_protocol(grid: Grid, cfg: Mapping[str, Any]) -> dict[str, Any]:
     messenger = Messenger(grid, timeout=float(cfg["timeout"]))
     fast_grid = AccountedGrid(grid, messenger)
     t0 = time.perf_counter()
-    if cfg.get("strategy"):
-        strategy_cls = load_strategy_class(str(cfg["strategy"]))
-        strategy = (strategy_cls.from_run_config(cfg) if hasattr(strategy_cls, "from_run_config")
-                    else strategy_cls())
+    own = not cfg.get("strategy")
+    strategy_cls = load_strategy_class(str(cfg["protocol"] if own else cfg["strategy"]))
+    has_run = hasattr(strategy_cls, "run")
+    strategy = (strategy_cls.from_run_config(cfg) if hasattr(strategy_cls, "from_run_config")
+                else strategy_cls())
+    if own and has_run:  # a protocol with its own phases
+        outcome = strategy.run(fast_grid, messenger, cfg)
+    else:  # a plain Flower Strategy driving the clients of `protocol`
         outcome = _driver(str(cfg["protocol"]))(strategy, fast_grid, messenger, cfg)
-    else:
-        strategy_cls = load_strategy_class(str(cfg["protocol"]))
-        if not hasattr(strategy_cls, "run") or not hasattr(strategy_cls, "from_run_config"):
-            outcome = _driver(str(cfg["protocol"]))(strategy_cls(), fast_grid, messenger, cfg)
-        else:
-            strategy = strategy_cls.from_run_config(cfg)
-            outcome = strategy.run(fast_grid, messenger, cfg)
     seconds = time.perf_counter() - t0
     return {
         "config": dict(cfg),

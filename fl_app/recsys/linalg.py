@@ -36,6 +36,7 @@ __all__ = [
     "safe_power",
     "degrees",
     "normalize_interactions",
+    "normalize_rows",
     "item_item_matrix",
     "item_item_from_gram",
     "user_gram_weight",
@@ -96,12 +97,22 @@ def normalize_interactions(
     """
     R = sp.csr_matrix(R, dtype=np.float64)
     user_deg, item_deg = degrees(R)
-    du = safe_power(user_deg, -alpha)
+    return normalize_rows(R, item_deg, alpha), user_deg, item_deg
+
+
+def normalize_rows(R_rows: sp.spmatrix, item_deg: np.ndarray,
+                   alpha: float = 0.5) -> sp.csr_matrix:
+    """Eq. 1 for a subset of users: their rows of R~ given the *global* item degrees.
+
+    User degrees are row sums (each user's own); item degrees must be those of the whole
+    matrix, which a federated node gets from the first secure sum.
+    """
+    R_rows = sp.csr_matrix(R_rows, dtype=np.float64)
+    du = safe_power(np.asarray(R_rows.sum(axis=1)).ravel(), -alpha)
     di = safe_power(item_deg, alpha - 1.0)
-    R_tilde = sp.diags(du) @ R @ sp.diags(di)
-    R_tilde = sp.csr_matrix(R_tilde)
+    R_tilde = sp.csr_matrix(sp.diags(du) @ R_rows @ sp.diags(di))
     R_tilde.sort_indices()
-    return R_tilde, user_deg, item_deg
+    return R_tilde
 
 
 def item_item_matrix(R_tilde: sp.spmatrix) -> sp.csr_matrix:
