@@ -103,11 +103,11 @@ def power_step(content: RecordDict, node: NodeContext) -> RecordDict:
     if "X" not in arrays:
         omega = omega_rows(data.user_ids, int(cfg["p"]), str(cfg["omega"]), int(cfg["seed"]))
         out = {"Y": np.asarray(A.T @ omega)}
-    elif cfg.get("ritz"):
-        AX = np.asarray(A @ arrays["X"])
-        out = {"H": AX.T @ AX}
     else:
-        out = {"Y": np.asarray(A.T @ (A @ arrays["X"]))}
+        X = arrays["X"]
+        A = A.astype(X.dtype)  # a float32 wire keeps the node's products in float32 too
+        AX = np.asarray(A @ X)
+        out = {"H": AX.T @ AX} if cfg.get("ritz") else {"Y": np.asarray(A.T @ AX)}
     return masked_reply(content, node.state, node.context.node_id, out)
 
 

@@ -41,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "privirec-ritz": "auto",
     "privirec-omega": "private",
     "privirec-filter-rank": 0,
+    "privirec-wire-dtype": "float64",
 }
 
 

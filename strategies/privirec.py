@@ -84,6 +84,10 @@ class PriviRec(ProtocolStrategy):
     secagg_degree : neighbours per node in SecAgg+ (0 = complete graph).
     filter_rank : override every filter's ideal low-pass rank (0 = the published ranks); for
         small catalogues.
+    wire_dtype : precision of the dense |I| x p matrices that travel (X, the nodes' Y, S):
+        ``float64`` (default, lossless) or ``float32`` (half the bytes and node memory; the
+        server still runs QR and sums in float64, and the nodes' low-rank scoring runs in
+        float32). Plain mode only: SecAgg+ replies are 64-bit ring elements either way.
     """
 
     low_rank = False
@@ -91,7 +95,8 @@ class PriviRec(ProtocolStrategy):
     def __init__(self, *, filters: tuple[str, ...] = DEFAULT_FILTERS, L: int = 2,
                  rank: int = 0, ritz: bool | None = None, omega: str = "private",
                  secagg: str = "secagg+", secagg_degree: int = 0, dataset: str = "",
-                 seed: int = 0, top_k: int = 20, filter_rank: int = 0) -> None:
+                 seed: int = 0, top_k: int = 20, filter_rank: int = 0,
+                 wire_dtype: str = "float64") -> None:
         if L < 1:
             raise ValueError(f"privirec-L counts the R~^T Omega round and must be >= 1, got {L}")
         self.filters = tuple(filters)
@@ -99,6 +104,12 @@ class PriviRec(ProtocolStrategy):
         self.secagg, self.secagg_degree = secagg, secagg_degree
         self.dataset, self.seed, self.top_k = dataset, seed, top_k
         self.filter_rank = filter_rank
+        if wire_dtype not in ("float64", "float32"):
+            raise ValueError(f"privirec-wire-dtype must be float64 or float32, got {wire_dtype!r}")
+        if wire_dtype != "float64" and secagg != "none":
+            raise ValueError("privirec-wire-dtype = float32 needs secagg = 'none' (SecAgg+ sums "
+                             "64-bit fixed-point ring elements)")
+        self.wire_dtype = wire_dtype
         # PriviRec-k: the ideal low-pass part uses at most the k columns there are
         self.max_filter_rank = rank if self.low_rank else 0
         self._filter_objects()  # unknown filter names fail here, before any message
@@ -114,7 +125,8 @@ class PriviRec(ProtocolStrategy):
                    omega=str(cfg.get("privirec-omega", "private")),
                    secagg=str(cfg["secagg"]), secagg_degree=int(cfg.get("secagg-degree", 0)),
                    dataset=str(cfg["dataset"]), seed=int(cfg["seed"]),
-                   filter_rank=int(cfg.get("privirec-filter-rank", 0)))
+                   filter_rank=int(cfg.get("privirec-filter-rank", 0)),
+                   wire_dtype=str(cfg.get("privirec-wire-dtype", "float64")))
 
     # -- helpers ----------------------------------------------------------------------------
     def _filter_objects(self) -> dict[str, Any]:
@@ -165,21 +177,22 @@ class PriviRec(ProtocolStrategy):
         """Algorithm 1 with L secure-sum rounds; optional Rayleigh-Ritz. Returns (S, eigvals)."""
         cfg = ConfigRecord({"p": p, "omega": self.omega, "seed": self.seed})
         deg_record = {"item_deg": item_deg}
+        wire = np.dtype(self.wire_dtype)
+
+        def power_sum(X: np.ndarray | None, config: ConfigRecord, max_abs: float,
+                      phase: str) -> dict[str, np.ndarray]:
+            arrays = deg_record if X is None else {**deg_record, "X": X.astype(wire, copy=False)}
+            return agg.sum("privirec_power", RecordDict({"arrays": to_array_record(arrays),
+                                                         "privirec": config}),
+                           max_abs=max_abs, phase=phase, wire_dtype=self.wire_dtype)
+
         omega_max = 8.0 * float(max_users)  # |sum_u R~_ui Omega_ui| <= 8 * (users on a node)
-        Y = agg.sum("privirec_power", RecordDict({"arrays": to_array_record(deg_record),
-                                                  "privirec": cfg}),
-                    max_abs=omega_max, phase="power")["Y"]
-        X, T = qr_positive(Y)
+        X, T = qr_positive(power_sum(None, cfg, omega_max, "power")["Y"])
         for _ in range(self.L - 1):
-            Y = agg.sum("privirec_power", RecordDict({
-                "arrays": to_array_record({**deg_record, "X": X}), "privirec": cfg}),
-                max_abs=POWER_MAX_ABS, phase="power")["Y"]
-            X, T = qr_positive(Y)
+            X, T = qr_positive(power_sum(X, cfg, POWER_MAX_ABS, "power")["Y"])
         if self._use_ritz():
-            ritz_cfg = ConfigRecord({**dict(cfg), "ritz": True})
-            H = agg.sum("privirec_power", RecordDict({
-                "arrays": to_array_record({**deg_record, "X": X}), "privirec": ritz_cfg}),
-                max_abs=POWER_MAX_ABS, phase="ritz")["H"]
+            H = power_sum(X, ConfigRecord({**dict(cfg), "ritz": True}), POWER_MAX_ABS,
+                          "ritz")["H"]
             S, theta = rayleigh_ritz_from_gram(X, H)  # H = X^T P~ X
             return S[:, :k], np.maximum(theta[:k], 0.0)
         return X[:, :k], np.abs(np.diag(T))[:k].copy()
@@ -190,7 +203,7 @@ class PriviRec(ProtocolStrategy):
         """Broadcast the pieces; nodes score their users; secure sum of the metric sums."""
         arrays: dict[str, np.ndarray] = {"item_deg": item_deg}
         if S is not None:
-            arrays["S"] = S
+            arrays["S"] = S.astype(self.wire_dtype, copy=False)
         if eigvals is not None:
             arrays["eigvals"] = eigvals
         for alpha, Pt in P.items():
@@ -270,7 +283,8 @@ class PriviRecK(PriviRec):
         return cls(filters=filters, L=base.L, rank=int(cfg.get("privirec-k", 1024)),
                    ritz=ritz.lower() in ("1", "true", "yes"), omega=base.omega,
                    secagg=base.secagg, secagg_degree=base.secagg_degree,
-                   dataset=base.dataset, seed=base.seed, filter_rank=base.filter_rank)
+                   dataset=base.dataset, seed=base.seed, filter_rank=base.filter_rank,
+                   wire_dtype=base.wire_dtype)
 
     def _use_ritz(self) -> bool:
         return bool(self.ritz)

@@ -113,3 +113,24 @@ def test_cold_items_and_users_without_training_rows_are_handled() -> None:
     for name in ("gf-cf", "turbo-cf"):
         assert np.isfinite(record["metrics"][f"{name}/ndcg@20"])
     assert np.all(np.isfinite(record["extra"]["S"]))
+
+
+def test_float32_wire_halves_bytes_and_keeps_results() -> None:
+    """privirec-wire-dtype = float32: the |I| x k matrices travel in float32 (about half the
+    bytes), the subspace and metrics stay those of the float64 run; SecAgg+ refuses it."""
+    cfg = {**BASE, "protocol": "privirec-k", "secagg": "none", "privirec-k": 24,
+           "privirec-filter-rank": 6, "privirec-filters": "gf-cf,bspm-em", "run-name": "test-pk64"}
+    r64 = run_in_simulation(cfg, num_nodes=3, quiet=True)
+    r32 = run_in_simulation({**cfg, "privirec-wire-dtype": "float32", "run-name": "test-pk32"},
+                            num_nodes=3, quiet=True)
+    np.testing.assert_allclose(_projector(r32["extra"]["S"][:, :6]),
+                               _projector(r64["extra"]["S"][:, :6]), atol=1e-4)
+    for name in ("gf-cf", "bspm-em"):
+        assert r32["metrics"][f"{name}/ndcg@20"] == pytest.approx(
+            r64["metrics"][f"{name}/ndcg@20"], abs=2e-3)
+    up32 = r32["communication"]["bytes_per_node"]["mean_up"]
+    up64 = r64["communication"]["bytes_per_node"]["mean_up"]
+    assert up32 < 0.7 * up64, (up32, up64)
+    with pytest.raises(Exception, match="float32 needs secagg"):
+        run_in_simulation({**cfg, "secagg": "secagg+", "privirec-wire-dtype": "float32"},
+                          num_nodes=3, quiet=True)

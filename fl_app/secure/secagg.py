@@ -55,6 +55,8 @@ from fl_app.secure.keys import combine_secret
 from fl_app.secure.masks import derive_sum_key, expand_mask
 
 MODES = ("secagg+", "none")
+#: Precisions plain-mode (``none``) replies may travel in.
+WIRE_DTYPES = ("float64", "float32")
 #: RecordDict keys used by the secure-sum layer inside protocol messages.
 SECAGG_KEY = "secagg"  # ConfigRecord: mode, sum id, fixed-point parameters
 SHARES_KEY = "secagg.shares"  # ConfigRecord: sealed shares relayed to this node (sender -> blob)
@@ -98,11 +100,16 @@ def threshold_for(neighbourhood_size: int, fraction: float = 0.5) -> int:
 
 
 def flatten(arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, list[tuple[str, tuple]]]:
-    """Concatenate named arrays (sorted by name) into one float64 vector plus their layout."""
+    """Concatenate named arrays (sorted by name) into one vector plus their layout.
+
+    The vector is float32 when every array is float32 (a float32 wire then needs no float64
+    copy of a large reply), float64 otherwise.
+    """
     layout = [(name, tuple(np.shape(arrays[name]))) for name in sorted(arrays)]
     if not layout:
         return np.zeros(0), layout
-    vec = np.concatenate([np.asarray(arrays[n], dtype=np.float64).ravel() for n, _ in layout])
+    dtype = np.result_type(np.float32, *(np.asarray(arrays[n]).dtype for n, _ in layout))
+    vec = np.concatenate([np.asarray(arrays[n], dtype=dtype).ravel() for n, _ in layout])
     return vec, layout
 
 
@@ -221,14 +228,19 @@ class SecureAggregator:
     # -- one sum --------------------------------------------------------------------------
     def sum(self, action: str, content: RecordDict | Mapping[int, RecordDict], *,
             max_abs: float, phase: str | None = None,
-            on_reply: Callable[[int, RecordDict], None] | None = None) -> dict[str, np.ndarray]:
+            on_reply: Callable[[int, RecordDict], None] | None = None,
+            wire_dtype: str = "float64") -> dict[str, np.ndarray]:
         """Send ``action`` to every live node; return the element-wise sums of their replies.
 
         ``content`` is one RecordDict for all nodes or one per node. Each node's handler
         answers through :func:`masked_reply`; ``max_abs`` declares the range of every value
         a node sends (fixed-point encoding refuses values outside it). ``on_reply`` sees each
-        reply as it arrives (tests use it to record the server's view).
+        reply as it arrives (tests use it to record the server's view). ``wire_dtype``
+        ("float64" or "float32") is the precision plain-mode replies travel in (the server
+        still sums in float64); masked replies are always 64-bit ring elements.
         """
+        if wire_dtype not in WIRE_DTYPES:
+            raise ValueError(f"wire_dtype must be one of {WIRE_DTYPES}, got {wire_dtype!r}")
         self.sum_id += 1
         if self.mode != "none" and self.sum_id > self.seeds_until:
             self._share_seeds(first_sum=self.sum_id)
@@ -236,7 +248,7 @@ class SecureAggregator:
         if not nodes:
             raise SecAggError("no live nodes left to aggregate")
         codec = None
-        cfg: dict = {"mode": self.mode, "sum-id": self.sum_id}
+        cfg: dict = {"mode": self.mode, "sum-id": self.sum_id, "wire-dtype": wire_dtype}
         if self.mode != "none":
             codec = FixedPoint.for_sum(max_abs, len(nodes))
             cfg.update({"frac-bits": codec.frac_bits, "max-abs": float(max_abs)})
@@ -266,7 +278,7 @@ class SecureAggregator:
                 raise SecAggError(f"{self.messenger.label(node)} sent arrays {shapes}, "
                                   f"others sent {layout}")
             if total is None:
-                total = values.copy()
+                total = values.astype(np.float64 if self.mode == "none" else values.dtype)
             else:
                 total += values  # in place: one running total, whatever the node count
             arrived.append(node)
@@ -343,9 +355,9 @@ def masked_reply(request: RecordDict, state: RecordDict, my_id: int,
     cfg = request.config_records[SECAGG_KEY]
     vec, layout = flatten(arrays)
     if cfg["mode"] == "none":
-        values = vec
-    else:
-        values = mask_values(request, state, my_id, vec)
+        values = vec.astype(str(cfg.get("wire-dtype", "float64")), copy=False)
+    else:  # fixed-point encoding needs float64 precision
+        values = mask_values(request, state, my_id, vec.astype(np.float64, copy=False))
     reply = RecordDict({
         VALUES_KEY: to_array_record({"v": values}),
         SHAPES_KEY: ConfigRecord({name: list(shape) for name, shape in layout}),
