@@ -20,9 +20,9 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 
 from .containers import NodeData
+from .csr import csr_from_arrays, csr_to_arrays
 from .partition import PartitionSpec
 from .sources import fingerprint
 from .spec import DatasetSpec
@@ -55,22 +55,6 @@ def node_path(spec: DatasetSpec, key: str, part: PartitionSpec, partition_id: in
     return cache_dir() / "nodes" / name
 
 
-def _csr_arrays(prefix: str, m: sp.csr_matrix) -> dict[str, np.ndarray]:
-    return {
-        f"{prefix}_data": m.data,
-        f"{prefix}_indices": m.indices,
-        f"{prefix}_indptr": m.indptr,
-        f"{prefix}_shape": np.asarray(m.shape, dtype=np.int64),
-    }
-
-
-def _csr(z: "np.lib.npyio.NpzFile", prefix: str) -> sp.csr_matrix:
-    shape = tuple(int(s) for s in z[f"{prefix}_shape"])
-    return sp.csr_matrix(
-        (z[f"{prefix}_data"], z[f"{prefix}_indices"], z[f"{prefix}_indptr"]), shape=shape
-    )
-
-
 def write_node(path: Path, key: str, node: NodeData) -> bool:
     """Atomically write `node`; warn and return False if the cache is not writable."""
     arrays = {
@@ -81,8 +65,8 @@ def write_node(path: Path, key: str, node: NodeData) -> bool:
         "n_users_total": np.array(node.n_users_total, dtype=np.int64),
         "has_user_features": np.array(node.user_features is not None),
         "user_features": node.user_features if node.user_features is not None else np.zeros((0, 0)),
-        **_csr_arrays("train", node.train),
-        **_csr_arrays("test", node.test),
+        **csr_to_arrays(node.train, "train", sep="_"),
+        **csr_to_arrays(node.test, "test", sep="_"),
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -114,8 +98,8 @@ def read_node(path: Path, key: str) -> NodeData | None:
             return NodeData(
                 partition_id=int(z["partition_id"]),
                 user_ids=z["user_ids"],
-                train=_csr(z, "train"),
-                test=_csr(z, "test"),
+                train=csr_from_arrays(z, "train", sep="_"),
+                test=csr_from_arrays(z, "test", sep="_"),
                 user_features=z["user_features"] if bool(z["has_user_features"]) else None,
                 n_items=int(z["n_items"]),
                 n_users_total=int(z["n_users_total"]),

@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-import scipy.sparse as sp
 from flwr.app import Array, ArrayRecord, RecordDict
+
+from datasets.csr import csr_from_arrays, csr_to_arrays
+
+__all__ = ["to_array_record", "from_array_record", "arrays_of", "csr_to_arrays", "csr_from_arrays"]
 
 
 def to_array_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
@@ -28,21 +31,3 @@ def arrays_of(content: RecordDict, key: str = "arrays") -> dict[str, np.ndarray]
     return from_array_record(content.array_records[key])
 
 
-def csr_to_arrays(m: sp.csr_matrix, prefix: str) -> dict[str, np.ndarray]:
-    """A CSR matrix as plain arrays (data, indices, indptr, shape) for a message."""
-    m = sp.csr_matrix(m)
-    return {
-        f"{prefix}.data": m.data,
-        f"{prefix}.indices": m.indices,
-        f"{prefix}.indptr": m.indptr,
-        f"{prefix}.shape": np.asarray(m.shape, dtype=np.int64),
-    }
-
-
-def csr_from_arrays(arrays: Mapping[str, np.ndarray], prefix: str) -> sp.csr_matrix:
-    """Inverse of :func:`csr_to_arrays`."""
-    shape = tuple(int(x) for x in arrays[f"{prefix}.shape"])
-    return sp.csr_matrix(
-        (arrays[f"{prefix}.data"], arrays[f"{prefix}.indices"], arrays[f"{prefix}.indptr"]),
-        shape=shape,
-    )

@@ -1,0 +1,28 @@
+"""A CSR matrix as four plain named arrays (for ``.npz`` caches and Flower ArrayRecords)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import scipy.sparse as sp
+
+
+def csr_to_arrays(m: sp.spmatrix, prefix: str, sep: str = ".") -> dict[str, np.ndarray]:
+    """``{prefix.data, prefix.indices, prefix.indptr, prefix.shape}`` of ``m`` as CSR."""
+    m = sp.csr_matrix(m)
+    return {
+        f"{prefix}{sep}data": m.data,
+        f"{prefix}{sep}indices": m.indices,
+        f"{prefix}{sep}indptr": m.indptr,
+        f"{prefix}{sep}shape": np.asarray(m.shape, dtype=np.int64),
+    }
+
+
+def csr_from_arrays(arrays: Mapping[str, np.ndarray], prefix: str, sep: str = ".") -> sp.csr_matrix:
+    """Inverse of :func:`csr_to_arrays` (``arrays`` may be an open ``NpzFile``)."""
+    shape = tuple(int(x) for x in arrays[f"{prefix}{sep}shape"])
+    return sp.csr_matrix(
+        (arrays[f"{prefix}{sep}data"], arrays[f"{prefix}{sep}indices"], arrays[f"{prefix}{sep}indptr"]),
+        shape=shape,
+    )
