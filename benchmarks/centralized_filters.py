@@ -21,7 +21,6 @@ Writes ``<out>/centralized_<dataset>.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import resource
@@ -36,6 +35,7 @@ import scipy.sparse as sp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks._report import log, machine_info, write_report  # noqa: E402
 from datasets import DatasetSpec, load_dataset  # noqa: E402
 from fl_app.recsys.graph_filters import (  # noqa: E402
     FILTER_NAMES,
@@ -187,16 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    def log(msg: str) -> None:
-        print(msg, flush=True)
-
     for name in args.datasets:
         t = time.perf_counter()
         res = run_dataset(name, d, args.filters, args.batch_size, args.power_L, args.seed, log)
         res["total_s"] = time.perf_counter() - t
-        (out / f"centralized_{name}.json").write_text(json.dumps(res, indent=2, default=float) + "\n")
-        (out / f"centralized_{name}.md").write_text(markdown(res))
-        log(f"   total {res['total_s']:.0f} s -> {out / f'centralized_{name}.json'}")
+        res["machine"] = machine_info()
+        write_report(out / f"centralized_{name}.json", res, markdown(res))
+        log(f"   total {res['total_s']:.0f} s")
     return 0
 
 

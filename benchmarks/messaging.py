@@ -18,10 +18,8 @@ Run: ``python benchmarks/messaging.py [--nodes 10 100] [--rounds 30] [--warmup 3
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import platform
 import statistics
 import sys
 import time
@@ -32,10 +30,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import flwr  # noqa: E402
 from flwr.app import ConfigRecord, Context, Message, RecordDict  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
+from benchmarks._report import machine_info, write_report  # noqa: E402
 from clients.node import NodeContext  # noqa: E402
 from clients.registry import QUERY_HANDLERS, handler  # noqa: E402
 from fl_app.messaging import DEFAULT_POLL_INTERVAL, Messenger  # noqa: E402
@@ -143,7 +141,7 @@ def run(sizes: list[int], rounds: int, warmup: int) -> dict[str, Any]:
     return box
 
 
-def write_markdown(path: Path, result: dict[str, Any]) -> None:
+def markdown(result: dict[str, Any]) -> str:
     rows = []
     for n, det in result["detail"].items():
         target = TARGETS_MS.get(int(n))
@@ -186,7 +184,7 @@ allows. Targets: <= 120 ms at 10 nodes, <= 400 ms at 100 nodes.
 
 {result['notes']}
 """
-    path.write_text(text)
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,19 +212,14 @@ def main(argv: list[str] | None = None) -> int:
                                       for n in detail},
         "rounds": args.rounds,
         "warmup": args.warmup,
-        "flwr_version": flwr.__version__,
+        **machine_info(),
         "simulation_nodes": max(sizes),
         "simulation_seconds": round(box["simulation_seconds"], 1),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
         "targets_ms": {str(k): v for k, v in TARGETS_MS.items()},
         "detail": detail,
         "notes": notes,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    write_markdown(args.out.with_suffix(".md"), result)
-    print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
+    write_report(args.out, result, markdown(result))
     return 0
 
 

@@ -13,7 +13,6 @@ scale: the labelled plain-sum mode, see docs/protocols/privirec.md). Writes
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import sys
 import time
@@ -25,6 +24,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks._report import log, machine_info, write_report  # noqa: E402
 from datasets import DatasetSpec, load_dataset  # noqa: E402
 from fl_app.recsys.graph_filters import FactoredItemItem, make_filter  # noqa: E402
 from fl_app.recsys.linalg import normalize_interactions, top_right_singular_vectors  # noqa: E402
@@ -37,10 +37,6 @@ PAPER_NDCG = {  # Table 3: (Centr., Priv.)
     "yelp2018": {"gf-cf": (0.0571, 0.0561), "turbo-cf": (0.0574, 0.0574),
                  "bspm-lm": (0.0584, 0.0576), "bspm-em": (0.0593, 0.0589)},
 }
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def centralized(dataset: str, filters: list[str], batch_size: int) -> tuple[dict, float]:
@@ -130,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
             "paper_ndcg": PAPER_NDCG.get(dataset),
             "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
         }
-        (out / f"{dataset}.json").write_text(json.dumps(res, indent=2, default=float))
-        (out / f"{dataset}.md").write_text(markdown(res))
+        res["machine"] = machine_info()
+        write_report(out / f"{dataset}.json", res, markdown(res))
         print(markdown(res), flush=True)
     return 0
 

@@ -1,12 +1,14 @@
 """PriviRec-k rank sweep (paper 000, Figure 3): NDCG@20 and bytes per node against k,
 next to PriviRec, from federated runs in a Flower simulation.
 
-    python benchmarks/privirec_k_sweep.py --dataset gowalla --ks 256 512 1024 --nodes 8
+    python benchmarks/privirec_k_sweep.py --datasets gowalla yelp2018 --nodes 8
 
 Writes ``results/privirec/k_sweep_<dataset>.json`` and a PNG plot beside it. The paper sweeps
-k = 256..3584 in steps of 256; every node receives and sends |I| x k float64 per power round
-(1.2 GB at k = 3584 on Gowalla), so the full sweep needs more memory than the simulation of 8
-nodes on one 24 GiB machine has (see the issue notes).
+k = 256..3584 in steps of 256 (the default here). Every node receives and sends |I| x k dense
+matrices per power round (1.2 GB per matrix at k = 3584 on Gowalla in float64); the sweep
+therefore uses ``privirec-wire-dtype = float32`` by default (half the bytes and node memory;
+k = 2048 in float64 ran the 8-node simulation out of 24 GiB). Each k is a separate federated
+run; results are written after every k, and ``--resume`` skips the ks already in the JSON.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks._report import log, machine_info, write_report  # noqa: E402
 from fl_app.simulation import run_in_simulation  # noqa: E402
 
 
-def run_k(dataset: str, k: int, nodes: int, L: int, filters: str) -> dict:
+def run_k(dataset: str, k: int, nodes: int, L: int, filters: str, wire_dtype: str) -> dict:
     cfg = {"protocol": "privirec-k", "dataset": dataset, "secagg": "none", "privirec-k": k,
            "privirec-L": L, "privirec-filters": filters, "partition": "shards-random",
+           "privirec-wire-dtype": wire_dtype,
            "run-name": f"bench-privirec-k{k}-{dataset}", "timeout": 3600.0}
     t0 = time.perf_counter()
     rec = run_in_simulation(cfg, num_nodes=nodes, quiet=True)
@@ -53,6 +57,9 @@ def plot(res: dict, path: Path) -> None:
     ax2 = ax1.twinx()
     ax2.plot(ks, [(r["bytes_per_node"]["mean_down"] + r["bytes_per_node"]["mean_up"]) / 1e6
                   for r in res["runs"]], "s:", color="tab:red", label="MB per node")
+    if "privirec_mb_per_node" in res:
+        ax2.axhline(res["privirec_mb_per_node"], linestyle=":", color="tab:red", alpha=0.5,
+                    label="PriviRec MB per node")
     ax2.set_ylabel("MB per node (down + up)")
     handles = ax1.get_legend_handles_labels()
     more = ax2.get_legend_handles_labels()
@@ -62,10 +69,59 @@ def plot(res: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def sweep(dataset: str, args: argparse.Namespace, out: Path) -> None:
+    path = out / f"k_sweep_{dataset}.json"
+    res: dict = {"dataset": dataset, "nodes": args.nodes, "L": args.L, "filters": args.filters,
+                 "wire_dtype": args.wire_dtype, "runs": []}
+    if args.resume and path.is_file():
+        res["runs"] = [r for r in json.loads(path.read_text())["runs"] if r["k"] in args.ks]
+    privirec_file = out / f"{dataset}.json"
+    if privirec_file.is_file():  # PriviRec's federated numbers from benchmarks/privirec.py
+        fed = json.loads(privirec_file.read_text())
+        res["privirec"] = {name: v["ndcg20"] for name, v in fed["federated"].items()}
+        bpn = fed["bytes_per_node"]
+        res["privirec_mb_per_node"] = (bpn["mean_down"] + bpn["mean_up"]) / 1e6
+    done = {r["k"] for r in res["runs"]}
+    for k in args.ks:
+        if k in done:
+            continue
+        log(f"{dataset}: privirec-k k={k}")
+        res["runs"].append(run_k(dataset, k, args.nodes, args.L, args.filters, args.wire_dtype))
+        res["runs"].sort(key=lambda r: r["k"])
+        write_report(path, res | {"machine": machine_info()}, markdown(res))
+    plot(res, out / f"k_sweep_{dataset}.png")
+    print(markdown(res), flush=True)
+
+
+def markdown(res: dict) -> str:
+    names = res["filters"].split(",")
+    ref = res.get("privirec", {})
+    lines = [f"# PriviRec-k rank sweep on {res['dataset']} ({res['nodes']} nodes, L={res['L']}, "
+             f"{res['wire_dtype']} wire)", "",
+             "| k | " + " | ".join(f"{n} NDCG@20 | vs PriviRec" for n in names)
+             + " | MB per node (down + up) | seconds |",
+             "|---|" + "---|---|" * len(names) + "---|---|"]
+    for r in res["runs"]:
+        cells = []
+        for n in names:
+            v = r["metrics"][f"{n}/ndcg@20"]
+            cells.append(f"{v:.4f} | {v - ref[n]:+.4f}" if n in ref else f"{v:.4f} | -")
+        mb = (r["bytes_per_node"]["mean_down"] + r["bytes_per_node"]["mean_up"]) / 1e6
+        lines.append(f"| {r['k']} | " + " | ".join(cells) + f" | {mb:.0f} | {r['seconds']:.0f} |")
+    if ref:
+        lines += ["", "PriviRec (same benchmark folder, `benchmarks/privirec.py`): "
+                  + ", ".join(f"{n} {v:.4f}" for n, v in ref.items() if n in names)
+                  + (f"; {res['privirec_mb_per_node']:.0f} MB per node"
+                     if "privirec_mb_per_node" in res else "") + "."]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dataset", default="gowalla")
-    p.add_argument("--ks", nargs="+", type=int, default=[256, 512, 1024])
+    p.add_argument("--datasets", nargs="+", default=["gowalla", "yelp2018"])
+    p.add_argument("--ks", nargs="+", type=int, default=list(range(256, 3585, 256)))
+    p.add_argument("--wire-dtype", default="float32", choices=["float32", "float64"])
+    p.add_argument("--resume", action="store_true", help="keep the ks already in the JSON")
     p.add_argument("--nodes", type=int, default=8)
     p.add_argument("--L", type=int, default=2)
     p.add_argument("--filters", default="gf-cf")
@@ -73,21 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    res: dict = {"dataset": args.dataset, "nodes": args.nodes, "L": args.L,
-                 "filters": args.filters, "runs": []}
-    privirec_file = out / f"{args.dataset}.json"
-    if privirec_file.is_file():  # PriviRec's federated numbers from benchmarks/privirec.py
-        fed = json.loads(privirec_file.read_text())["federated"]
-        res["privirec"] = {name: v["ndcg20"] for name, v in fed.items()}
-    for k in args.ks:
-        print(f"[{time.strftime('%H:%M:%S')}] {args.dataset}: privirec-k k={k}", flush=True)
-        res["runs"].append(run_k(args.dataset, k, args.nodes, args.L, args.filters))
-        (out / f"k_sweep_{args.dataset}.json").write_text(json.dumps(res, indent=2))
-    plot(res, out / f"k_sweep_{args.dataset}.png")
-    for r in res["runs"]:
-        print(r["k"], {k: round(v, 4) for k, v in r["metrics"].items() if "ndcg" in k},
-              f"{(r['bytes_per_node']['mean_down'] + r['bytes_per_node']['mean_up']) / 1e6:.0f} MB",
-              f"{r['seconds']:.0f} s")
+    for dataset in args.datasets:
+        sweep(dataset, args, out)
     return 0
 
 

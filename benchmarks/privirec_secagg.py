@@ -10,7 +10,6 @@ nodes). Writes ``results/privirec/secagg.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import sys
 import time
@@ -21,6 +20,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks._report import log, write_report  # noqa: E402
 from fl_app.simulation import run_in_simulation  # noqa: E402
 
 CASES = {
@@ -40,7 +40,7 @@ def run_case(name: str) -> dict:
            "timeout": 1800.0}
     out = {"case": name, "nodes": nodes, "config": cfg}
     for mode in ("secagg+", "none"):
-        print(f"[{time.strftime('%H:%M:%S')}] {name}: {mode} on {nodes} nodes", flush=True)
+        log(f"{name}: {mode} on {nodes} nodes")
         t0 = time.perf_counter()
         rec = run_in_simulation({**cfg, "secagg": mode, "run-name": f"bench-{name}-{mode}"},
                                 num_nodes=nodes, quiet=True)
@@ -87,10 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(REPO / "results" / "privirec"))
     args = p.parse_args(argv)
     results = [run_case(c) for c in args.cases]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "secagg.json").write_text(json.dumps(results, indent=2, default=float))
-    (out / "secagg.md").write_text(markdown(results))
+    write_report(Path(args.out) / "secagg.json", results, markdown(results))
     print(markdown(results))
     return 0
 

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import json
 import logging
 import os
-import platform
 import pstats
 import statistics
 import sys
@@ -39,11 +37,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import flwr  # noqa: E402
 import numpy as np  # noqa: E402
 from flwr.app import ConfigRecord, Context, RecordDict  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
+from benchmarks._report import machine_info, write_report  # noqa: E402
 from clients.diagnostics import diag_secure_sum  # noqa: E402
 from clients.node import NodeContext  # noqa: E402
 from clients.registry import QUERY_HANDLERS, handler  # noqa: E402
@@ -276,7 +274,7 @@ def run_sim(num_nodes: int, floats_list: list[int], repeats: int, profile: bool)
     return box["result"]
 
 
-def write_markdown(path: Path, result: dict[str, Any]) -> None:
+def markdown(result: dict[str, Any]) -> str:
     rows = []
     for r in result["runs"]:
         rows.append(
@@ -308,7 +306,7 @@ Simulations: {sims}.
 
 {result['notes']}
 """
-    path.write_text(text)
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -338,14 +336,9 @@ def main(argv: list[str] | None = None) -> int:
                  f"sum: {target['ratio']:.2f}x, {'met' if met else 'MISSED'}. " + notes)
     result = {
         "runs": runs, "notes": notes, "simulations": sims, "profile": profiles,
-        "repeats": args.repeats, "max_abs": MAX_ABS, "flwr_version": flwr.__version__,
-        "cpus": os.cpu_count(), "machine": platform.machine(),
-        "python": platform.python_version(), "numpy": np.__version__,
+        "repeats": args.repeats, "max_abs": MAX_ABS, **machine_info(),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    write_markdown(args.out.with_suffix(".md"), result)
-    print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
+    write_report(args.out, result, markdown(result))
     return 0
 
 

@@ -1,0 +1,36 @@
+"""What every benchmark does at its end: timestamped progress lines, the machine it ran on,
+and the JSON + Markdown pair under ``results/``."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def log(msg: str) -> None:
+    """A progress line with the wall-clock time (long benchmarks run for many minutes)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def machine_info() -> dict[str, Any]:
+    """What the numbers depend on, recorded beside them."""
+    import flwr
+
+    return {"cpus": os.cpu_count(), "machine": platform.machine(),
+            "python": platform.python_version(), "numpy": np.__version__,
+            "flwr_version": flwr.__version__}
+
+
+def write_report(json_path: Path, result: Any, markdown: str) -> None:
+    """Write ``result`` as JSON and ``markdown`` beside it (same stem, ``.md``)."""
+    json_path = Path(json_path)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(result, indent=2, default=float) + "\n")
+    json_path.with_suffix(".md").write_text(markdown)
+    print(f"wrote {json_path} and {json_path.with_suffix('.md')}", flush=True)
