@@ -18,8 +18,8 @@ from flwr.app import RecordDict
 
 from clients.node import NodeContext
 from clients.registry import handler
-from fl_app.records import arrays_of, csr_from_arrays, csr_to_arrays, to_array_record
-from fl_app.recsys.graph_filters import make_filter
+from fl_app.records import arrays_of, csr_from_arrays, csr_to_arrays, pop_arrays, to_array_record
+from fl_app.recsys.graph_filters import SparseItemItem, make_filter
 from fl_app.recsys.linalg import (
     normalize_rows,
     symmetric_from_upper,
@@ -119,14 +119,19 @@ def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     only totals over all nodes.
     """
     cfg = content.config_records["privirec"]
-    arrays = arrays_of(content)
+    arrays = pop_arrays(content)
     filters = content.config_records["filters"]
     data = node.data()
     train = _binary_rows(node)
-    P = {key.removeprefix("P@").removesuffix(".shape"): None for key in arrays
-         if key.startswith("P@") and key.endswith(".shape")}
-    for alpha in P:
-        P[alpha] = symmetric_from_upper(csr_from_arrays(arrays, f"P@{alpha}"))
+    # One operator per alpha, shared by every filter that uses it (BSPM-LM and -EM then share
+    # the blocked kernel); the broadcast upper triangles are dropped once expanded, because
+    # at Yelp2018 scale each P~ is ~0.8 GB on a node.
+    P: dict[str, SparseItemItem] = {}
+    for key in [k for k in arrays if k.startswith("P@") and k.endswith(".shape")]:
+        alpha = key.removeprefix("P@").removesuffix(".shape")
+        P[alpha] = SparseItemItem(symmetric_from_upper(csr_from_arrays(arrays, f"P@{alpha}")))
+        for part in ("data", "indices", "indptr", "shape"):
+            del arrays[f"P@{alpha}.{part}"]
     out: dict[str, np.ndarray] = {}
     k = int(cfg.get("top-k", 20))
     for name in sorted(filters):

@@ -57,11 +57,13 @@ class BlockedSymmetricSpMM:
 
     def _torch_csr(self, block: sp.csr_matrix) -> torch.Tensor:
         block.sort_indices()
+        # int32 indices when they fit: 12 instead of 16 bytes per non-zero, same speed (measured)
+        index = np.int32 if block.nnz < np.iinfo(np.int32).max else np.int64
         with warnings.catch_warnings():  # "sparse CSR support is in beta": the kernel we measured
             warnings.simplefilter("ignore", UserWarning)
             return torch.sparse_csr_tensor(
-                torch.from_numpy(block.indptr.astype(np.int64)),
-                torch.from_numpy(block.indices.astype(np.int64)),
+                torch.from_numpy(block.indptr.astype(index)),
+                torch.from_numpy(block.indices.astype(index)),
                 torch.from_numpy(block.data.astype(self.dtype)),
                 size=block.shape, check_invariants=False)
 
