@@ -81,6 +81,7 @@ def sweep(dataset: str, args: argparse.Namespace, out: Path) -> None:
         res["privirec"] = {name: v["ndcg20"] for name, v in fed["federated"].items()}
         bpn = fed["bytes_per_node"]
         res["privirec_mb_per_node"] = (bpn["mean_down"] + bpn["mean_up"]) / 1e6
+        res["privirec_L"] = fed.get("L")
     done = {r["k"] for r in res["runs"]}
     for k in args.ks:
         if k in done:
@@ -109,7 +110,7 @@ def markdown(res: dict) -> str:
         mb = (r["bytes_per_node"]["mean_down"] + r["bytes_per_node"]["mean_up"]) / 1e6
         lines.append(f"| {r['k']} | " + " | ".join(cells) + f" | {mb:.0f} | {r['seconds']:.0f} |")
     if ref:
-        lines += ["", "PriviRec (same benchmark folder, `benchmarks/privirec.py`): "
+        lines += ["", f"PriviRec (L={res.get('privirec_L')}, `benchmarks/privirec.py`): "
                   + ", ".join(f"{n} {v:.4f}" for n, v in ref.items() if n in names)
                   + (f"; {res['privirec_mb_per_node']:.0f} MB per node"
                      if "privirec_mb_per_node" in res else "") + "."]
