@@ -29,7 +29,7 @@ from datasets import DatasetSpec, load_dataset  # noqa: E402
 from fl_app.recsys.graph_filters import FactoredItemItem, make_filter  # noqa: E402
 from fl_app.recsys.linalg import normalize_interactions, top_right_singular_vectors  # noqa: E402
 from fl_app.recsys.metrics import evaluate_ranking  # noqa: E402
-from fl_app.simulation import run_in_simulation  # noqa: E402
+from fl_app.simulation import backend_config_for, run_in_simulation  # noqa: E402
 
 PAPER_NDCG = {  # Table 3: (Centr., Priv.)
     "gowalla": {"gf-cf": (0.1518, 0.1528), "turbo-cf": (0.1531, 0.1531),
@@ -66,12 +66,14 @@ def centralized(dataset: str, filters: list[str], batch_size: int) -> tuple[dict
     return out, time.perf_counter() - t0
 
 
-def federated(dataset: str, filters: list[str], nodes: int, L: int) -> tuple[dict, float, dict]:
+def federated(dataset: str, filters: list[str], nodes: int, L: int,
+              client_cpus: int = 1) -> tuple[dict, float, dict]:
     cfg = {"protocol": "privirec", "dataset": dataset, "secagg": "none", "privirec-L": L,
            "privirec-filters": ",".join(filters), "partition": "shards-random",
            "run-name": f"bench-privirec-{dataset}", "timeout": 3600.0}
     t0 = time.perf_counter()
-    record = run_in_simulation(cfg, num_nodes=nodes, quiet=True)
+    record = run_in_simulation(cfg, num_nodes=nodes, quiet=True,
+                                backend_config=backend_config_for(client_cpus))
     seconds = time.perf_counter() - t0
     out = {name: {"ndcg20": record["metrics"][f"{name}/ndcg@20"],
                   "recall20": record["metrics"][f"{name}/recall@20"]} for name in filters}
@@ -104,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--datasets", nargs="+", default=["gowalla", "yelp2018"])
     p.add_argument("--filters", nargs="+", default=["gf-cf", "turbo-cf"])
     p.add_argument("--nodes", type=int, default=8)
+    p.add_argument("--client-cpus", type=int, default=1,
+                   help="CPUs per simulated ClientApp worker (2 = one worker at a time, half the memory)")
     p.add_argument("--L", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--out", default=str(REPO / "results" / "privirec"))
@@ -114,10 +118,12 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{dataset}: centralized reference")
         cen, cen_s = centralized(dataset, args.filters, args.batch_size)
         log(f"{dataset}: federated privirec on {args.nodes} nodes")
-        fed, fed_s, record = federated(dataset, args.filters, args.nodes, args.L)
+        fed, fed_s, record = federated(dataset, args.filters, args.nodes, args.L,
+                                           args.client_cpus)
         comm = record["communication"]
         res = {
             "dataset": dataset, "nodes": args.nodes, "L": args.L, "secagg": "none",
+            "client_cpus": args.client_cpus,
             "centralized": cen, "federated": fed,
             "seconds": {"centralized": cen_s, "federated": fed_s},
             "bytes_per_node": comm["bytes_per_node"],

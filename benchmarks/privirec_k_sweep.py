@@ -23,16 +23,18 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks._report import log, machine_info, write_report  # noqa: E402
-from fl_app.simulation import run_in_simulation  # noqa: E402
+from fl_app.simulation import backend_config_for, run_in_simulation  # noqa: E402
 
 
-def run_k(dataset: str, k: int, nodes: int, L: int, filters: str, wire_dtype: str) -> dict:
+def run_k(dataset: str, k: int, nodes: int, L: int, filters: str, wire_dtype: str,
+          client_cpus: int = 1) -> dict:
     cfg = {"protocol": "privirec-k", "dataset": dataset, "secagg": "none", "privirec-k": k,
            "privirec-L": L, "privirec-filters": filters, "partition": "shards-random",
            "privirec-wire-dtype": wire_dtype,
            "run-name": f"bench-privirec-k{k}-{dataset}", "timeout": 3600.0}
     t0 = time.perf_counter()
-    rec = run_in_simulation(cfg, num_nodes=nodes, quiet=True)
+    rec = run_in_simulation(cfg, num_nodes=nodes, quiet=True,
+                                backend_config=backend_config_for(client_cpus))
     return {"k": k, "seconds": time.perf_counter() - t0, "metrics": rec["metrics"],
             "bytes_per_node": rec["communication"]["bytes_per_node"],
             "rounds": rec["communication"]["total_rounds"]}
@@ -87,7 +89,8 @@ def sweep(dataset: str, args: argparse.Namespace, out: Path) -> None:
         if k in done:
             continue
         log(f"{dataset}: privirec-k k={k}")
-        res["runs"].append(run_k(dataset, k, args.nodes, args.L, args.filters, args.wire_dtype))
+        res["runs"].append(run_k(dataset, k, args.nodes, args.L, args.filters, args.wire_dtype,
+                                 args.client_cpus))
         res["runs"].sort(key=lambda r: r["k"])
         write_report(path, res | {"machine": machine_info()}, markdown(res))
     plot(res, out / f"k_sweep_{dataset}.png")
@@ -124,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wire-dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--resume", action="store_true", help="keep the ks already in the JSON")
     p.add_argument("--nodes", type=int, default=8)
+    p.add_argument("--client-cpus", type=int, default=1,
+                   help="CPUs per simulated ClientApp worker (2 = one worker at a time, half the memory)")
     p.add_argument("--L", type=int, default=2)
     p.add_argument("--filters", default="gf-cf")
     p.add_argument("--out", default=str(REPO / "results" / "privirec"))

@@ -23,6 +23,14 @@ DEFAULT_BACKEND: dict[str, Any] = {
 }
 
 
+def backend_config_for(client_cpus: int) -> dict[str, Any]:
+    """The default backend with ``client_cpus`` CPUs per ClientApp worker: fewer workers run
+    at once (each node's memory peak is paid once per worker), each with more threads."""
+    if client_cpus < 1:
+        raise ValueError(f"client_cpus must be >= 1, got {client_cpus}")
+    return {**DEFAULT_BACKEND, "client_resources": {"num_cpus": client_cpus, "num_gpus": 0.0}}
+
+
 def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int = 4, *,
                       quiet: bool = False, backend_config: dict[str, Any] | None = None,
                       verbose_flower: bool = False) -> dict[str, Any]:
