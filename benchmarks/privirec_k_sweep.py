@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", type=int, default=8)
     p.add_argument("--client-cpus", type=int, default=1,
                    help="CPUs per simulated ClientApp worker (2 = one worker at a time, half the memory)")
-    p.add_argument("--L", type=int, default=2)
+    p.add_argument("--L", type=int, default=3)
     p.add_argument("--filters", default="gf-cf")
     p.add_argument("--out", default=str(REPO / "results" / "privirec"))
     args = p.parse_args(argv)

@@ -35,7 +35,7 @@ DEFAULTS: dict[str, Any] = {
     "mf-negatives": 1,
     "secagg-degree": 0,
     "privirec-filters": "gf-cf,bspm-lm,bspm-em,turbo-cf",
-    "privirec-L": 2,
+    "privirec-L": 3,
     "privirec-rank": 0,
     "privirec-k": 1024,
     "privirec-ritz": "auto",

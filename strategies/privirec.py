@@ -11,7 +11,8 @@ Phases (each a secure sum unless noted; client side in ``clients/privirec.py``):
 3. ``power`` (Algorithm 1): round 1 sums R~_u^T Omega_u with Omega rows drawn privately by
    each node (digest A2: the server must not know Omega); rounds 2..L sum R~_u^T R~_u X and
    the server takes a positive-diagonal QR (``qr_positive``). ``L`` counts all secure-sum
-   rounds, the paper's Algorithm 1 reading (digest A3).
+   rounds including the sketch round; the default 3 is the paper's "L = 2" power rounds
+   after the sketch (digest A3; measured in docs/protocols/privirec.md).
 4. ``ritz`` (beyond the paper, on by default when filters need different ranks): one k x k
    secure sum H = sum_u (R~_u X)^T (R~_u X) and a Rayleigh-Ritz step, so the leading r
    columns are the best rank-r estimate for every filter and the eigenvalue estimates are
@@ -73,7 +74,9 @@ class PriviRec(ProtocolStrategy):
     ----------
     filters : filter names to evaluate (``gf-cf``, ``bspm-lm``, ``bspm-em``, ``turbo-cf``,
         ``linear``, ``ideal``); hyperparameters are each method's published per-dataset ones.
-    L : secure-sum rounds of the power method, including the R~^T Omega round (paper: 2).
+    L : secure-sum rounds of the power method, including the R~^T Omega round (default 3:
+        the sketch round and two power rounds, which reproduces Table 3's "Priv." column;
+        see docs/protocols/privirec.md, A3).
     rank : iteration rank p; 0 means the largest rank any filter needs (GF-CF 256, BSPM 448
         on Gowalla, 384 on Yelp2018).
     ritz : run the Rayleigh-Ritz step (one k x k secure sum); None = when ranks differ.
@@ -92,7 +95,7 @@ class PriviRec(ProtocolStrategy):
 
     low_rank = False
 
-    def __init__(self, *, filters: tuple[str, ...] = DEFAULT_FILTERS, L: int = 2,
+    def __init__(self, *, filters: tuple[str, ...] = DEFAULT_FILTERS, L: int = 3,
                  rank: int = 0, ritz: bool | None = None, omega: str = "private",
                  secagg: str = "secagg+", secagg_degree: int = 0, dataset: str = "",
                  seed: int = 0, top_k: int = 20, filter_rank: int = 0,
@@ -119,7 +122,7 @@ class PriviRec(ProtocolStrategy):
         filters = tuple(f.strip() for f in str(cfg.get("privirec-filters", ",".join(
             DEFAULT_FILTERS))).split(",") if f.strip())
         ritz = str(cfg.get("privirec-ritz", "auto"))
-        return cls(filters=filters, L=int(cfg.get("privirec-L", 2)),
+        return cls(filters=filters, L=int(cfg.get("privirec-L", 3)),
                    rank=int(cfg.get("privirec-rank", 0)),
                    ritz=None if ritz == "auto" else ritz.lower() in ("1", "true", "yes"),
                    omega=str(cfg.get("privirec-omega", "private")),
