@@ -18,7 +18,13 @@ from flwr.app import RecordDict
 
 from clients.node import NodeContext
 from clients.registry import handler
-from fl_app.records import arrays_of, csr_from_arrays, csr_to_arrays, pop_arrays, to_array_record
+from fl_app.records import (
+    arrays_of,
+    csr_from_arrays,
+    csr_to_arrays,
+    pop_arrays,
+    to_array_record,
+)
 from fl_app.recsys.graph_filters import SparseItemItem, make_filter
 from fl_app.recsys.linalg import (
     normalize_rows,
