@@ -66,7 +66,8 @@ def plot(res: dict, path: Path) -> None:
     handles = ax1.get_legend_handles_labels()
     more = ax2.get_legend_handles_labels()
     ax1.legend(handles[0] + more[0], handles[1] + more[1], loc="lower right")
-    ax1.set_title(f"PriviRec-k on {res['dataset']} ({res['nodes']} nodes)")
+    ax1.set_title(f"PriviRec-k on {res['dataset']} ({res['nodes']} nodes, L={res['L']}, "
+                  f"{res.get('wire_dtype', 'float64')} wire)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
