@@ -111,7 +111,7 @@ def power_step(content: RecordDict, node: NodeContext) -> RecordDict:
         out = {"Y": np.asarray(A.T @ omega)}
     else:
         X = arrays["X"]
-        A = A.astype(X.dtype)  # a float32 wire keeps the node's products in float32 too
+        A = A.astype(X.dtype, copy=False)  # a float32 wire keeps the node's products in float32 too
         AX = np.asarray(A @ X)
         out = {"H": AX.T @ AX} if cfg.get("ritz") else {"Y": np.asarray(A.T @ AX)}
     return masked_reply(content, node.state, node.context.node_id, out)

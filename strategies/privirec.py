@@ -46,7 +46,7 @@ from fl_app.recsys.linalg import (
     upper_triangle,
 )
 from fl_app.recsys.metrics import RankingSums
-from fl_app.secure.secagg import SecureAggregator
+from fl_app.secure.secagg import WIRE_DTYPES, SecureAggregator
 from strategies.base import ProtocolStrategy, RunOutcome, data_config, handshake
 
 log = logging.getLogger("fedrec")
@@ -107,8 +107,8 @@ class PriviRec(ProtocolStrategy):
         self.secagg, self.secagg_degree = secagg, secagg_degree
         self.dataset, self.seed, self.top_k = dataset, seed, top_k
         self.filter_rank = filter_rank
-        if wire_dtype not in ("float64", "float32"):
-            raise ValueError(f"privirec-wire-dtype must be float64 or float32, got {wire_dtype!r}")
+        if wire_dtype not in WIRE_DTYPES:
+            raise ValueError(f"privirec-wire-dtype must be one of {WIRE_DTYPES}, got {wire_dtype!r}")
         if wire_dtype != "float64" and secagg != "none":
             raise ValueError("privirec-wire-dtype = float32 needs secagg = 'none' (SecAgg+ sums "
                              "64-bit fixed-point ring elements)")
