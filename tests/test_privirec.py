@@ -127,7 +127,7 @@ def test_float32_wire_halves_bytes_and_keeps_results() -> None:
                                _projector(r64["extra"]["S"][:, :6]), atol=1e-4)
     for name in ("gf-cf", "bspm-em"):
         assert r32["metrics"][f"{name}/ndcg@20"] == pytest.approx(
-            r64["metrics"][f"{name}/ndcg@20"], abs=2e-3)
+            r64["metrics"][f"{name}/ndcg@20"], abs=1e-2)  # 90 users: one rank swap ~5e-3
     up32 = r32["communication"]["bytes_per_node"]["mean_up"]
     up64 = r64["communication"]["bytes_per_node"]["mean_up"]
     assert up32 < 0.7 * up64, (up32, up64)
