@@ -14,18 +14,11 @@ import argparse
 import sys
 from typing import Any
 
-from fl_app.config import DEFAULTS, ConfigError
-from fl_app.messaging import NodeError
+from datasets.errors import DataError
+from fl_app.config import CORE_KEYS, ConfigError, key_table, parse_assignments
+from fl_app.messaging import NodeError, NodeTimeoutError
 
-
-def _parse_set(items: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--set expects key=value, got {item!r}")
-        out[key.strip()] = value.strip().strip("'\"")
-    return out
+DEFAULTS = {name: key.default for name, key in key_table(CORE_KEYS).items()}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,7 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         "data-dir": args.data_dir, "partition": args.partition, "rounds": args.rounds,
         "seed": args.seed, "run-name": args.run_name,
     }
-    overrides.update(_parse_set(args.set))
+    try:
+        overrides.update(parse_assignments(args.set))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if not args.quiet:  # progress of long runs: phase starts and slow rounds
         import logging
 
@@ -82,7 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_in_simulation(overrides, num_nodes=args.nodes, quiet=args.quiet,
                           verbose_flower=args.verbose_flower)
-    except (ConfigError, ValueError, FileNotFoundError, TimeoutError, NodeError) as exc:
+    except (ConfigError, DataError, FileNotFoundError, NodeTimeoutError, NodeError) as exc:
+        # Bad input and node failures are one line; any other error (a bug, a user's own
+        # protocol raising) keeps its traceback.
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -2,7 +2,7 @@
 
 For each dataset, in this process: the centralized reference (exact pieces: item degrees,
 P~, top singular vectors by svds; each filter scored over all users) and the federated
-``privirec`` protocol in a Flower simulation (``--nodes`` nodes, ``secagg="none"`` at full
+``privirec`` protocol in a Flower simulation (``--nodes`` nodes, ``aggregator="plain"`` at full
 scale: the labelled plain-sum mode, see docs/protocols/privirec.md). Writes
 ``results/privirec/<dataset>.json`` (keys ``centralized``, ``federated``, ``seconds``,
 ``bytes_per_node``) and a Markdown table beside it.
@@ -68,7 +68,7 @@ def centralized(dataset: str, filters: list[str], batch_size: int) -> tuple[dict
 
 def federated(dataset: str, filters: list[str], nodes: int, L: int,
               client_cpus: int = 1) -> tuple[dict, float, dict]:
-    cfg = {"protocol": "privirec", "dataset": dataset, "secagg": "none", "privirec-L": L,
+    cfg = {"protocol": "privirec", "dataset": dataset, "aggregator": "plain", "privirec-L": L,
            "privirec-filters": ",".join(filters), "partition": "shards-random",
            "run-name": f"bench-privirec-{dataset}", "timeout": 3600.0}
     t0 = time.perf_counter()
@@ -81,7 +81,7 @@ def federated(dataset: str, filters: list[str], nodes: int, L: int,
 
 
 def markdown(res: dict) -> str:
-    lines = [f"# PriviRec on {res['dataset']} ({res['nodes']} nodes, secagg=none, L={res['L']})",
+    lines = [f"# PriviRec on {res['dataset']} ({res['nodes']} nodes, aggregator=plain, L={res['L']})",
              "", "| filter | centr. NDCG@20 | fed. NDCG@20 | diff | centr. Recall@20 | "
              "fed. Recall@20 | paper (Centr. / Priv.) |", "|---|---|---|---|---|---|---|"]
     for name, c in res["centralized"].items():
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                                            args.client_cpus)
         comm = record["communication"]
         res = {
-            "dataset": dataset, "nodes": args.nodes, "L": args.L, "secagg": "none",
+            "dataset": dataset, "nodes": args.nodes, "L": args.L, "aggregator": "plain",
             "client_cpus": args.client_cpus,
             "centralized": cen, "federated": fed,
             "seconds": {"centralized": cen_s, "federated": fed_s},

@@ -28,7 +28,7 @@ from fl_app.simulation import backend_config_for, run_in_simulation  # noqa: E40
 
 def run_k(dataset: str, k: int, nodes: int, L: int, filters: str, wire_dtype: str,
           client_cpus: int = 1) -> dict:
-    cfg = {"protocol": "privirec-k", "dataset": dataset, "secagg": "none", "privirec-k": k,
+    cfg = {"protocol": "privirec-k", "dataset": dataset, "aggregator": "plain", "privirec-k": k,
            "privirec-L": L, "privirec-filters": filters, "partition": "shards-random",
            "privirec-wire-dtype": wire_dtype,
            "run-name": f"bench-privirec-k{k}-{dataset}", "timeout": 3600.0}

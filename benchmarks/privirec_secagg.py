@@ -1,4 +1,4 @@
-"""PriviRec with SecAgg+ at many nodes: the secure run matches its plain (`secagg="none"`)
+"""PriviRec with SecAgg+ at many nodes: the secure run matches its plain (`aggregator="plain"`)
 run, with the server's peak memory and the bytes per node.
 
 Cases: ML-100K over 100 nodes (shards), and a synthetic set with one user per node (300
@@ -39,23 +39,23 @@ def run_case(name: str) -> dict:
     cfg = {**base, "protocol": "privirec", "privirec-omega": "seeded", "seed": 0,
            "timeout": 1800.0}
     out = {"case": name, "nodes": nodes, "config": cfg}
-    for mode in ("secagg+", "none"):
+    for mode in ("secagg+", "plain"):
         log(f"{name}: {mode} on {nodes} nodes")
         t0 = time.perf_counter()
-        rec = run_in_simulation({**cfg, "secagg": mode, "run-name": f"bench-{name}-{mode}"},
+        rec = run_in_simulation({**cfg, "aggregator": mode, "run-name": f"bench-{name}-{mode}"},
                                 num_nodes=nodes, quiet=True)
         comm = rec["communication"]
         out[mode] = {"seconds": time.perf_counter() - t0, "metrics": rec["metrics"],
                      "bytes_per_node": comm["bytes_per_node"], "rounds": comm["total_rounds"],
                      "server_peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
                      / 2**20, "P": rec["extra"]["P"], "S": rec["extra"]["S"]}
-    a, b = out["secagg+"], out["none"]
+    a, b = out["secagg+"], out["plain"]
     out["max_abs_diff"] = {
         "P": max(float(abs(a["P"][k] - b["P"][k]).max()) for k in a["P"]),
         "S_projector": float(np.abs(a["S"] @ a["S"].T - b["S"] @ b["S"].T).max()),
         "metrics": max(abs(a["metrics"][k] - b["metrics"][k]) for k in a["metrics"]),
     }
-    for mode in ("secagg+", "none"):
+    for mode in ("secagg+", "plain"):
         out[mode].pop("P")
         out[mode].pop("S")
     return out
@@ -66,7 +66,7 @@ def markdown(results: list[dict]) -> str:
              "| case | nodes | mode | seconds | rounds | MB/node down | MB/node up | "
              "server peak RSS GiB | gf-cf NDCG@20 |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        for mode in ("secagg+", "none"):
+        for mode in ("secagg+", "plain"):
             m = r[mode]
             b = m["bytes_per_node"]
             lines.append(f"| {r['case']} | {r['nodes']} | {mode} | {m['seconds']:.0f} | "

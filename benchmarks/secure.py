@@ -47,6 +47,7 @@ from clients.node import NodeContext  # noqa: E402
 from clients.registry import QUERY_HANDLERS, handler  # noqa: E402
 from fl_app.messaging import Messenger  # noqa: E402
 from fl_app.secure.fixedpoint import FixedPoint  # noqa: E402
+from fl_app.secure.aggregate import Aggregator, PlainAggregator  # noqa: E402
 from fl_app.secure.secagg import SecureAggregator  # noqa: E402
 
 ACTION = "diag_secure_sum"
@@ -129,7 +130,7 @@ def _phase_cost(messenger: Messenger, phase: str) -> tuple[int, float]:
     return total_bytes, seconds
 
 
-def _one_sum(agg: SecureAggregator, messenger: Messenger, floats: int,
+def _one_sum(agg: Aggregator, messenger: Messenger, floats: int,
              phase: str) -> tuple[float, int, np.ndarray, dict[str, float]]:
     t0 = time.perf_counter()
     out = agg.sum(ACTION, _request(floats), max_abs=MAX_ABS, phase=phase)
@@ -144,9 +145,9 @@ def _one_sum(agg: SecureAggregator, messenger: Messenger, floats: int,
 def measure(messenger: Messenger, num_nodes: int, floats_list: list[int], repeats: int,
             profile: bool) -> dict[str, Any]:
     nodes = messenger.node_ids(min_nodes=num_nodes)[:num_nodes]
-    secure = SecureAggregator(messenger, nodes, mode="secagg+", seed=SEED,
+    secure = SecureAggregator(messenger, nodes, seed=SEED,
                               seed_batch=len(floats_list) * repeats + 4)
-    plain = SecureAggregator(messenger, nodes, mode="none")
+    plain = PlainAggregator(messenger, nodes)
     # warm-up (Ray workers start, import and load on their first calls), before key setup
     # so that the setup time is the protocol's, not the workers' cold start
     for i in range(2):
@@ -154,7 +155,7 @@ def measure(messenger: Messenger, num_nodes: int, floats_list: list[int], repeat
     t0 = time.perf_counter()
     secure.setup()
     setup_seconds = time.perf_counter() - t0
-    setup_bytes, _ = _phase_cost(messenger, "secagg_setup")
+    setup_bytes = sum(_phase_cost(messenger, p)[0] for p in ("relay_keys", "secagg_setup"))
     _one_sum(secure, messenger, 1000, "warmup-secure")
     codec = FixedPoint.for_sum(MAX_ABS, num_nodes)
     runs = []
@@ -204,7 +205,7 @@ def measure(messenger: Messenger, num_nodes: int, floats_list: list[int], repeat
     return out
 
 
-def profile_sums(messenger: Messenger, secure: SecureAggregator, plain: SecureAggregator,
+def profile_sums(messenger: Messenger, secure: SecureAggregator, plain: PlainAggregator,
                  floats: int) -> dict[str, Any]:
     """One profiled sum per mode: server cProfile, node-side handler time and top entries."""
     out: dict[str, Any] = {"floats": floats, "nodes": len(secure.nodes)}

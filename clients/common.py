@@ -1,4 +1,4 @@
-"""Handlers every protocol uses: the opening handshake."""
+"""Handlers every protocol uses: the opening handshake and the sealed relay's key round."""
 
 from __future__ import annotations
 
@@ -6,20 +6,36 @@ from flwr.app import ConfigRecord, RecordDict
 
 from clients.node import NodeContext
 from clients.registry import handler
+from clients.sealed import KEY_STATE, SEEN_STATE
+from fl_app.secure.keys import NodeKeys
 
 
 @handler("hello")
 def hello(content: RecordDict, node: NodeContext) -> RecordDict:
-    """Load this node's rows and report public metadata: partition, catalogue size, row count.
+    """Load this node's data and report public facts: role, partition, what it holds, sizes.
 
     The catalogue size (number of items) is public in every protocol here; the number of
-    users a node holds is what any Flower deployment reveals anyway (who takes part).
+    users a node holds is what any Flower deployment reveals anyway (who takes part). An
+    item server reports partition -1 unless its node config gives one.
     """
+    role = node.role
+    pid = node.partition_id if role != "item-server" or "partition-id" in \
+        node.context.node_config else -1
     data = node.data()
     return RecordDict({"info": ConfigRecord({
-        "partition-id": node.partition_id,
-        "num-partitions": node.num_partitions,
+        "role": role,
+        "partition-id": pid,
+        "holds": list(data.holds),
         "n-items": int(data.n_items),
         "n-users": int(len(data.user_ids)),
         "n-train-users": int((data.train.getnnz(axis=1) > 0).sum()),
     })})
+
+
+@handler("relay_keys")
+def relay_keys(content: RecordDict, node: NodeContext) -> RecordDict:
+    """Make this run's mail key pair (kept in state) and publish the public key."""
+    keys = NodeKeys()
+    node.state.config_records[KEY_STATE] = ConfigRecord({"sk": keys.private_bytes()})
+    node.state.config_records[SEEN_STATE] = ConfigRecord()
+    return RecordDict({"relay-key": ConfigRecord({"pk": keys.public_bytes()})})

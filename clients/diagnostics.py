@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
+from clients.aggregate import sum_reply
 from clients.node import NodeContext
 from clients.registry import handler
-from fl_app.secure.secagg import masked_reply
 
 
 def diagnostic_vector(seed: int, partition_id: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -26,5 +26,5 @@ def diag_secure_sum(content: RecordDict, node: NodeContext) -> RecordDict:
     shapes = {name: tuple(int(x) for x in dims) for name, dims in cfg.items() if name != "seed"}
     arrays = {name: diagnostic_vector(int(cfg["seed"]) + i, node.partition_id, shape)
               for i, (name, shape) in enumerate(sorted(shapes.items()))}
-    return masked_reply(content, node.state, node.context.node_id, arrays,
+    return sum_reply(node, arrays,
                         extra={"who": ConfigRecord({"partition-id": node.partition_id})})

@@ -2,8 +2,6 @@
 
 State kept in this node's ``context.state`` (never sent anywhere):
 
-- ``relay.<purpose>`` ConfigRecord: this node's X25519 private key for the relay of that
-  purpose (``sk``).
 - ``secret.<purpose>`` ConfigRecord: the shared secret (``secret``), what kind it is
   (``make``), who created it (``owner``) and its SHA-256 ``fingerprint``.
 
@@ -27,16 +25,11 @@ from flwr.app import ConfigRecord, RecordDict
 
 from clients.node import NodeContext
 from clients.registry import handler
-from fl_app.secure.keys import NodeKeys, unwrap_secret, wrap_secret_for_peers
-from fl_app.secure.relay import MAKES, RELAY_KEY, RelayError, relay_context
+from fl_app.secure.relay import MAKES, RELAY_KEY, RelayError, secret_mail_purpose
 
 __all__ = ["get_shared_secret", "get_shared_context", "secret_fingerprint"]
 
 _CONTEXT_CACHE: dict[bytes, object] = {}  # fingerprint -> loaded TenSEAL context (this process)
-
-
-def _keys_key(purpose: str) -> str:
-    return f"relay.{purpose}"
 
 
 def _secret_key(purpose: str) -> str:
@@ -85,29 +78,12 @@ def _cfg(content: RecordDict) -> ConfigRecord:
     return content.config_records[RELAY_KEY]
 
 
-def _my_keys(node: NodeContext, purpose: str) -> NodeKeys:
-    record = node.state.config_records.get(_keys_key(purpose))
-    if record is None:
-        raise RelayError(f"node {node.context.node_id}: no relay key pair for '{purpose}' "
-                         "(keys_advertise_relay must come first)")
-    return NodeKeys.from_private_bytes(bytes(record["sk"]))
-
-
 def _store_secret(node: NodeContext, purpose: str, make: str, owner: int, secret: bytes) -> bytes:
     fp = secret_fingerprint(secret)
     node.state.config_records[_secret_key(purpose)] = ConfigRecord({
         "secret": secret, "make": make, "owner": int(owner), "fingerprint": fp,
     })
     return fp
-
-
-@handler("keys_advertise_relay")
-def advertise_relay(content: RecordDict, node: NodeContext) -> RecordDict:
-    """Round 1: a fresh X25519 key pair for this purpose; publish the public key."""
-    purpose = str(_cfg(content)["purpose"])
-    keys = NodeKeys()
-    node.state.config_records[_keys_key(purpose)] = ConfigRecord({"sk": keys.private_bytes()})
-    return RecordDict({"relay-pk": ConfigRecord({"pk": keys.public_bytes()})})
 
 
 def _make_secret(make: str) -> tuple[bytes, bytes | None]:
@@ -128,38 +104,30 @@ def _make_secret(make: str) -> tuple[bytes, bytes | None]:
 
 @handler("keys_create_secret")
 def create_secret(content: RecordDict, node: NodeContext) -> RecordDict:
-    """Round 2 (owner only): create the secret, keep it, seal one copy per peer."""
+    """Round 2 (owner only): create the secret, keep it, mail a sealed copy to every peer."""
     cfg = _cfg(content)
     purpose, make = str(cfg["purpose"]), str(cfg["make"])
     me = node.context.node_id
-    peers = [int(p) for p in cfg["peers"]]
-    pks = [bytes(b) for b in cfg["peer-pks"]]
-    if len(peers) != len(pks):
-        raise RelayError(f"node {me}: {len(peers)} peers but {len(pks)} public keys")
-    keys = _my_keys(node, purpose)
     secret, public_ctx = _make_secret(make)
     fp = _store_secret(node, purpose, make, me, secret)
-    blobs = wrap_secret_for_peers(keys, secret, dict(zip(peers, pks)), me, relay_context(purpose))
+    for peer in (int(p) for p in cfg["peers"]):
+        node.mailbox.send(peer, secret_mail_purpose(purpose), secret)
     created: dict = {"fingerprint": fp}
     if public_ctx is not None:
         created["public-context"] = public_ctx
-    return RecordDict({
-        "relay-created": ConfigRecord(created),
-        "relay-blobs": ConfigRecord({str(p): blob for p, blob in blobs.items()}),
-    })
+    return RecordDict({"relay-created": ConfigRecord(created)})
 
 
 @handler("keys_receive_secret")
 def receive_secret(content: RecordDict, node: NodeContext) -> RecordDict:
-    """Round 3: open the sealed secret from the owner, keep it, acknowledge its fingerprint."""
+    """Round 3: open the owner's sealed secret, keep it, acknowledge its fingerprint."""
     cfg = _cfg(content)
     purpose, make, owner = str(cfg["purpose"]), str(cfg["make"]), int(cfg["owner"])
-    me = node.context.node_id
-    keys = _my_keys(node, purpose)
-    # AuthenticationError names owner and recipient if the blob was altered or misdirected
-    secret = unwrap_secret(keys, me, owner, bytes(cfg["owner-pk"]), bytes(cfg["blob"]),
-                           relay_context(purpose))
-    fp = _store_secret(node, purpose, make, owner, secret)
+    mail = node.mailbox.receive(secret_mail_purpose(purpose))  # names a tampering's sender
+    if owner not in mail:
+        raise RelayError(f"node {node.context.node_id} received no secret '{purpose}' from its "
+                         f"owner, node {owner} (mail from: {sorted(mail) or 'nobody'})")
+    fp = _store_secret(node, purpose, make, owner, mail[owner])
     return RecordDict({"relay-ack": ConfigRecord({"fingerprint": fp})})
 
 

@@ -10,23 +10,34 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
+from functools import cached_property, lru_cache
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from flwr.app import ConfigRecord, Context, RecordDict
 
-from datasets import DatasetSpec, NodeData, PartitionSpec, load_node_data
+from datasets import DatasetSpec, NodeData, PartitionSpec, load_item_server_data, load_node_data
 from fl_app.records import from_array_record, to_array_record
+
+if TYPE_CHECKING:
+    from clients.sealed import Mailbox
 
 #: RecordDict key under which strategies send the dataset/partition config.
 DATA_KEY = "data"
+#: Roles a node can declare (node config ``role``): user rows (cross-device or shards), a silo
+#: (many users, cross-silo protocols), an item server (item features, no user rows).
+ROLES = ("user", "silo", "item-server")
 _STATE_DATA_KEY = "fedrec.data"
 
 
 @lru_cache(maxsize=8)
 def _cached_node_data(spec: DatasetSpec, part: PartitionSpec, partition_id: int) -> NodeData:
     return load_node_data(spec, part, partition_id)
+
+
+@lru_cache(maxsize=2)
+def _cached_item_server_data(spec: DatasetSpec) -> NodeData:
+    return load_item_server_data(spec)
 
 
 @dataclass
@@ -41,6 +52,13 @@ class NodeContext:
         """Flower's per-node state, kept across the messages of a run."""
         return self.context.state
 
+    @cached_property
+    def mailbox(self) -> Mailbox:
+        """Sealed mail from and to other nodes (``clients/sealed.py``) for this call."""
+        from clients.sealed import Mailbox
+
+        return Mailbox(self.state, self.request, self.context.node_id, self.context.run_id)
+
     @property
     def partition_id(self) -> int:
         try:
@@ -54,6 +72,32 @@ class NodeContext:
     @property
     def num_partitions(self) -> int:
         return int(self.context.node_config["num-partitions"])
+
+    def _simulated_item_servers(self) -> int:
+        """Item servers among the simulated nodes (run config ``item-servers``, sent with the
+        data config): Flower's simulation gives nodes no config beyond their partition."""
+        return int(self.data_config().get("item-servers", 0))
+
+    @property
+    def role(self) -> str:
+        """This node's role: its node config ``role``, else (simulation) ``item-server`` for
+        the last ``item-servers`` partitions and ``user`` for the others."""
+        explicit = str(self.context.node_config.get("role", "") or "")
+        if explicit:
+            if explicit not in ROLES:
+                raise ValueError(f"node config role {explicit!r} is not one of {ROLES}")
+            return explicit
+        k = self._simulated_item_servers()
+        return "item-server" if k and self.partition_id >= self.num_partitions - k else "user"
+
+    @property
+    def user_partitions(self) -> int:
+        """How many nodes hold user rows: ``num-partitions`` less simulated item servers."""
+        n = self.num_partitions - self._simulated_item_servers()
+        if n < 1:
+            raise ValueError(f"item-servers = {self._simulated_item_servers()} leaves no user "
+                             f"nodes among {self.num_partitions}")
+        return n
 
     def data_config(self) -> dict[str, Any]:
         """Dataset config from the request (remembered in state), node config overriding.
@@ -83,11 +127,26 @@ class NodeContext:
         return cfg
 
     def data(self) -> NodeData:
-        """This node's rows (train/test) and side features."""
+        """This node's rows (train/test) and side features; an item server's item features."""
         cfg = self.data_config()
         spec = DatasetSpec.from_config(cfg)
-        part = PartitionSpec.from_config(cfg, self.num_partitions)
+        if self.role == "item-server":
+            return _cached_item_server_data(spec)
+        part = PartitionSpec.from_config(cfg, self.user_partitions)
         return _cached_node_data(spec, part, self.partition_id)
+
+    # -- the request ---------------------------------------------------------------------
+    def arrays(self, key: str = "arrays") -> dict[str, np.ndarray]:
+        """The named arrays the request carries (``Federation.request`` puts them here)."""
+        if key not in self.request.array_records:
+            raise KeyError(f"request has no ArrayRecord '{key}' "
+                           f"(has: {sorted(self.request.array_records)})")
+        return from_array_record(self.request.array_records[key])
+
+    def config(self, name: str = "protocol") -> dict[str, Any]:
+        """The request's ConfigRecord ``name`` as a dict (empty if absent)."""
+        record = self.request.config_records.get(name)
+        return dict(record) if record is not None else {}
 
     # -- private arrays kept in Flower's node state ------------------------------------
     def load_arrays(self, key: str) -> dict[str, np.ndarray] | None:

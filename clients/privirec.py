@@ -1,7 +1,7 @@
 """PriviRec / PriviRec-k client (paper 000): a node's share of every secure sum, and local
 scoring of its own users with the filters built from what the server broadcasts.
 
-Every reply that carries data about the node's users goes through ``masked_reply`` (a
+Every reply that carries data about the node's users goes through ``sum_reply`` (a
 SecAgg+ contribution, or a labelled plain contribution when ``secagg="none"``), except the
 sparse item-item contribution in plain mode, which is the labelled full-scale shortcut of
 ``secagg="none"`` (the dense masked form of an |I| x |I| matrix does not fit a node at
@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 from flwr.app import RecordDict
 
+from clients.aggregate import sum_reply
 from clients.node import NodeContext
 from clients.registry import handler
 from fl_app.records import (
@@ -33,7 +34,6 @@ from fl_app.recsys.linalg import (
     user_gram_weight,
 )
 from fl_app.recsys.metrics import evaluate_ranking
-from fl_app.secure.secagg import masked_reply
 
 #: Gaussian start rows are clipped to +-OMEGA_CLIP so their secure sum has a declared range
 #: (P(|z| > 8) ~ 1e-15 per draw; the distribution is otherwise unchanged).
@@ -71,7 +71,7 @@ def omega_rows(user_ids: np.ndarray, p: int, mode: str, seed: int) -> np.ndarray
 def degrees(content: RecordDict, node: NodeContext) -> RecordDict:
     """Secure sum #1 (Eq. 6): this node's item degree counts."""
     deg = np.asarray(_binary_rows(node).sum(axis=0)).ravel()
-    return masked_reply(content, node.state, node.context.node_id, {"deg": deg})
+    return sum_reply(node, {"deg": deg})
 
 
 @handler("privirec_gram")
@@ -91,7 +91,7 @@ def gram(content: RecordDict, node: NodeContext) -> RecordDict:
             f"needs {n * (n + 1) * 4 / 2**30:.1f} GiB; use secagg='none' or privirec-k")
     rows, cols = np.triu_indices(n)
     dense = np.asarray(G[rows, cols]).ravel()
-    return masked_reply(content, node.state, node.context.node_id, {"gram": dense})
+    return sum_reply(node, {"gram": dense})
 
 
 @handler("privirec_power")
@@ -114,7 +114,7 @@ def power_step(content: RecordDict, node: NodeContext) -> RecordDict:
         A = A.astype(X.dtype, copy=False)  # a float32 wire keeps the node's products in float32 too
         AX = np.asarray(A @ X)
         out = {"H": AX.T @ AX} if cfg.get("ritz") else {"Y": np.asarray(A.T @ AX)}
-    return masked_reply(content, node.state, node.context.node_id, out)
+    return sum_reply(node, out)
 
 
 @handler("privirec_evaluate")
@@ -146,7 +146,7 @@ def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
         P_tilde = P.get(f"{flt.alpha:g}") if flt.needs_P else None
         flt.fit(arrays["item_deg"], P_tilde, arrays.get("S"), arrays.get("eigvals"))
         sums = evaluate_ranking(lambda rows, f=flt: f.score(train[rows]), train, data.test,
-                                k=k, batch_size=int(cfg.get("batch-size", 512)))
+                                k=k, batch_size=512)
         out[name] = np.array([sums.n_users, sums.recall, sums.ndcg, sums.precision, sums.hit,
                               sums.map], dtype=np.float64)
-    return masked_reply(content, node.state, node.context.node_id, out)
+    return sum_reply(node, out)

@@ -14,12 +14,12 @@ from flwr.app import ConfigRecord, RecordDict
 
 from clients.node import NodeContext
 from clients.registry import handler
+from fl_app.secure.aggregate import SUM_KEY
 from fl_app.secure.fixedpoint import FixedPoint
-from fl_app.secure.keys import NodeKeys, open_sealed, seal, split_secret
+from fl_app.secure.keys import NodeKeys, split_secret
 from fl_app.secure.masks import expand_mask
 from fl_app.secure.secagg import (
-    SECAGG_KEY,
-    SHARES_KEY,
+    SHARES_PURPOSE,
     SecAggError,
     agreement_context,
     pairwise_sum_key,
@@ -40,30 +40,25 @@ def _state(state: RecordDict) -> ConfigRecord:
 
 @handler("secagg_advertise")
 def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
-    """Round 1: make the c (share sealing) and s (mask agreement) key pairs; publish them."""
-    c_keys, s_keys = NodeKeys(), NodeKeys()
+    """Round 1: make the s (pairwise mask agreement) key pair; publish its public key."""
+    s_keys = NodeKeys()
     node.state.config_records[_STATE] = ConfigRecord({
-        "run-tag": bytes(content.config_records[SECAGG_KEY]["run-tag"]),
-        "c-sk": c_keys.private_bytes(),
+        "run-tag": bytes(content.config_records[SUM_KEY]["run-tag"]),
         "s-sk": s_keys.private_bytes(),
         "last-sum": 0,
     })
     node.state.config_records[_RECEIVED] = ConfigRecord()
     node.state.config_records[_SEEDS] = ConfigRecord()
     node.state.config_records[_REVEALED] = ConfigRecord()
-    return RecordDict({"keys": ConfigRecord({"c-pk": c_keys.public_bytes(),
-                                             "s-pk": s_keys.public_bytes()})})
-
-
-def _share_aad(sender: int, receiver: int, first_sum: int, run_tag: bytes) -> bytes:
-    return f"secagg-share|{sender}|{receiver}|{first_sum}|".encode() + run_tag
+    return RecordDict({"keys": ConfigRecord({"s-pk": s_keys.public_bytes()})})
 
 
 @handler("secagg_share")
 def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
-    """Round 2: draw one self-mask seed per upcoming sum, Shamir-share each, seal per holder."""
+    """Round 2: draw one self-mask seed per upcoming sum, Shamir-share each, mail each holder
+    its shares through the sealed relay."""
     st = _state(node.state)
-    cfg = content.config_records[SECAGG_KEY]
+    cfg = content.config_records[SUM_KEY]
     me = node.context.node_id
     neighbours = [int(v) for v in cfg["neighbours"]]
     threshold = int(cfg["threshold"])
@@ -76,21 +71,16 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     for t, seed in seeds.items():
         node.state.config_records[_SEEDS][str(t)] = seed
     st["neighbours"] = neighbours
-    st["c-pks"] = [bytes(b) for b in cfg["c-pks"]]
     st["s-pks"] = [bytes(b) for b in cfg["s-pks"]]
     st["threshold"] = threshold
     st["batch"] = batch
-    c_keys = NodeKeys.from_private_bytes(bytes(st["c-sk"]))
-    run_tag = bytes(st["run-tag"])
-    sealed = {}
     for idx, holder in enumerate(holders):
         bundle = b"".join(shares[t][idx] for t in sorted(seeds))
         if holder == me:
             _store_bundle(node.state, me, first, batch, bundle)
-            continue
-        key = c_keys.shared_key(st["c-pks"][idx - 1], agreement_context(run_tag, b"share"))
-        sealed[str(holder)] = seal(key, bundle, _share_aad(me, holder, first, run_tag))
-    return RecordDict({"shares": ConfigRecord(sealed)})
+        else:
+            node.mailbox.send(holder, f"{SHARES_PURPOSE}:{first}", bundle)
+    return RecordDict()
 
 
 def _store_bundle(state: RecordDict, sender: int, first: int, batch: int, bundle: bytes) -> None:
@@ -103,29 +93,16 @@ def _store_bundle(state: RecordDict, sender: int, first: int, batch: int, bundle
         received[f"{first + i}:{sender}"] = bundle[i * size:(i + 1) * size]
 
 
-def _receive_shares(content: RecordDict, state: RecordDict, me: int) -> None:
-    """Open the sealed shares the server relayed; a tampered one names its sender."""
-    if SHARES_KEY not in content.config_records:
-        return
-    st = _state(state)
-    c_keys = NodeKeys.from_private_bytes(bytes(st["c-sk"]))
-    neighbours = [int(v) for v in st["neighbours"]]
-    c_pks = dict(zip(neighbours, (bytes(b) for b in st["c-pks"])))
-    run_tag = bytes(st["run-tag"])
-    for tag, blob in content.config_records[SHARES_KEY].items():
-        first_str, _, sender_str = tag.partition(":")
-        sender, first = int(sender_str), int(first_str)
-        if sender not in c_pks:
+def _receive_shares(node: NodeContext) -> None:
+    """Open the shares neighbours mailed (the relay names the sender of a tampered one)."""
+    st = _state(node.state)
+    neighbours = {int(v) for v in st.get("neighbours", [])}
+    sum_id = int(node.request.config_records[SUM_KEY]["sum-id"])
+    first = sum_id - (sum_id - 1) % int(st["batch"])
+    for sender, bundle in node.mailbox.receive(f"{SHARES_PURPOSE}:{first}").items():
+        if sender not in neighbours:
             raise SecAggError(f"received a share from node {sender}, which is not a neighbour")
-        key = c_keys.shared_key(c_pks[sender], agreement_context(run_tag, b"share"))
-        try:
-            bundle = open_sealed(key, bytes(blob), _share_aad(sender, me, first, run_tag))
-        except Exception as exc:  # AuthenticationError
-            raise SecAggError(
-                f"share relayed from node {sender} to node {me} failed authentication "
-                f"(tampered or forged): {exc}"
-            ) from None
-        _store_bundle(state, sender, first, int(st["batch"]), bundle)
+        _store_bundle(node.state, sender, first, int(st["batch"]), bundle)
 
 
 def _pairwise_keys(st: ConfigRecord, me: int, sum_id: int) -> dict[int, bytes]:
@@ -138,11 +115,12 @@ def _pairwise_keys(st: ConfigRecord, me: int, sum_id: int) -> dict[int, bytes]:
     }
 
 
-def mask_values(content: RecordDict, state: RecordDict, me: int, vec: np.ndarray) -> np.ndarray:
+def mask_values(node: NodeContext, vec: np.ndarray) -> np.ndarray:
     """Fixed-point encode ``vec`` and add the self mask and the pairwise masks for this sum."""
-    _receive_shares(content, state, me)
+    state, me = node.state, node.context.node_id
+    _receive_shares(node)
     st = _state(state)
-    cfg = content.config_records[SECAGG_KEY]
+    cfg = node.request.config_records[SUM_KEY]
     sum_id = int(cfg["sum-id"])
     if sum_id <= int(st["last-sum"]):
         raise SecAggError(f"refusing sum id {sum_id}: ids must increase (last {st['last-sum']}); "
@@ -179,7 +157,7 @@ def unmask(content: RecordDict, node: NodeContext) -> RecordDict:
     """
     me = node.context.node_id
     st = _state(node.state)
-    cfg = content.config_records[SECAGG_KEY]
+    cfg = content.config_records[SUM_KEY]
     sum_id = int(cfg["sum-id"])
     if sum_id != int(st["last-sum"]):
         raise SecAggError(f"node {me} refuses to unmask sum {sum_id}: its last sum is "
@@ -206,3 +184,4 @@ def unmask(content: RecordDict, node: NodeContext) -> RecordDict:
     for owner in sorted(neighbours & dropped):
         out[f"k:{owner}"] = keys[owner]
     return RecordDict({"revealed": ConfigRecord(out)})
+

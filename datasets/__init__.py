@@ -6,7 +6,7 @@ references call load_dataset. Not Hugging Face `datasets` (this package shadows 
 
 from .containers import InteractionData, NodeData
 from .errors import DataError
-from .load import load_dataset, load_node_data
+from .load import load_dataset, load_item_server_data, load_node_data
 from .partition import KNOWN_PARTITIONS, PartitionSpec, partition_users
 from .spec import KNOWN_DATASETS, DatasetSpec
 
@@ -19,6 +19,7 @@ __all__ = [
     "NodeData",
     "PartitionSpec",
     "load_dataset",
+    "load_item_server_data",
     "load_node_data",
     "partition_users",
 ]

@@ -27,7 +27,7 @@ from .partition import PartitionSpec
 from .sources import fingerprint
 from .spec import DatasetSpec
 
-CACHE_VERSION = 1  # bump when the cached layout or the data pipeline changes
+CACHE_VERSION = 2  # bump when the cached layout or the data pipeline changes
 
 
 def cache_dir() -> Path:
@@ -55,6 +55,9 @@ def node_path(spec: DatasetSpec, key: str, part: PartitionSpec, partition_id: in
     return cache_dir() / "nodes" / name
 
 
+_ATTR = "attr:"  # array-name prefix of user attributes in a node file
+
+
 def write_node(path: Path, key: str, node: NodeData) -> bool:
     """Atomically write `node`; warn and return False if the cache is not writable."""
     arrays = {
@@ -67,6 +70,7 @@ def write_node(path: Path, key: str, node: NodeData) -> bool:
         "user_features": node.user_features if node.user_features is not None else np.zeros((0, 0)),
         **csr_to_arrays(node.train, "train", sep="_"),
         **csr_to_arrays(node.test, "test", sep="_"),
+        **{f"{_ATTR}{name}": values for name, values in node.user_attributes.items()},
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -103,6 +107,8 @@ def read_node(path: Path, key: str) -> NodeData | None:
                 user_features=z["user_features"] if bool(z["has_user_features"]) else None,
                 n_items=int(z["n_items"]),
                 n_users_total=int(z["n_users_total"]),
+                user_attributes={name.removeprefix(_ATTR): z[name] for name in z.files
+                                 if name.startswith(_ATTR)},
             )
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return None

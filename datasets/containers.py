@@ -62,7 +62,12 @@ class InteractionData:
 
 @dataclass
 class NodeData:
-    """What ONE node holds: only its own users' rows, never the full matrix."""
+    """What ONE node holds: only its own users' rows, never the full matrix.
+
+    A user node (or silo) holds rows and, where the dataset has them, its users' features
+    and attributes (e.g. ML-100K ``u.user``: age, gender, occupation, zip). An item server
+    holds no rows (``train`` is 0 x n_items) and the catalogue's item features.
+    """
 
     partition_id: int
     user_ids: np.ndarray
@@ -71,3 +76,20 @@ class NodeData:
     user_features: np.ndarray | None
     n_items: int
     n_users_total: int
+    item_features: np.ndarray | None = None
+    user_attributes: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def holds(self) -> tuple[str, ...]:
+        """What this node holds, as the handshake reports it: rows, user-features,
+        user-attributes, item-features."""
+        out = []
+        if len(self.user_ids):
+            out.append("rows")
+        if self.user_features is not None and len(self.user_ids):
+            out.append("user-features")
+        if self.user_attributes and len(self.user_ids):
+            out.append("user-attributes")
+        if self.item_features is not None:
+            out.append("item-features")
+        return tuple(out)

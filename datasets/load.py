@@ -45,7 +45,7 @@ def _prepare(spec: DatasetSpec, raw: RawData) -> InteractionData:
     else:
         assert raw.train is not None and raw.test is not None
         if spec.min_rating > 1.0 and not raw.has_ratings:
-            raise ValueError(
+            raise DataError(
                 f"{spec.name}: min-rating {spec.min_rating} would drop every interaction "
                 f"(the data are implicit, 1.0 per interaction)"
             )
@@ -94,7 +94,7 @@ def load_dataset(spec: DatasetSpec) -> InteractionData:
 def load_node_data(spec: DatasetSpec, part: PartitionSpec, partition_id: int) -> NodeData:
     """The rows of node `partition_id` only, from the disk cache when present."""
     if not 0 <= partition_id < part.num_partitions:
-        raise ValueError(
+        raise DataError(
             f"partition id {partition_id} out of range for {part.num_partitions} partitions "
             f"(scheme {part.scheme!r})"
         )
@@ -113,6 +113,24 @@ def load_node_data(spec: DatasetSpec, part: PartitionSpec, partition_id: int) ->
         user_features=None if data.user_features is None else data.user_features[users].copy(),
         n_items=data.n_items,
         n_users_total=data.n_users,
+        user_attributes={k: v[users].copy() for k, v in data.user_attributes.items()},
     )
     cache.write_node(path, key, node)
     return node
+
+
+def load_item_server_data(spec: DatasetSpec) -> NodeData:
+    """What an item server holds: the catalogue's item features, no user rows."""
+    key, files = _key_and_files(spec)
+    data = _load_by_key(key, spec, files)
+    empty = data.train[:0]
+    return NodeData(
+        partition_id=-1,
+        user_ids=np.zeros(0, dtype=np.int64),
+        train=empty,
+        test=data.test[:0],
+        user_features=None,
+        n_items=data.n_items,
+        n_users_total=data.n_users,
+        item_features=None if data.item_features is None else data.item_features.copy(),
+    )

@@ -19,6 +19,7 @@ import numpy as np
 
 from ._config import coerce
 from .containers import InteractionData
+from .errors import DataError
 
 KNOWN_PARTITIONS: tuple[str, ...] = (
     "user",
@@ -41,11 +42,11 @@ class PartitionSpec:
     def __post_init__(self) -> None:
         """Reject unknown schemes and non-positive node counts early."""
         if self.scheme not in KNOWN_PARTITIONS:
-            raise ValueError(
+            raise DataError(
                 f"unknown partition scheme {self.scheme!r}; known: {', '.join(KNOWN_PARTITIONS)}"
             )
         if self.num_partitions < 1:
-            raise ValueError(f"num-partitions must be >= 1, got {self.num_partitions}")
+            raise DataError(f"num-partitions must be >= 1, got {self.num_partitions}")
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], num_partitions: int | None = None) -> "PartitionSpec":
@@ -72,13 +73,13 @@ def zip_region(zip_code: str) -> str:
 def _silo_zip(data: InteractionData, part: PartitionSpec) -> list[np.ndarray]:
     zips = data.user_attributes.get("zip")
     if zips is None:
-        raise ValueError(
+        raise DataError(
             f"partition scheme 'silo-zip' needs user zip codes, which dataset {data.name!r} does not have"
         )
     regions = np.array([zip_region(z) for z in zips])
     keys = sorted(set(regions.tolist()))
     if len(keys) != part.num_partitions:
-        raise ValueError(
+        raise DataError(
             f"partition scheme 'silo-zip' on {data.name!r} makes {len(keys)} silos "
             f"(first zip digits {', '.join(keys)}), but num-partitions is {part.num_partitions}"
         )
@@ -90,7 +91,7 @@ def partition_users(data: InteractionData, part: PartitionSpec) -> list[np.ndarr
     n = data.n_users
     if part.scheme == "user":
         if part.num_partitions != n:
-            raise ValueError(
+            raise DataError(
                 f"partition scheme 'user' needs one node per user: num-partitions is "
                 f"{part.num_partitions} but dataset {data.name!r} has {n} users"
             )
@@ -104,7 +105,7 @@ def partition_users(data: InteractionData, part: PartitionSpec) -> list[np.ndarr
         parts = _silo_zip(data, part)
     for pid, users in enumerate(parts):
         if len(users) == 0:
-            raise ValueError(
+            raise DataError(
                 f"partition {pid} of scheme {part.scheme!r} is empty: dataset {data.name!r} "
                 f"has {n} users for {part.num_partitions} partitions"
             )

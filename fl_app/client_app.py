@@ -1,6 +1,8 @@
 """The ClientApp: every registered client handler, exposed as a Flower action.
 
-``query.<action>`` messages go to :data:`clients.registry.QUERY_HANDLERS`; Flower's stock
+The node-side modules of every registered protocol (``fl_app/registry.py``) and of users'
+plugins register their handlers on import; ``query.<action>`` messages go to
+:data:`clients.registry.QUERY_HANDLERS`; Flower's stock
 ``train`` / ``evaluate`` messages (sent by stock strategies such as ``FedAvg``) go to the
 handler of the protocol named in the message's config (``fedrec-protocol``).
 """
@@ -9,28 +11,29 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Iterable
 from importlib.metadata import entry_points
 
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-import clients.common  # noqa: F401  (the imports register the built-in handlers)
-import clients.diagnostics  # noqa: F401
-import clients.fedmf  # noqa: F401
-import clients.keyrelay  # noqa: F401
-import clients.privirec  # noqa: F401
-import clients.secagg  # noqa: F401
 from clients.node import NodeContext
 from clients.registry import EVALUATE_HANDLERS, QUERY_HANDLERS, TRAIN_HANDLERS, Handler
+from fl_app.registry import client_modules
+from fl_app.secure.sealed import MAIL_DIRECTORY, MAIL_IN
 
 PLUGIN_GROUP = "fedrec_privacy.clients"
 PLUGIN_ENV = "FEDREC_CLIENT_MODULES"
 PROTOCOL_KEY = "fedrec-protocol"
 
 
-def load_client_plugins() -> list[str]:
-    """Import users' handler modules (entry points and ``$FEDREC_CLIENT_MODULES``)."""
+def load_client_plugins(extra: Iterable[str] = ()) -> list[str]:
+    """Import the registered protocols' handler modules, then users' (entry points,
+    ``$FEDREC_CLIENT_MODULES`` and ``extra``); importing a module registers its handlers."""
     loaded = []
+    for name in (*client_modules(), *extra):
+        importlib.import_module(name)
+        loaded.append(name)
     for ep in entry_points(group=PLUGIN_GROUP):
         ep.load()
         loaded.append(ep.value)
@@ -41,7 +44,13 @@ def load_client_plugins() -> list[str]:
 
 
 def _run(fn: Handler, message: Message, context: Context) -> Message:
-    reply: RecordDict = fn(message.content, NodeContext(context, message.content))
+    node = NodeContext(context, message.content)
+    records = message.content.config_records
+    if MAIL_DIRECTORY in records or MAIL_IN in records:
+        node.mailbox  # noqa: B018  (keeps directory and mail even if this handler reads none)
+    reply: RecordDict = fn(message.content, node)
+    if "mailbox" in vars(node):  # the handler used the sealed relay: send its mail along
+        reply = node.mailbox.attach(reply)
     return Message(reply, reply_to=message)
 
 
@@ -59,9 +68,9 @@ def _protocol_of(message: Message, table: dict[str, Handler], kind: str) -> Hand
     return table[protocol]
 
 
-def build_client_app() -> ClientApp:
-    """A ClientApp with every handler registered so far (built-in and plugins)."""
-    load_client_plugins()
+def build_client_app(extra_modules: Iterable[str] = ()) -> ClientApp:
+    """A ClientApp with every handler registered so far (built-in, plugins, ``extra_modules``)."""
+    load_client_plugins(extra_modules)
     client_app = ClientApp()
 
     for action, fn in sorted(QUERY_HANDLERS.items()):

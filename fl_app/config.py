@@ -1,74 +1,190 @@
-"""Run configuration: the defaults every run starts from, and typed access to them.
+"""Run configuration: typed keys, one parser for ``key=value`` strings, and validation.
 
-The same keys appear in ``pyproject.toml`` under ``[tool.flwr.app.config]`` (what ``flwr run``
-reads); ``tests/test_config.py`` checks that both lists agree, so there is one set of defaults.
-Keys use dashes, as Flower run configs do.
+Every key is declared once as a :class:`Key` (name, default, one-line doc, allowed values or
+range). The core declares :data:`CORE_KEYS` (dataset, partition, run control, aggregation);
+each protocol declares its own on its strategy class (``config_keys``). ``pyproject.toml``'s
+``[tool.flwr.app.config]`` and ``docs/configuration.md`` are generated from the declarations
+(``python -m fl_app.configdoc --write``) and a test fails when they drift.
+
+A key that no declaration knows is an error naming the closest known key, so a typo never
+runs silently with a default. Keys use dashes, as Flower run configs do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+import shlex
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from datasets._config import coerce
 
-DEFAULTS: dict[str, Any] = {
-    "protocol": "fedmf",
-    "strategy": "",
-    "dataset": "synthetic",
-    "data-dir": "",
-    "partition": "shards-contiguous",
-    "seed": 0,
-    "rounds": 20,
-    "timeout": 120.0,
-    "min-nodes": 1,
-    "secagg": "secagg+",
-    "run-name": "",
-    "synthetic-users": 200,
-    "synthetic-items": 300,
-    "synthetic-rank": 8,
-    "synthetic-density": 0.05,
-    "test-ratio": 0.2,
-    "mf-dim": 16,
-    "mf-lr": 0.05,
-    "mf-reg": 0.0001,
-    "mf-negatives": 1,
-    "secagg-degree": 0,
-    "privirec-filters": "gf-cf,bspm-lm,bspm-em,turbo-cf",
-    "privirec-L": 3,
-    "privirec-rank": 0,
-    "privirec-k": 1024,
-    "privirec-ritz": "auto",
-    "privirec-omega": "private",
-    "privirec-filter-rank": 0,
-    "privirec-wire-dtype": "float64",
-}
+Value = bool | int | float | str
 
 
 class ConfigError(ValueError):
-    """A run-config key has a value of the wrong type or outside its range."""
+    """A run-config key is unknown, or its value has the wrong type or is out of range."""
 
 
-def merge_config(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Return DEFAULTS updated with ``overrides``, coercing each value to its default's type.
+@dataclass(frozen=True)
+class Key:
+    """One typed run-config key.
 
-    Unknown keys are kept (user strategies may read their own keys); known keys with a value
-    that cannot be coerced raise :class:`ConfigError` naming the key and the expected type.
+    ``choices`` lists the allowed values (strings); ``min``/``max`` bound numbers
+    (inclusive); ``used_by`` says who reads it, for the configuration reference.
     """
-    cfg = dict(DEFAULTS)
-    for key, value in (overrides or {}).items():
-        if key in DEFAULTS:
-            cfg[key] = _coerce(key, value, type(DEFAULTS[key]))
-        else:
-            cfg[key] = value
+
+    name: str
+    default: Value
+    doc: str
+    choices: tuple[Value, ...] = ()
+    min: float | None = None
+    max: float | None = None
+    used_by: str = ""
+
+    @property
+    def type(self) -> type:
+        return type(self.default)
+
+    def parse(self, value: Any) -> Value:
+        """``value`` coerced to this key's type and checked; ConfigError naming the key."""
+        try:
+            out = coerce(self.name, value, self.type)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if self.choices and out not in self.choices:
+            allowed = " | ".join(str(c) for c in self.choices)
+            raise ConfigError(f"run config '{self.name}': expected one of {allowed}, "
+                              f"got {out!r}")
+        if self.min is not None and out < self.min:
+            raise ConfigError(f"run config '{self.name}': must be >= {self.min:g}, got {out!r}")
+        if self.max is not None and out > self.max:
+            raise ConfigError(f"run config '{self.name}': must be <= {self.max:g}, got {out!r}")
+        return out
+
+
+#: Keys renamed in the past: old name -> hint shown when a config still uses it.
+RENAMED: dict[str, str] = {
+    "secagg": "'aggregator' (secagg+ | plain | ckks; 'secagg = none' is 'aggregator = plain')",
+}
+
+#: Keys every run understands, whatever the protocol.
+CORE_KEYS: tuple[Key, ...] = (
+    Key("protocol", "fedmf", "built-in protocol name (`fl_app.registry`) or "
+        "`package.module:ClassName` of a ProtocolStrategy", used_by="all"),
+    Key("strategy", "", "a plain Flower `Strategy` (`module:Class`) that drives the clients of "
+        "`protocol` (a protocol with a stock driver: `fedmf`)", used_by="stock-strategy runs"),
+    Key("options", "", "the protocol's own keys as `key=value` pairs separated by spaces, for "
+        "keys `pyproject.toml` does not list (a user's protocol run with `flwr run`)",
+        used_by="user protocols"),
+    Key("dataset", "synthetic", "dataset name",
+        choices=("synthetic", "ml-100k", "gowalla", "yelp2018", "lightgcn"), used_by="all"),
+    Key("data-dir", "", "folder holding `<dataset>/`; `\"\"` means `$FEDREC_DATA`, else "
+        "`../shared/data`. A SuperNode's own `data-dir` node config wins", used_by="all"),
+    Key("partition", "shards-contiguous", "how users are spread over nodes: `user` (one user "
+        "per node), contiguous or random shards, row blocks, one silo per first zip digit",
+        choices=("user", "shards-contiguous", "shards-random", "row-blocks", "silo-zip"),
+        used_by="all"),
+    Key("seed", 0, "seeds every public random draw (data, split, partition, model init, "
+        "negatives, public graphs); secrets never come from it", used_by="all"),
+    Key("rounds", 20, "training rounds", min=1, used_by="fedmf"),
+    Key("timeout", 120.0, "seconds a node may take to answer one request; a silent node then "
+        "fails the run with an error naming it (secure sums treat it as a dropout)",
+        min=0.001, used_by="all"),
+    Key("min-nodes", 1, "wait (up to `timeout`) until this many SuperNodes are connected; set "
+        "it to the number of data holders in a deployment", min=1, used_by="all"),
+    Key("aggregator", "secagg+", "how sums over nodes are formed: `secagg+` (masked fixed-point "
+        "sums, exact), `plain` (labelled clear sums in a fixed node order, for full-scale "
+        "accuracy runs), `ckks` (server adds CKKS ciphertexts; a node decrypts)",
+        choices=("secagg+", "plain", "ckks"), used_by="protocols with sums"),
+    Key("secagg-degree", 0, "neighbours per node in the SecAgg+ graph (Harary graph); `0` = "
+        "complete graph. Use O(log n) for large federations", min=0,
+        used_by="protocols with sums"),
+    Key("item-servers", 0, "simulation only: how many simulated nodes (the highest partition "
+        "ids) act as item servers (item features, no user rows); deployed nodes declare "
+        "`role` in their node config instead", min=0, used_by="protocols with an item server"),
+    Key("run-name", "", "results file stem; `\"\"` means `<protocol>-<dataset>-<seed>`",
+        used_by="all"),
+    Key("synthetic-users", 200, "users of the synthetic dataset", min=1, used_by="synthetic"),
+    Key("synthetic-items", 300, "items of the synthetic dataset", min=1, used_by="synthetic"),
+    Key("synthetic-rank", 8, "latent rank of the synthetic Poisson rates", min=1,
+        used_by="synthetic"),
+    Key("synthetic-density", 0.05, "target fraction of non-zero synthetic entries",
+        min=1e-9, max=1.0, used_by="synthetic"),
+    Key("test-ratio", 0.2, "per-user holdout when the dataset has no given split", min=0.0,
+        max=0.99, used_by="synthetic, ml-100k"),
+    Key("implicit", True, "binarize ratings (every interaction is 1.0)", used_by="ml-100k"),
+    Key("min-rating", 0.0, "keep ratings >= this before binarizing (0 keeps all)", min=0.0,
+        used_by="ml-100k"),
+    Key("cold-start-users", 0.0, "fraction of users held out entirely as cold-start users",
+        min=0.0, max=0.99, used_by="cold-start protocols"),
+    Key("cold-start-items", 0.0, "fraction of items held out entirely as cold-start items",
+        min=0.0, max=0.99, used_by="cold-start protocols"),
+)
+
+
+def key_table(keys: Iterable[Key]) -> dict[str, Key]:
+    """Keys by name; two declarations of one name must agree exactly."""
+    out: dict[str, Key] = {}
+    for key in keys:
+        old = out.get(key.name)
+        if old is not None and old != key:
+            raise ValueError(f"run-config key '{key.name}' is declared twice with different "
+                             f"defaults or rules: {old} vs {key}")
+        out[key.name] = key
+    return out
+
+
+def closest_key(name: str, known: Iterable[str]) -> str:
+    """A hint naming the closest known key (case-insensitive), or listing nothing."""
+    if name in RENAMED:
+        return f"; it was renamed to {RENAMED[name]}"
+    known = list(known)
+    lower = {k.lower(): k for k in known}
+    if name.lower() in lower:
+        return f"; did you mean '{lower[name.lower()]}'?"
+    match = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f"; did you mean '{match[0]}'?" if match else ""
+
+
+def merge_config(overrides: Mapping[str, Any] | None, keys: Iterable[Key]) -> dict[str, Any]:
+    """Defaults of ``keys`` updated with ``overrides`` (and the pairs in their ``options``).
+
+    Every value is parsed by its key (type, choices, range). A key not in ``keys`` raises
+    :class:`ConfigError` naming the closest known key.
+    """
+    table = key_table(keys)
+    cfg: dict[str, Any] = {name: key.default for name, key in table.items()}
+    items = dict(overrides or {})
+    options = str(items.get("options", "") or "")
+    merged = {**items, **parse_assignments(shlex.split(options))} if options else items
+    for name, value in merged.items():
+        if name not in table:
+            raise ConfigError(f"unknown run-config key '{name}'{closest_key(name, table)}")
+        cfg[name] = table[name].parse(value)
     return cfg
 
 
-def _coerce(key: str, value: Any, kind: type) -> Any:
-    try:
-        return coerce(key, value, kind)  # one coercion rule for run config and data specs
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+def parse_assignments(items: Iterable[str], what: str = "--set") -> dict[str, Any]:
+    """``key=value`` strings as a dict: the one parser for ``--set``, ``options`` and scripts.
+
+    Values are read as TOML where they are TOML (``3``, ``0.5``, ``true``, ``'text'``) and
+    kept as text otherwise (``gf-cf,bspm-lm``); each key's own type decides in the end.
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"{what} expects key=value, got {item!r}")
+        raw = raw.strip()
+        try:
+            out[key] = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key] = raw.strip("'\"")
+    return out
 
 
 def run_name(cfg: Mapping[str, Any]) -> str:

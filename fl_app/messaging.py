@@ -18,14 +18,18 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
+if TYPE_CHECKING:
+    from fl_app.secure.sealed import Mailroom
+
 DEFAULT_POLL_INTERVAL = 0.002
-#: Rounds slower than this are reported at INFO (progress for long runs), others at DEBUG.
-SLOW_ROUND_SECONDS = 1.0
+#: Rounds slower than this are reported at INFO (progress inside long phases); otherwise the
+#: console gets one summary line per phase.
+SLOW_ROUND_SECONDS = 5.0
 
 log = logging.getLogger("fedrec")
 
@@ -102,6 +106,31 @@ class PhaseStats:
 
 
 @dataclass
+class Receipt:
+    """What the server received in one phase: each reply record's entries and their shapes
+    (never values), how many replies, and what form each record had (``plain`` unless the
+    mechanism that owns it says ``masked``, ``encrypted``, ``sealed`` or ``noised``)."""
+
+    replies: int = 0
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    forms: dict[str, str] = field(default_factory=dict)
+
+    def add(self, content: RecordDict) -> None:
+        self.replies += 1
+        for name, record in content.array_records.items():
+            self.records.setdefault(name, {k: list(a.shape) for k, a in record.items()})
+        for kind, group in (("config", content.config_records),
+                            ("metrics", content.metric_records)):
+            for name, record in group.items():
+                self.records.setdefault(name, {k: kind for k in record})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"replies": self.replies,
+                "records": {name: {"form": self.forms.get(name, "plain"), "entries": entries}
+                            for name, entries in self.records.items()}}
+
+
+@dataclass
 class CommLedger:
     """Accounting of what crossed the Grid: per phase, per node and per round."""
 
@@ -109,6 +138,23 @@ class CommLedger:
     node_down: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     node_up: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     rounds: list[dict[str, Any]] = field(default_factory=list)
+    receipts: dict[str, Receipt] = field(default_factory=lambda: defaultdict(Receipt))
+    _current: str = ""
+    _since: int = 0  # index in ``rounds`` where the current run of the phase began
+
+    def mark(self, phase: str, record: str, form: str) -> None:
+        """Say what form a reply record of ``phase`` has (e.g. SecAgg+ values: ``masked``)."""
+        self.receipts[phase].forms[record] = form
+
+    def summarize(self) -> None:
+        """One console line for the phase that just ended (rounds, seconds, bytes)."""
+        run = self.rounds[self._since:]
+        if run:
+            log.info("%s: %d round(s), %.2f s, %.3g MB down, %.3g MB up", self._current,
+                     len(run), sum(r["seconds"] for r in run),
+                     sum(r["bytes_down"] for r in run) / 1e6,
+                     sum(r["bytes_up"] for r in run) / 1e6)
+        self._since = len(self.rounds)
 
     def record_round(
         self,
@@ -118,6 +164,9 @@ class CommLedger:
         up: Mapping[int, int],
     ) -> None:
         """Add one synchronous round (requests out, replies back) to the ledger."""
+        if phase != self._current:
+            self.summarize()
+            self._current = phase
         stats = self.phases[phase]
         stats.rounds += 1
         stats.seconds += seconds
@@ -173,6 +222,10 @@ class CommLedger:
             "rounds": self.rounds,
         }
 
+    def privacy(self) -> dict[str, Any]:
+        """Per phase, what the server received: records, entries, shapes and form."""
+        return {phase: receipt.to_dict() for phase, receipt in self.receipts.items()}
+
 
 class Messenger:
     """Send requests to nodes and collect their replies, fast and accounted.
@@ -195,6 +248,14 @@ class Messenger:
         self.ledger = ledger if ledger is not None else CommLedger()
         self.node_labels: dict[int, str] = {}
         self.last_missing: list[int] = []
+        self.last_rejected: list[int] = []
+        #: Sealed node-to-node mail (``fl_app.secure.sealed``): once opened, every request
+        #: carries the recipient's pending mail and every reply's outgoing mail is queued.
+        self.mailroom: Mailroom | None = None
+        #: Every aggregator that ran sums through this messenger (for the privacy report).
+        self.aggregators: list[Any] = []
+        #: The fixed order reductions run in (partition order, set by the handshake).
+        self.node_order: list[int] = []
         self._round = 0
 
     def node_ids(self, min_nodes: int = 1, wait: float | None = None) -> list[int]:
@@ -213,6 +274,68 @@ class Messenger:
     def label(self, node_id: int) -> str:
         return self.node_labels.get(node_id, f"node {node_id}")
 
+    def privacy_report(self) -> dict[str, Any]:
+        """What the server received, for the results' ``privacy`` section: per phase the
+        reply records and their form; every sum (aggregator, form, shapes, nodes, dropouts);
+        the sealed mail it carried (endpoints and sizes only)."""
+        sums = [vars(r) for agg in self.aggregators for r in agg.view]
+        mail: dict[str, dict[str, int]] = {}
+        for m in (self.mailroom.view if self.mailroom else []):
+            entry = mail.setdefault(m.purpose.split(":")[0], {"payloads": 0, "bytes": 0})
+            entry["payloads"] += 1
+            entry["bytes"] += m.nbytes
+        dropouts = [{"phase": r["phase"], "nodes": [self.label(n) for n in r["dropped"]]}
+                    for r in sums if r["dropped"]]
+        return {"received": self.ledger.privacy(), "sums": sums, "sealed_mail": mail,
+                "dropouts": dropouts}
+
+    def exchange(
+        self,
+        messages: list[Message],
+        *,
+        phase: str,
+        timeout: float | None = None,
+    ) -> Iterator[tuple[int, Message]]:
+        """Push ``messages``; yield ``(node, reply Message)`` as replies arrive (errors too).
+
+        The one push/poll loop of the project: :meth:`iter_replies` and
+        :class:`AccountedGrid` both run on it. It always has a deadline (``timeout``, else the
+        Messenger's); when it passes, :attr:`last_missing` lists the silent node ids and the
+        iteration ends: the caller decides whether silence is an error. Messages the grid
+        rejects (unknown or offline node) count as silent. The round is recorded in the
+        ledger however the iteration ends.
+        """
+        timeout = self.timeout if timeout is None else float(timeout)
+        t0 = time.perf_counter()
+        self.last_missing = []
+        sizes: dict[str, int] = {}
+        down = {m.metadata.dst_node_id: message_nbytes(m, sizes) for m in messages}
+        # Key by the id each grid writes into the message: a grid may leave out (in memory)
+        # or return None for (deployed) a message it rejects, so positions cannot be trusted.
+        accepted = {i for i in self.grid.push_messages(messages) if i}
+        pending = {m.metadata.message_id: m.metadata.dst_node_id
+                   for m in messages if m.metadata.message_id in accepted}
+        self.last_rejected = sorted(m.metadata.dst_node_id for m in messages
+                                    if m.metadata.message_id not in accepted)
+        up: dict[int, int] = {}
+        deadline = time.monotonic() + timeout
+        try:
+            while pending:
+                replies = list(self.grid.pull_messages(list(pending)))
+                for reply in replies:
+                    node = pending.pop(reply.metadata.reply_to_message_id, None)
+                    if node is None:
+                        continue
+                    up[node] = message_nbytes(reply)
+                    yield node, reply
+                if pending and not replies:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(self.poll_interval)
+            self.last_missing = sorted(set(pending.values()) | set(self.last_rejected))
+        finally:
+            self.ledger.record_round(phase, time.perf_counter() - t0, down, up)
+
     def iter_replies(
         self,
         action: str,
@@ -226,59 +349,37 @@ class Messenger:
         """Send ``contents[node]`` to each node and yield ``(node, reply)`` as replies arrive.
 
         Lets a server reduce replies incrementally (it never has to hold all of them). Raises
-        :class:`NodeError` on the first error reply and :class:`NodeTimeoutError` naming every
-        node still silent when the timeout expires, unless ``allow_missing``: then the silent
-        nodes are listed in :attr:`last_missing` and the iteration just ends (dropout-tolerant
-        protocols such as secure aggregation decide what to do). Error replies always raise.
+        :class:`NodeError` on the first error reply or a rejected message, and
+        :class:`NodeTimeoutError` naming every node still silent when the timeout expires,
+        unless ``allow_missing``: then the silent nodes are listed in :attr:`last_missing`
+        and the iteration just ends (dropout-tolerant protocols such as secure aggregation
+        decide what to do). Error replies always raise.
         """
         phase = phase or action
         timeout = self.timeout if timeout is None else timeout
         self._round += 1
         mtype = message_type or f"query.{action}"
-        t0 = time.perf_counter()
-        self.last_missing = []
+        room, round_ = self.mailroom, self._round
+        if room is not None:
+            contents = {n: room.attach(n, c, round_) for n, c in contents.items()}
         messages = [
             Message(content, dst_node_id=node, message_type=mtype,
                     group_id=f"{phase}:{self._round}")
             for node, content in contents.items()
         ]
-        sizes: dict[str, int] = {}
-        down = {msg.metadata.dst_node_id: message_nbytes(msg, sizes) for msg in messages}
-        # Key by the id each grid writes into the message: a grid may leave out (in memory)
-        # or return None for (deployed) a message it rejects, so positions cannot be trusted.
-        accepted = {i for i in self.grid.push_messages(messages) if i}
-        pending = {m.metadata.message_id: m.metadata.dst_node_id
-                   for m in messages if m.metadata.message_id in accepted}
-        rejected = [m.metadata.dst_node_id for m in messages
-                    if m.metadata.message_id not in accepted]
-        up: dict[int, int] = {}
-        deadline = time.monotonic() + timeout
-        try:
-            if rejected:
-                raise NodeError(action, ", ".join(self.label(n) for n in rejected),
-                                "the SuperLink rejected the message (unknown or offline node)")
-            while pending:
-                replies = list(self.grid.pull_messages(list(pending)))
-                for reply in replies:
-                    node = pending.pop(reply.metadata.reply_to_message_id, None)
-                    if node is None:
-                        continue
-                    up[node] = message_nbytes(reply)
-                    if reply.has_error():
-                        raise NodeError(action, self.label(node), reply.error.reason)
-                    yield node, reply.content
-                if pending and not replies:
-                    if time.monotonic() > deadline:
-                        if allow_missing:
-                            self.last_missing = sorted(pending.values())
-                            return
-                        raise NodeTimeoutError(
-                            action, [self.label(n) for n in sorted(pending.values())],
-                            len(contents), timeout,
-                        )
-                    time.sleep(self.poll_interval)
-        finally:
-            self.ledger.record_round(phase, time.perf_counter() - t0, down, up)
+        for node, reply in self.exchange(messages, phase=phase, timeout=timeout):
+            if reply.has_error():
+                raise NodeError(action, self.label(node), reply.error.reason)
+            self.ledger.receipts[phase].add(reply.content)
+            if room is not None and room.collect(node, reply.content, round_):
+                self.ledger.mark(phase, room.out_record, "sealed")
+            yield node, reply.content
+        if self.last_rejected:
+            raise NodeError(action, ", ".join(self.label(n) for n in self.last_rejected),
+                            "the SuperLink rejected the message (unknown or offline node)")
+        if self.last_missing and not allow_missing:
+            raise NodeTimeoutError(action, [self.label(n) for n in self.last_missing],
+                                   len(contents), timeout)
 
     def send(
         self,
@@ -340,36 +441,31 @@ class AccountedGrid(Grid):
 
     def send_and_receive(self, messages: Iterable[Message], *,
                          timeout: float | None = None) -> Iterable[Message]:
+        """Flower's round, on the Messenger's loop: fast polling, accounted, always timed out.
+
+        ``timeout=None`` means the Messenger's timeout (never an unbounded wait).
+        """
         messages = list(messages)
         if not messages:
             return []
         phase = messages[0].metadata.message_type
         label = self._messenger.label
-        t0 = time.perf_counter()
-        sizes: dict[str, int] = {}
-        down = {m.metadata.dst_node_id: message_nbytes(m, sizes) for m in messages}
-        accepted = {i for i in self._grid.push_messages(messages) if i}
-        dst = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
-        pending = set(accepted)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        replies: list[Message] = []
-        up: dict[int, int] = {}
-        while pending and (deadline is None or time.monotonic() < deadline):
-            got = list(self._grid.pull_messages(list(pending)))
-            for reply in got:
-                pending.discard(reply.metadata.reply_to_message_id)
-                up[reply.metadata.src_node_id] = message_nbytes(reply)
-                replies.append(reply)
-            if pending and not got:
-                time.sleep(self._messenger.poll_interval)
-        self._messenger.ledger.record_round(phase, time.perf_counter() - t0, down, up)
+        arrived = list(self._messenger.exchange(messages, phase=phase, timeout=timeout))
+        # Replies in the handshake's node order, not arrival order, so a stock strategy's
+        # float aggregation (e.g. FedAvg's weighted mean) is the same in every run.
+        rank = {n: i for i, n in enumerate(self._messenger.node_order)}
+        arrived.sort(key=lambda pair: (rank.get(pair[0], len(rank)), pair[0]))
+        replies = [reply for _, reply in arrived]
+        for _, reply in arrived:
+            if not reply.has_error():
+                self._messenger.ledger.receipts[phase].add(reply.content)
         if self.strict:
-            silent = [dst[m] for m in dst if m not in accepted or m in pending]
+            silent = self._messenger.last_missing
             if silent:
-                raise NodeTimeoutError(phase, [label(n) for n in sorted(silent)],
-                                       len(messages), float(timeout or 0.0))
-            for reply in replies:
+                raise NodeTimeoutError(phase, [label(n) for n in silent], len(messages),
+                                       self._messenger.timeout if timeout is None
+                                       else float(timeout))
+            for node, reply in arrived:
                 if reply.has_error():
-                    raise NodeError(phase, label(reply.metadata.src_node_id),
-                                    reply.error.reason)
+                    raise NodeError(phase, label(node), reply.error.reason)
         return replies

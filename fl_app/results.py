@@ -13,24 +13,40 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+#: Arrays up to this many elements are written into the JSON; larger ones go to the .npz.
+INLINE_ARRAY_SIZE = 64
 
-def _jsonable(value: Any) -> Any:
+
+def _jsonable(value: Any, path: str, arrays: dict[str, np.ndarray]) -> Any:
+    """``value`` as JSON data; arrays over :data:`INLINE_ARRAY_SIZE` elements are moved to
+    ``arrays`` (saved beside the JSON) and replaced by a reference naming key and shape."""
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items() if _jsonable(v) is not _SKIP}
+        return {str(k): _jsonable(v, f"{path}.{k}" if path else str(k), arrays)
+                for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [_jsonable(v, f"{path}.{i}", arrays) for i, v in enumerate(value)]
     if isinstance(value, np.ndarray):
-        return value.tolist() if value.size <= 64 else _SKIP
-    if isinstance(value, (np.integer,)):
+        if value.size <= INLINE_ARRAY_SIZE and value.dtype != object:
+            return _jsonable(value.tolist(), path, arrays)
+        arrays[path] = value
+        return {"npz": path, "shape": list(value.shape), "dtype": str(value.dtype)}
+    if isinstance(value, np.integer):
         return int(value)
     if isinstance(value, (float, np.floating)):
         return None if not math.isfinite(float(value)) else float(value)
     if value is None or isinstance(value, (str, int, bool)):
         return value
-    return _SKIP
+    if isinstance(value, bytes):
+        return {"bytes": len(value)}
+    if hasattr(value, "shape") and hasattr(value, "nnz"):  # a scipy sparse matrix
+        arrays.update({f"{path}.{k}": v for k, v in _sparse_parts(value).items()})
+        return {"npz": path, "sparse": True, "shape": list(value.shape), "nnz": int(value.nnz)}
+    return repr(value)
 
 
-_SKIP = object()
+def _sparse_parts(matrix: Any) -> dict[str, np.ndarray]:
+    csr = matrix.tocsr()
+    return {"data": csr.data, "indices": csr.indices, "indptr": csr.indptr}
 
 
 def results_dir() -> Path:
@@ -39,22 +55,51 @@ def results_dir() -> Path:
 
 
 def write_run(record: Mapping[str, Any], name: str, out_dir: Path | None = None) -> Path:
-    """Write ``record`` as JSON to ``<out_dir>/runs/<name>.json`` (atomically); return the path.
+    """Write ``record`` to ``<out_dir>/runs/<name>.json`` (atomically); return the path.
 
-    Large arrays are left out (they are results of the run, not its report).
+    Arrays larger than :data:`INLINE_ARRAY_SIZE` go to ``<name>.npz`` beside it, under the
+    dotted path the JSON names (``{"npz": "extra.S", "shape": [...]}``): nothing is dropped.
     """
     path = (out_dir or results_dir()) / "runs" / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
+    arrays: dict[str, np.ndarray] = {}
+    data = _jsonable(record, "", arrays)
+    npz = path.with_suffix(".npz")
+    if arrays:
+        tmp_npz = path.with_suffix(".tmp.npz")
+        np.savez_compressed(tmp_npz, **arrays)
+        os.replace(tmp_npz, npz)
+        data["arrays_file"] = npz.name
+    else:
+        npz.unlink(missing_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(_jsonable(record), indent=2, sort_keys=True))
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
     os.replace(tmp, path)
     return path
+
+
+def load_run_arrays(json_path: Path) -> dict[str, np.ndarray]:
+    """The arrays a run moved to its ``.npz`` (dotted path -> array), or {} if none."""
+    npz = Path(json_path).with_suffix(".npz")
+    if not npz.is_file():
+        return {}
+    with np.load(npz, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
 
 
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4f}" if abs(value) < 1e4 else f"{value:.3g}"
     return str(value)
+
+
+def _privacy_mode(privacy: Mapping[str, Any]) -> str:
+    """What the server saw of the sums, in words; plain sums are flagged."""
+    forms = sorted({s["form"] for s in privacy.get("sums", [])})
+    if not forms:
+        return "no sums"
+    text = f"{privacy.get('aggregator', '?')} ({', '.join(forms)})"
+    return f"[bold red]{text}: the server saw every node's values[/]" if "plain" in forms else text
 
 
 def print_run_table(record: Mapping[str, Any], console: Console | None = None) -> None:
@@ -69,6 +114,7 @@ def print_run_table(record: Mapping[str, Any], console: Console | None = None) -
         table.add_row(key, _fmt(value))
     comm = record.get("communication", {})
     table.add_row("wall time (s)", _fmt(float(record.get("seconds", 0.0))))
+    table.add_row("sums", _privacy_mode(record.get("privacy", {})))
     table.add_row("synchronous rounds", _fmt(comm.get("total_rounds", 0)))
     per_node = comm.get("bytes_per_node", {})
     if per_node:

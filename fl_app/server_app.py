@@ -1,9 +1,10 @@
 """The ServerApp: read the run config, build the strategy, run it, save and show results.
 
-``protocol`` names a built-in protocol (``strategies.REGISTRY``) or a
-``package.module:ClassName`` implementing :class:`strategies.FedRecStrategy`. ``strategy``
-optionally names a plain Flower ``Strategy`` (e.g. ``FedAvg`` or a user's subclass) to drive
-the clients of ``protocol`` instead of the protocol's own server side.
+``protocol`` names a registered protocol (``fl_app/registry.py``) or a
+``package.module:ClassName`` of a ``ProtocolStrategy``. ``strategy`` optionally names a plain
+Flower ``Strategy`` (e.g. ``FedAvg`` or a user's subclass) to drive the clients of
+``protocol`` instead of the protocol's own server side, for protocols whose strategy class
+offers ``drive_stock_strategy``.
 """
 
 from __future__ import annotations
@@ -16,25 +17,12 @@ from typing import Any
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fl_app.config import merge_config, run_name
+from fl_app.config import ConfigError, run_name
 from fl_app.messaging import AccountedGrid, Messenger
+from fl_app.registry import load_strategy_class, resolve_config
 from fl_app.results import print_run_table, write_run
-from strategies.base import RunOutcome, load_strategy_class
 
 log = logging.getLogger("fedrec")
-
-#: Client families that a plain Flower Strategy can drive: protocol -> runner.
-STOCK_DRIVERS: dict[str, str] = {"fedmf": "strategies.fedmf:run_fedmf_rounds"}
-
-
-def _driver(protocol: str) -> Callable[..., RunOutcome]:
-    if protocol not in STOCK_DRIVERS:
-        raise ValueError(
-            f"a plain Flower strategy can drive the clients of {sorted(STOCK_DRIVERS)}, "
-            f"not {protocol!r}; give a strategy with its own run() as 'protocol' instead"
-        )
-    module, _, attr = STOCK_DRIVERS[protocol].partition(":")
-    return getattr(__import__(module, fromlist=[attr]), attr)
 
 
 def run_protocol(grid: Grid, cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -42,16 +30,23 @@ def run_protocol(grid: Grid, cfg: Mapping[str, Any]) -> dict[str, Any]:
     messenger = Messenger(grid, timeout=float(cfg["timeout"]))
     fast_grid = AccountedGrid(grid, messenger)
     t0 = time.perf_counter()
-    own = not cfg.get("strategy")
-    strategy_cls = load_strategy_class(str(cfg["protocol"] if own else cfg["strategy"]))
-    has_run = hasattr(strategy_cls, "run")
-    strategy = (strategy_cls.from_run_config(cfg) if hasattr(strategy_cls, "from_run_config")
-                else strategy_cls())
-    if own and has_run:  # a protocol with its own phases
+    protocol_cls = load_strategy_class(str(cfg["protocol"]))
+    if not cfg.get("strategy"):  # a protocol with its own phases
+        strategy = protocol_cls.from_run_config(cfg)
         outcome = strategy.run(fast_grid, messenger, cfg)
     else:  # a plain Flower Strategy driving the clients of `protocol`
-        outcome = _driver(str(cfg["protocol"]))(strategy, fast_grid, messenger, cfg)
+        drive = getattr(protocol_cls, "drive_stock_strategy", None)
+        if drive is None:
+            raise ConfigError(f"protocol {cfg['protocol']!r} cannot be driven by a plain Flower "
+                              "strategy ('strategy' key): it has phases of its own")
+        stock_cls = load_strategy_class(str(cfg["strategy"]))
+        stock = (stock_cls.from_run_config(cfg) if hasattr(stock_cls, "from_run_config")
+                 else stock_cls())
+        outcome = drive(stock, fast_grid, messenger, cfg)
     seconds = time.perf_counter() - t0
+    messenger.ledger.summarize()  # the console line of the last phase
+    privacy = {"aggregator": cfg["aggregator"], **messenger.privacy_report(),
+               **getattr(outcome, "privacy", {})}
     return {
         "config": dict(cfg),
         "num_nodes": len(list(grid.get_node_ids())),
@@ -60,6 +55,7 @@ def run_protocol(grid: Grid, cfg: Mapping[str, Any]) -> dict[str, Any]:
         "extra": outcome.extra,
         "seconds": seconds,
         "communication": messenger.ledger.to_dict(),
+        "privacy": privacy,
     }
 
 
@@ -75,7 +71,7 @@ def make_server_app(overrides: Mapping[str, Any] | None = None,
 
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
-        cfg = merge_config({**dict(context.run_config), **dict(overrides or {})})
+        cfg = resolve_config({**dict(context.run_config), **dict(overrides or {})})
         record = run_protocol(grid, cfg)
         path = write_run(record, run_name(cfg))
         record["results_path"] = str(path)

@@ -1,16 +1,9 @@
 """Server side of every protocol: one module per protocol, a Flower Strategy subclass each.
 
-:data:`REGISTRY` maps run-config ``protocol`` names to ``"module:Class"``;
-:func:`load_strategy_class` also accepts ``"package.module:ClassName"`` for a user's own
-``flwr.serverapp.strategy.Strategy`` subclass.
+Protocols are registered by import path in ``fl_app/registry.py``; ``strategies.base`` holds
+what they share (handshake, :class:`ProtocolStrategy`, :class:`RunOutcome`).
 """
 
-from strategies.base import (
-    REGISTRY,
-    FedRecStrategy,
-    ProtocolStrategy,
-    RunOutcome,
-    load_strategy_class,
-)
+from strategies.base import ProtocolStrategy, RunOutcome
 
-__all__ = ["REGISTRY", "FedRecStrategy", "ProtocolStrategy", "RunOutcome", "load_strategy_class"]
+__all__ = ["ProtocolStrategy", "RunOutcome"]

@@ -1,23 +1,23 @@
-"""What every protocol strategy provides to the ServerApp, and the registry of built-ins."""
+"""What every protocol strategy provides to the ServerApp: the outcome record, the handshake,
+and :class:`ProtocolStrategy`, the base of multi-phase protocols."""
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
+import numpy as np
+from flwr.app import ConfigRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
+from fl_app.config import Key
 from fl_app.messaging import Messenger
-
-#: Built-in protocols: run-config ``protocol`` name -> "module:Class".
-REGISTRY: dict[str, str] = {
-    "fedmf": "strategies.fedmf:FedMF",
-    "privirec": "strategies.privirec:PriviRec",
-    "privirec-k": "strategies.privirec:PriviRecK",
-}
+from fl_app.records import to_array_record
+from fl_app.recsys.metrics import RankingSums
+from fl_app.secure.aggregate import Aggregator
+from fl_app.secure.aggregators import make_aggregator
 
 
 @dataclass
@@ -27,47 +27,8 @@ class RunOutcome:
     metrics: dict[str, float] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-@runtime_checkable
-class FedRecStrategy(Protocol):
-    """A strategy the ServerApp can drive: built from the run config, run over a Grid.
-
-    Built-in protocols implement this on top of ``flwr.serverapp.strategy.Strategy``. A user's
-    strategy that is a plain Flower ``Strategy`` (no ``run``) is driven by the client family
-    of the configured ``protocol`` instead (see ``fl_app/server_app.py``).
-    """
-
-    @classmethod
-    def from_run_config(cls, cfg: Mapping[str, Any]) -> FedRecStrategy: ...
-
-    def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome: ...
-
-
-def load_strategy_class(name: str) -> type:
-    """The class for a registry name or a ``package.module:ClassName`` path.
-
-    Raises ValueError naming the known protocols, or what could not be imported.
-    """
-    target = REGISTRY.get(name, name)
-    if ":" not in target:
-        raise ValueError(
-            f"unknown protocol {name!r}: known protocols are {sorted(REGISTRY)}, "
-            "or give a strategy as 'package.module:ClassName'"
-        )
-    module_name, _, class_name = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"strategy {name!r}: cannot import module {module_name!r}: {exc}") from exc
-    cls = getattr(module, class_name, None)
-    if cls is None:
-        raise ValueError(f"strategy {name!r}: module {module_name!r} has no class {class_name!r}")
-    if not (isinstance(cls, type) and issubclass(cls, Strategy)):
-        raise ValueError(
-            f"strategy {name!r}: {class_name} is not a flwr.serverapp.strategy.Strategy subclass"
-        )
-    return cls
+    #: Protocol-specific privacy facts for the results (e.g. a DP ledger under ``"dp"``).
+    privacy: dict[str, Any] = field(default_factory=dict)
 
 
 def data_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -81,6 +42,7 @@ def data_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(DatasetSpec.from_config(cfg).to_config())
     out.update(PartitionSpec.from_config(cfg, 1).to_config())
     out.pop("num-partitions", None)
+    out["item-servers"] = int(cfg.get("item-servers", 0))
     return out
 
 
@@ -93,17 +55,77 @@ class NodeInfo:
     n_items: int
     n_users: int
     n_train_users: int
+    role: str = "user"
+    holds: tuple[str, ...] = ("rows",)
 
 
-def handshake(messenger: Messenger, cfg: Mapping[str, Any],
-              min_nodes: int = 1) -> dict[int, NodeInfo]:
-    """Send the data config to every node, learn their partitions and the catalogue size.
+@dataclass(frozen=True)
+class RoleNeed:
+    """What a protocol needs of the nodes of some roles.
 
-    Also names nodes ``"node <id> (partition <p>)"`` for every later error message. Fails
-    with a clear error if nodes disagree on the number of items (different data files).
+    ``roles``: the roles this line covers (e.g. ``("user", "silo")``); ``min``/``max``: how
+    many such nodes the federation must have (``max=None``: no limit); ``holds``: what
+    each of them must hold (``rows``, ``user-features``, ``user-attributes``,
+    ``item-features``).
     """
-    from flwr.app import ConfigRecord, RecordDict
 
+    roles: tuple[str, ...]
+    min: int = 1
+    max: int | None = None
+    holds: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        count = f"{self.min}..{'' if self.max is None else self.max}"
+        held = f" holding {', '.join(self.holds)}" if self.holds else ""
+        return f"{count} node(s) of role {' or '.join(self.roles)}{held}"
+
+
+#: The default: one or more user nodes (or silos) with rows, nothing else.
+USER_NODES: tuple[RoleNeed, ...] = (RoleNeed(("user", "silo"), min=1, holds=("rows",)),)
+
+
+def check_federation(infos: Mapping[int, NodeInfo], needs: tuple[RoleNeed, ...],
+                     label: Callable[[int], str], protocol: str) -> None:
+    """Fail with an error naming the node and what was expected unless the federation fits.
+
+    Every node's role must be covered by a need; each need's node count must be in range and
+    each of its nodes must hold what it asks for.
+    """
+    covered = {role for need in needs for role in need.roles}
+    for node, info in sorted(infos.items()):
+        if info.role not in covered:
+            raise ValueError(f"{label(node)} has role {info.role!r}, but protocol {protocol!r} "
+                             f"takes only {' / '.join(n.describe() for n in needs)}")
+    for need in needs:
+        members = sorted(n for n, i in infos.items() if i.role in need.roles)
+        if len(members) < need.min or (need.max is not None and len(members) > need.max):
+            roles = ", ".join(f"{label(n)}: {i.role}" for n, i in sorted(infos.items()))
+            raise ValueError(f"protocol {protocol!r} needs {need.describe()}; the federation "
+                             f"has {len(members)} ({roles})")
+        for node in members:
+            held = list(infos[node].holds) or "nothing"
+            lacking = [h for h in need.holds if h not in infos[node].holds]
+            if lacking:
+                raise ValueError(
+                    f"{label(node)} ({infos[node].role}) holds {held} but protocol "
+                    f"{protocol!r} needs each {' or '.join(need.roles)} node to hold "
+                    f"{', '.join(lacking)} (does the dataset have them?)")
+
+
+def node_order(infos: Mapping[int, NodeInfo]) -> list[int]:
+    """The fixed order every reduction runs in: by partition id, then node id."""
+    return sorted(infos, key=lambda n: (infos[n].partition_id, n))
+
+
+def handshake(messenger: Messenger, cfg: Mapping[str, Any], min_nodes: int = 1,
+              needs: tuple[RoleNeed, ...] = USER_NODES,
+              protocol: str | None = None) -> dict[int, NodeInfo]:
+    """Send the data config to every node, learn roles, partitions and the catalogue size.
+
+    Names nodes ``"node <id> (partition <p>)"`` for every later error message, checks the
+    federation against ``needs`` and fails with a clear error if nodes disagree on the
+    number of items (different data files). Returns the infos in :func:`node_order`.
+    """
     nodes = messenger.node_ids(min_nodes=max(min_nodes, int(cfg.get("min-nodes", 1))))
     replies = messenger.broadcast(
         "hello", RecordDict({"data": ConfigRecord(data_config(cfg))}), nodes, phase="handshake"
@@ -112,14 +134,91 @@ def handshake(messenger: Messenger, cfg: Mapping[str, Any],
     for node, reply in replies.items():
         info = reply.config_records["info"]
         infos[node] = NodeInfo(node, int(info["partition-id"]), int(info["n-items"]),
-                               int(info["n-users"]), int(info["n-train-users"]))
-        messenger.node_labels[node] = f"node {node} (partition {infos[node].partition_id})"
+                               int(info["n-users"]), int(info["n-train-users"]),
+                               role=str(info.get("role", "user")),
+                               holds=tuple(str(h) for h in info.get("holds", ["rows"])))
+        where = (f"partition {infos[node].partition_id}" if infos[node].role != "item-server"
+                 else "item server")
+        messenger.node_labels[node] = f"node {node} ({where})"
     item_counts = {i.n_items for i in infos.values()}
     if len(item_counts) != 1:
         detail = ", ".join(f"{messenger.label(n)}: {i.n_items}" for n, i in sorted(infos.items()))
         raise ValueError(f"nodes disagree on the number of items ({detail}); "
                          "they must load the same catalogue")
-    return infos
+    check_federation(infos, needs, messenger.label, protocol or str(cfg.get("protocol", "")))
+    messenger.node_order = node_order(infos)
+    return {n: infos[n] for n in messenger.node_order}
+
+
+@dataclass
+class Federation:
+    """What a protocol works with after the handshake: the nodes in their fixed order, the
+    aggregator the run config names, and one-line helpers for the usual rounds.
+
+    ``sum``, ``broadcast`` and ``evaluate`` take named arrays and a config dict and build
+    the Flower records (``arrays`` ArrayRecord, ``<protocol key>`` ConfigRecord) so a protocol
+    states only its own logic.
+    """
+
+    messenger: Messenger
+    cfg: Mapping[str, Any]
+    infos: dict[int, NodeInfo]
+    aggregator: Aggregator
+    config_name: str = "protocol"
+
+    @property
+    def nodes(self) -> list[int]:
+        """Every node, in the fixed reduction order."""
+        return list(self.infos)
+
+    def of_role(self, *roles: str) -> list[int]:
+        """The nodes of the given roles, in order."""
+        return [n for n, i in self.infos.items() if i.role in roles]
+
+    @property
+    def n_items(self) -> int:
+        return next(iter(self.infos.values())).n_items
+
+    @property
+    def max_users(self) -> int:
+        """The most users any node holds (bounds of per-node counts in sums)."""
+        return max(i.n_users for i in self.infos.values())
+
+    def request(self, arrays: Mapping[str, np.ndarray] | None = None,
+                config: Mapping[str, Any] | None = None) -> RecordDict:
+        """A request carrying ``arrays`` (record ``arrays``) and ``config``."""
+        content = RecordDict()
+        if arrays:
+            content["arrays"] = to_array_record(arrays)
+        if config:
+            content[self.config_name] = ConfigRecord(dict(config))
+        return content
+
+    def sum(self, action: str, arrays: Mapping[str, np.ndarray] | None = None,
+            config: Mapping[str, Any] | None = None, *, max_abs: float,
+            phase: str | None = None) -> dict[str, np.ndarray]:
+        """Every node's reply to ``action``, summed by the run's aggregator."""
+        return self.aggregator.sum(action, self.request(arrays, config), max_abs=max_abs,
+                                   phase=phase)
+
+    def broadcast(self, action: str, arrays: Mapping[str, np.ndarray] | None = None,
+                  config: Mapping[str, Any] | None = None, *, nodes: list[int] | None = None,
+                  phase: str | None = None) -> dict[int, RecordDict]:
+        """The same request to every node (or ``nodes``); the replies by node."""
+        return self.messenger.broadcast(action, self.request(arrays, config),
+                                        self.nodes if nodes is None else nodes, phase=phase)
+
+    def evaluate(self, action: str, arrays: Mapping[str, np.ndarray] | None = None,
+                 config: Mapping[str, Any] | None = None, *, k: int = 20,
+                 phase: str = "evaluate") -> dict[str, float]:
+        """Ranking metrics of every node's users, learned only as a sum over nodes.
+
+        Nodes answer with ``clients.aggregate.ranking_reply``; the result is
+        ``{"recall@20": ..., "ndcg@20": ..., ...}``.
+        """
+        total = self.sum(action, arrays, {**dict(config or {}), "top-k": k},
+                         max_abs=float(self.max_users) + 1.0, phase=phase)
+        return RankingSums.from_vector(k, total["ranking"]).means()
 
 
 class ProtocolStrategy(Strategy):
@@ -129,7 +228,17 @@ class ProtocolStrategy(Strategy):
     phases per run (key setup, secure sums, power steps, evaluation), so subclasses
     implement :meth:`run` and ``start`` calls it and returns Flower's ``Result``. The
     round-based hooks are not part of such a protocol and say so if called.
+
+    ``config_keys`` declares the protocol's own run-config keys (typed, with defaults and
+    ranges); the run config a strategy receives has every one of them, parsed.
     """
+
+    config_keys: ClassVar[tuple[Key, ...]] = ()
+    #: The federation the protocol needs (checked at the handshake).
+    federation: ClassVar[tuple[RoleNeed, ...]] = USER_NODES
+    #: The module of the protocol's node handlers, imported by a local simulation's
+    #: ClientApp (deployed nodes import it only if their operator lists it).
+    clients: ClassVar[str] = ""
 
     @classmethod
     def from_run_config(cls, cfg: Mapping[str, Any]) -> ProtocolStrategy:
@@ -137,6 +246,14 @@ class ProtocolStrategy(Strategy):
 
     def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
         raise NotImplementedError(f"{type(self).__name__} must implement run()")
+
+    def federate(self, messenger: Messenger, cfg: Mapping[str, Any],
+                 config_name: str = "protocol") -> Federation:
+        """Handshake (checked against :attr:`federation`) and the run's aggregator, set up."""
+        infos = handshake(messenger, cfg, needs=self.federation)
+        agg = make_aggregator(str(cfg["aggregator"]), messenger, list(infos),
+                              seed=int(cfg["seed"]), degree=int(cfg["secagg-degree"]) or None)
+        return Federation(messenger, cfg, infos, agg, config_name)
 
     def summary(self) -> None:
         import logging
@@ -150,9 +267,10 @@ class ProtocolStrategy(Strategy):
         from flwr.app import MetricRecord
         from flwr.serverapp.strategy import Result
 
-        from fl_app.config import merge_config
+        from fl_app.registry import resolve_config
 
-        cfg = merge_config(dict(train_config or {}))
+        cfg = resolve_config({"protocol": f"{type(self).__module__}:{type(self).__qualname__}",
+                              **dict(train_config or {})})
         outcome = self.run(grid, Messenger(grid, timeout=timeout), cfg)
         result = Result()
         result.evaluate_metrics_serverapp[1] = MetricRecord(

@@ -14,6 +14,7 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Strategy
 
+from fl_app.config import Key
 from fl_app.messaging import Messenger
 from fl_app.recsys.mf import init_item_factors
 from strategies.base import RunOutcome, data_config, handshake
@@ -30,6 +31,13 @@ class FedMF(FedAvg):
     is what makes the run equal the centralized reference.
     """
 
+    config_keys = (
+        Key("mf-dim", 16, "factor dimension", min=1),
+        Key("mf-lr", 0.05, "gradient step", min=0.0),
+        Key("mf-reg", 0.0001, "L2 weight on user and item factors", min=0.0),
+        Key("mf-negatives", 1, "negatives sampled per positive per round", min=1),
+    )
+
     @classmethod
     def from_run_config(cls, cfg: Mapping[str, Any]) -> FedMF:
         return cls(fraction_train=1.0, fraction_evaluate=1.0, min_train_nodes=1,
@@ -37,6 +45,12 @@ class FedMF(FedAvg):
 
     def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
         return run_fedmf_rounds(self, grid, messenger, cfg)
+
+    @staticmethod
+    def drive_stock_strategy(strategy: Strategy, grid: Grid, messenger: Messenger,
+                             cfg: Mapping[str, Any]) -> RunOutcome:
+        """Any message-API Strategy (e.g. a user's FedAvg subclass) drives the FedMF nodes."""
+        return run_fedmf_rounds(strategy, grid, messenger, cfg)
 
 
 def run_fedmf_rounds(strategy: Strategy, grid: Grid, messenger: Messenger,

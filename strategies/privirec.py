@@ -35,6 +35,7 @@ import scipy.sparse as sp
 from flwr.app import ConfigRecord, RecordDict
 from flwr.serverapp import Grid
 
+from fl_app.config import ConfigError, Key
 from fl_app.messaging import Messenger
 from fl_app.records import csr_from_arrays, csr_to_arrays, to_array_record
 from fl_app.recsys.graph_filters import make_filter
@@ -46,8 +47,9 @@ from fl_app.recsys.linalg import (
     upper_triangle,
 )
 from fl_app.recsys.metrics import RankingSums
-from fl_app.secure.secagg import WIRE_DTYPES, SecureAggregator
-from strategies.base import ProtocolStrategy, RunOutcome, data_config, handshake
+from fl_app.secure.aggregate import WIRE_DTYPES, Aggregator, in_node_order
+from fl_app.secure.aggregators import make_aggregator
+from strategies.base import ProtocolStrategy, RunOutcome, data_config, handshake, node_order
 
 log = logging.getLogger("fedrec")
 
@@ -67,6 +69,30 @@ def paper_float_counts(n_items: int, L: int, k1: int = 256, k2: int = 2000, k3: 
             "federated-gcn": float(e * k3 * (n_items + n_users))}
 
 
+#: Run-config keys of PriviRec (PriviRec-k adds ``privirec-k``).
+PRIVIREC_KEYS: tuple[Key, ...] = (
+    Key("privirec-filters", ",".join(DEFAULT_FILTERS), "comma-separated filters to build and "
+        "evaluate (`gf-cf`, `bspm-lm`, `bspm-em`, `turbo-cf`, `linear`, `ideal`); privirec-k "
+        "drops `turbo-cf`"),
+    Key("privirec-L", 3, "secure-sum rounds of the power method, including the R~^T Omega "
+        "round: the sketch round plus L-1 power rounds. 3 reproduces the paper's Table 3 "
+        "\"Priv.\" column (its \"L = 2\"; docs/protocols/privirec.md, A3)", min=1),
+    Key("privirec-rank", 0, "iteration rank p; `0` = the largest rank any filter needs", min=0),
+    Key("privirec-ritz", "auto", "Rayleigh-Ritz step (one k x k secure sum): `auto` (privirec: "
+        "when filter ranks differ; privirec-k: off), `true`, `false`",
+        choices=("auto", "true", "false")),
+    Key("privirec-omega", "private", "`private`: each node draws its Omega rows from OS "
+        "entropy; `seeded`: from (seed, user id), reproducible by the centralized reference "
+        "(evaluation only)", choices=("private", "seeded")),
+    Key("privirec-filter-rank", 0, "override every filter's ideal low-pass rank (`0` = "
+        "published per-dataset ranks); for small catalogues", min=0),
+    Key("privirec-wire-dtype", "float64", "precision of the dense |I| x p matrices on the "
+        "wire (X, the nodes' Y, S): `float64` (lossless) or `float32` (half the bytes and node "
+        "memory; `aggregator = plain` only; the server still does QR in float64)",
+        choices=WIRE_DTYPES),
+)
+
+
 class PriviRec(ProtocolStrategy):
     """PriviRec (paper 000, Section 3.3): exact P~ and the ideal low-pass filter.
 
@@ -82,36 +108,38 @@ class PriviRec(ProtocolStrategy):
     ritz : run the Rayleigh-Ritz step (one k x k secure sum); None = when ranks differ.
     omega : ``private`` (default; each node draws its Omega rows from OS entropy) or
         ``seeded`` (reproducible from the run seed; for comparisons with the reference).
-    secagg : ``secagg+`` or ``none`` (labelled plain sums; the item-item contribution then
-        travels sparse, which is what makes Gowalla-scale runs possible).
+    aggregator : ``secagg+``, ``plain`` (labelled clear sums; the item-item contribution then
+        travels sparse, which is what makes Gowalla-scale runs possible) or ``ckks``.
     secagg_degree : neighbours per node in SecAgg+ (0 = complete graph).
     filter_rank : override every filter's ideal low-pass rank (0 = the published ranks); for
         small catalogues.
     wire_dtype : precision of the dense |I| x p matrices that travel (X, the nodes' Y, S):
         ``float64`` (default, lossless) or ``float32`` (half the bytes and node memory; the
         server still runs QR and sums in float64, and the nodes' low-rank scoring runs in
-        float32). Plain mode only: SecAgg+ replies are 64-bit ring elements either way.
+        float32). Plain sums only: SecAgg+ replies are 64-bit ring elements either way.
     """
 
     low_rank = False
+    config_keys = PRIVIREC_KEYS
 
     def __init__(self, *, filters: tuple[str, ...] = DEFAULT_FILTERS, L: int = 3,
                  rank: int = 0, ritz: bool | None = None, omega: str = "private",
-                 secagg: str = "secagg+", secagg_degree: int = 0, dataset: str = "",
+                 aggregator: str = "secagg+", secagg_degree: int = 0, dataset: str = "",
                  seed: int = 0, top_k: int = 20, filter_rank: int = 0,
                  wire_dtype: str = "float64") -> None:
         if L < 1:
-            raise ValueError(f"privirec-L counts the R~^T Omega round and must be >= 1, got {L}")
+            raise ConfigError(f"privirec-L counts the R~^T Omega round and must be >= 1, got {L}")
         self.filters = tuple(filters)
         self.L, self.rank, self.ritz, self.omega = L, rank, ritz, omega
-        self.secagg, self.secagg_degree = secagg, secagg_degree
+        self.aggregator, self.secagg_degree = aggregator, secagg_degree
         self.dataset, self.seed, self.top_k = dataset, seed, top_k
         self.filter_rank = filter_rank
         if wire_dtype not in WIRE_DTYPES:
-            raise ValueError(f"privirec-wire-dtype must be one of {WIRE_DTYPES}, got {wire_dtype!r}")
-        if wire_dtype != "float64" and secagg != "none":
-            raise ValueError("privirec-wire-dtype = float32 needs secagg = 'none' (SecAgg+ sums "
-                             "64-bit fixed-point ring elements)")
+            raise ConfigError(f"privirec-wire-dtype must be one of {WIRE_DTYPES}, got "
+                              f"{wire_dtype!r}")
+        if wire_dtype != "float64" and aggregator != "plain":
+            raise ConfigError("privirec-wire-dtype = float32 needs aggregator = 'plain' (SecAgg+ "
+                              "sums 64-bit fixed-point ring elements, CKKS its own encoding)")
         self.wire_dtype = wire_dtype
         # PriviRec-k: the ideal low-pass part uses at most the k columns there are
         self.max_filter_rank = rank if self.low_rank else 0
@@ -119,17 +147,14 @@ class PriviRec(ProtocolStrategy):
 
     @classmethod
     def from_run_config(cls, cfg: Mapping[str, Any]) -> PriviRec:
-        filters = tuple(f.strip() for f in str(cfg.get("privirec-filters", ",".join(
-            DEFAULT_FILTERS))).split(",") if f.strip())
-        ritz = str(cfg.get("privirec-ritz", "auto"))
-        return cls(filters=filters, L=int(cfg.get("privirec-L", 3)),
-                   rank=int(cfg.get("privirec-rank", 0)),
-                   ritz=None if ritz == "auto" else ritz.lower() in ("1", "true", "yes"),
-                   omega=str(cfg.get("privirec-omega", "private")),
-                   secagg=str(cfg["secagg"]), secagg_degree=int(cfg.get("secagg-degree", 0)),
-                   dataset=str(cfg["dataset"]), seed=int(cfg["seed"]),
-                   filter_rank=int(cfg.get("privirec-filter-rank", 0)),
-                   wire_dtype=str(cfg.get("privirec-wire-dtype", "float64")))
+        filters = tuple(f.strip() for f in str(cfg["privirec-filters"]).split(",") if f.strip())
+        ritz = str(cfg["privirec-ritz"])
+        return cls(filters=filters, L=cfg["privirec-L"], rank=cfg["privirec-rank"],
+                   ritz=None if ritz == "auto" else ritz == "true",
+                   omega=cfg["privirec-omega"], aggregator=cfg["aggregator"],
+                   secagg_degree=cfg["secagg-degree"], dataset=cfg["dataset"],
+                   seed=cfg["seed"], filter_rank=cfg["privirec-filter-rank"],
+                   wire_dtype=cfg["privirec-wire-dtype"])
 
     # -- helpers ----------------------------------------------------------------------------
     def _filter_objects(self) -> dict[str, Any]:
@@ -151,21 +176,22 @@ class PriviRec(ProtocolStrategy):
         return len(ranks) > 1 or self.low_rank
 
     # -- phases -----------------------------------------------------------------------------
-    def sum_degrees(self, agg: SecureAggregator, max_users: int) -> np.ndarray:
+    def sum_degrees(self, agg: Aggregator, max_users: int) -> np.ndarray:
         """Eq. 6: V' = SecAgg(R_u)."""
         return agg.sum("privirec_degrees", RecordDict(), max_abs=float(max_users),
                        phase="degrees")["deg"]
 
-    def sum_gram(self, agg: SecureAggregator, messenger: Messenger, n_items: int,
+    def sum_gram(self, agg: Aggregator, messenger: Messenger, n_items: int,
                  max_users: int, alpha: float) -> sp.csr_matrix:
         """Theorem 3.1: P' (upper triangle) by secure sum, or sparse plain sum if labelled."""
         req = RecordDict({"privirec": ConfigRecord({
-            "alpha": alpha, "transport": "sparse" if self.secagg == "none" else "dense"})})
+            "alpha": alpha, "transport": "sparse" if self.aggregator == "plain" else "dense"})})
         phase = f"gram@{alpha:g}"
-        if self.secagg == "none":
+        if self.aggregator == "plain":  # sparse clear sum, in node order (reproducible)
             total = sp.csr_matrix((n_items, n_items))
-            for _, reply in messenger.iter_replies("privirec_gram", dict.fromkeys(agg.nodes, req),
-                                                   phase=phase):
+            replies = messenger.iter_replies("privirec_gram", dict.fromkeys(agg.nodes, req),
+                                             phase=phase)
+            for _, reply in in_node_order(replies, agg.nodes):
                 arrays = {k: v.numpy() for k, v in reply.array_records["gram"].items()}
                 total = total + csr_from_arrays(arrays, "G")  # incremental: one at a time
             return symmetric_from_upper(total)
@@ -175,7 +201,7 @@ class PriviRec(ProtocolStrategy):
         upper = sp.csr_matrix((dense[keep], (rows[keep], cols[keep])), shape=(n_items, n_items))
         return symmetric_from_upper(upper)
 
-    def power_method(self, agg: SecureAggregator, item_deg: np.ndarray, p: int,
+    def power_method(self, agg: Aggregator, item_deg: np.ndarray, p: int,
                      max_users: int, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Algorithm 1 with L secure-sum rounds; optional Rayleigh-Ritz. Returns (S, eigvals)."""
         cfg = ConfigRecord({"p": p, "omega": self.omega, "seed": self.seed})
@@ -200,7 +226,7 @@ class PriviRec(ProtocolStrategy):
             return S[:, :k], np.maximum(theta[:k], 0.0)
         return X[:, :k], np.abs(np.diag(T))[:k].copy()
 
-    def evaluate(self, agg: SecureAggregator, item_deg: np.ndarray, S: np.ndarray | None,
+    def evaluate(self, agg: Aggregator, item_deg: np.ndarray, S: np.ndarray | None,
                  eigvals: np.ndarray | None, P: Mapping[float, sp.csr_matrix],
                  max_users: int) -> dict[str, RankingSums]:
         """Broadcast the pieces; nodes score their users; secure sum of the metric sums."""
@@ -229,13 +255,12 @@ class PriviRec(ProtocolStrategy):
 
     # -- the run ----------------------------------------------------------------------------
     def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
-        infos = handshake(messenger, cfg)
+        infos = handshake(messenger, cfg, needs=self.federation)
         n_items = next(iter(infos.values())).n_items
         max_users = max(i.n_users for i in infos.values())
         p = self.iteration_rank(n_items)
-        agg = SecureAggregator(messenger, sorted(infos), mode=self.secagg,
-                               degree=self.secagg_degree or None, seed=self.seed)
-        agg.setup()
+        agg = make_aggregator(self.aggregator, messenger, node_order(infos),
+                              degree=self.secagg_degree or None, seed=self.seed)
         log.info("privirec: degrees")
         item_deg = self.sum_degrees(agg, max_users)
         P = {}
@@ -270,11 +295,13 @@ class PriviRecK(PriviRec):
     """
 
     low_rank = True
+    config_keys = (*PRIVIREC_KEYS, Key("privirec-k", 1024, "rank k of the power method (the "
+                                       "paper sweeps 256..3584)", min=1))
 
     def __init__(self, *, filters: tuple[str, ...] = ("gf-cf", "bspm-lm", "bspm-em"),
                  rank: int = 1024, **kwargs: Any) -> None:
         if "turbo-cf" in filters:
-            raise ValueError("privirec-k cannot run turbo-cf: it needs the explicit item-item "
+            raise ConfigError("privirec-k cannot run turbo-cf: it needs the explicit item-item "
                              "matrix (element-wise powers); use privirec")
         super().__init__(filters=filters, rank=rank, **kwargs)
 
@@ -282,10 +309,9 @@ class PriviRecK(PriviRec):
     def from_run_config(cls, cfg: Mapping[str, Any]) -> PriviRecK:
         base = PriviRec.from_run_config(cfg)
         filters = tuple(f for f in base.filters if f != "turbo-cf")
-        ritz = str(cfg.get("privirec-ritz", "false"))
-        return cls(filters=filters, L=base.L, rank=int(cfg.get("privirec-k", 1024)),
-                   ritz=ritz.lower() in ("1", "true", "yes"), omega=base.omega,
-                   secagg=base.secagg, secagg_degree=base.secagg_degree,
+        return cls(filters=filters, L=base.L, rank=cfg["privirec-k"],
+                   ritz=cfg["privirec-ritz"] == "true", omega=base.omega,
+                   aggregator=base.aggregator, secagg_degree=base.secagg_degree,
                    dataset=base.dataset, seed=base.seed, filter_rank=base.filter_rank,
                    wire_dtype=base.wire_dtype)
 

@@ -11,7 +11,10 @@ Knobs for tests:
 
 - ``silent``: node ids that never answer (their requests vanish), to test timeouts;
 - ``pull_limit``: at most this many replies per ``pull_messages`` call, so replies "arrive"
-  one poll after another (to test incremental consumption).
+  one poll after another (to test incremental consumption);
+- ``reverse``: hand replies out in the reverse of the requested order (another arrival
+  order, to test that reductions do not depend on it);
+- ``node_configs``: extra node config per node index (e.g. ``{"role": "item-server"}``).
 
 Use it as a context manager (or call :meth:`close`): creating instruction messages needs
 Flower's process-wide ``TaskIdentity`` (run id, server node id), which the grid sets and
@@ -45,6 +48,8 @@ class LocalGrid(Grid):
         pull_limit: int | None = None,
         run_id: int = 1,
         first_node_id: int = 1001,
+        reverse: bool = False,
+        node_configs: dict[int, dict[str, Any]] | None = None,
     ) -> None:
         self.app = app
         self.run_id = run_id
@@ -53,7 +58,8 @@ class LocalGrid(Grid):
             nid: Context(
                 run_id=run_id,
                 node_id=nid,
-                node_config={"partition-id": i, "num-partitions": num_nodes},
+                node_config={"partition-id": i, "num-partitions": num_nodes,
+                             **(node_configs or {}).get(i, {})},
                 state=RecordDict(),
                 run_config={},
             )
@@ -61,6 +67,7 @@ class LocalGrid(Grid):
         }
         self.silent = set(silent)
         self.pull_limit = pull_limit
+        self.reverse = reverse
         self.pushed: list[Message] = []
         self.pull_calls = 0
         self._replies: dict[str, Message] = {}  # request id -> reply
@@ -116,7 +123,8 @@ class LocalGrid(Grid):
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         self.pull_calls += 1
         out: list[Message] = []
-        for mid in message_ids:
+        ids = list(message_ids)
+        for mid in reversed(ids) if self.reverse else ids:
             if self.pull_limit is not None and len(out) >= self.pull_limit:
                 break
             reply = self._replies.pop(mid, None)

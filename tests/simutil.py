@@ -11,7 +11,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from flwr.app import Context
+import numpy as np
+from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from fl_app.messaging import Messenger
@@ -44,3 +45,18 @@ def run_on_simulated_nodes(fn: Callable[[Messenger], Any], num_nodes: int,
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def diag_request(seed: int, shapes: dict[str, tuple[int, ...]]) -> RecordDict:
+    """A ``diag_secure_sum`` request: every node answers known vectors of these shapes."""
+    return RecordDict({"diag": ConfigRecord({"seed": seed,
+                                             **{k: list(v) for k, v in shapes.items()}})})
+
+
+def diag_expected(seed: int, shapes: dict[str, tuple[int, ...]],
+                  partitions: list[int]) -> dict[str, np.ndarray]:
+    """The plain sum over ``partitions`` of what ``diag_request`` makes the nodes answer."""
+    from clients.diagnostics import diagnostic_vector
+
+    return {name: sum(diagnostic_vector(seed + i, p, shape) for p in partitions)
+            for i, (name, shape) in enumerate(sorted(shapes.items()))}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import run_simulation
-from strategies.base import REGISTRY
+from fl_app.registry import protocols
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +34,7 @@ def _error_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
 def test_unknown_protocol(capsys: pytest.CaptureFixture[str]) -> None:
     line = _error_line(capsys, ["--protocol", "nope"])
     assert "'nope'" in line
-    for name in REGISTRY:
+    for name in protocols():
         assert name in line
 
 

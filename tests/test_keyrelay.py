@@ -55,21 +55,23 @@ def _scenarios(messenger: Messenger) -> dict:
     nodes = messenger.node_ids(min_nodes=N)
     out["nodes"] = nodes
     log = out["log"]
-    orig = messenger.iter_replies
+    orig = messenger.exchange
     hooks: dict = {}
 
-    def logged(action, contents, **kw):
-        if "before" in hooks:
-            hooks["before"](action, contents)
-        for node, content in contents.items():
-            log.append(("sent", action, node, content))
-        for node, reply in orig(action, contents, **kw):
-            if "after" in hooks:
-                reply = hooks["after"](action, node, reply)
-            log.append(("received", action, node, reply))
+    def logged(messages, **kw):
+        """Everything the server sends and receives, as the Grid carries it (mail included)."""
+        for m in messages:
+            action = m.metadata.message_type.removeprefix("query.")
+            log.append(("sent", action, m.metadata.dst_node_id, _raw_values(m.content)))
+        for node, reply in orig(messages, **kw):
+            action = messages[0].metadata.message_type.removeprefix("query.")
+            if not reply.has_error():
+                if "after" in hooks:
+                    hooks["after"](action, node, reply.content)
+                log.append(("received", action, node, _raw_values(reply.content)))
             yield node, reply
 
-    messenger.iter_replies = logged  # every send/broadcast of the messenger goes through it
+    messenger.exchange = logged  # every round of the messenger goes through it
 
     # 1. relay a random key (owner drawn from the seed) and a CKKS context (owner given)
     out["key"] = relay_secret(messenger, nodes, purpose=KEY_PURPOSE, seed=3)
@@ -113,28 +115,26 @@ def _scenarios(messenger: Messenger) -> dict:
     # 5. a blob altered in transit fails authentication at its recipient, naming both nodes
     victim = {}
 
-    def flip_blob(action, contents):
-        if action == "keys_receive_secret":
-            node = sorted(contents)[0]
-            victim["node"] = node
-            cfg = contents[node].config_records[RELAY_KEY]
-            blob = bytes(cfg["blob"])
-            cfg["blob"] = blob[:-1] + bytes([blob[-1] ^ 1])
+    def flip_blob(sender: int, recipient: int, blob: bytes) -> bytes:
+        if "node" not in victim:
+            victim["node"] = recipient
+            return blob[:-1] + bytes([blob[-1] ^ 1])
+        return blob
 
-    hooks["before"] = flip_blob
+    messenger.mailroom.tamper = flip_blob
     try:
         res = relay_secret(messenger, nodes, purpose="tampered", owner=nodes[0])
         out["tamper"] = f"completed with owner {res.owner}"
     except NodeError as exc:
         out["tamper"] = str(exc)
     out["tamper_victim"] = victim.get("node")
-    del hooks["before"]
+    messenger.mailroom.tamper = None
+    messenger.mailroom.queues.clear()
 
     # 6. a node acknowledging a different fingerprint is named by the server
     def bad_ack(action, node, reply):
         if action == "keys_receive_secret" and node == nodes[3]:
             reply.config_records["relay-ack"]["fingerprint"] = b"\0" * 32
-        return reply
 
     hooks["after"] = bad_ack
     try:
@@ -153,7 +153,7 @@ def _scenarios(messenger: Messenger) -> dict:
             out[name] = str(exc)
 
     # Test only, after the logged protocol: read what the nodes stored (not logged).
-    messenger.iter_replies = orig
+    messenger.exchange = orig
     for purpose in (KEY_PURPOSE, CKKS_PURPOSE):
         replies = messenger.broadcast(REVEAL, _relay_cfg(purpose=purpose), nodes)
         out[f"stored.{purpose}"] = {n: bytes(r.config_records["secret"]["secret"])
@@ -202,15 +202,18 @@ def test_every_node_holds_the_same_secret(results: dict) -> None:
 def test_secret_never_crosses_the_server(results: dict) -> None:
     log = results["log"]
     actions = {action for _, action, _, _ in log}
-    assert {"keys_advertise_relay", "keys_create_secret", "keys_receive_secret"} <= actions
+    assert {"relay_keys", "keys_create_secret", "keys_receive_secret"} <= actions
+    sealed = [blob for _, action, _, blobs in log if action == "keys_create_secret"
+              for blob in blobs if len(blob) > 32]
+    assert sealed, "the owner's reply carries the sealed copies"
     for purpose in (KEY_PURPOSE, CKKS_PURPOSE):
         secret = next(iter(results[f"stored.{purpose}"].values()))
-        for direction, action, node, content in log:
-            for blob in _raw_values(content):
+        for direction, action, node, blobs in log:
+            for blob in blobs:
                 assert secret not in blob, f"{purpose} secret found in {direction} {action} ({node})"
     # no value the server saw is a TenSEAL context holding a secret key
-    for _, action, _, content in log:
-        for blob in _raw_values(content):
+    for _, action, _, blobs in log:
+        for blob in blobs:
             if len(blob) > 10_000 and action != "keys_ckks_selftest":
                 try:
                     ctx = ts.context_from(blob)

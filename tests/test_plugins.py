@@ -60,8 +60,43 @@ def test_protocol_strategy_start_returns_a_flower_result(monkeypatch) -> None:
 
     monkeypatch.setenv("FEDREC_CLIENT_MODULES", "examples.item_popularity")
     with LocalGrid(build_client_app(), 3) as grid:
-        result = ItemPopularity(secagg="none").start(
-            grid, train_config=ConfigRecord({"synthetic-users": 60, "synthetic-items": 50}))
+        result = ItemPopularity().start(
+            grid, train_config=ConfigRecord({"synthetic-users": 60, "synthetic-items": 50,
+                                             "aggregator": "plain"}))
     assert 0.0 < result.evaluate_metrics_serverapp[1]["ndcg@20"] <= 1.0
     with pytest.raises(TypeError, match="multi-phase"):
         ItemPopularity().configure_train(1, None, None, None)
+
+
+def _doc_files() -> dict[str, str]:
+    """The files docs/write-your-own-protocol.md shows: name -> code."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "write-your-own-protocol.md").read_text()
+    return dict(re.findall(r"`(\w+\.py)`, the [^\n]*:\n\n```python\n(.*?)```", text, re.S))
+
+
+def test_the_documented_protocol_runs_from_two_files(tmp_path, monkeypatch) -> None:
+    """The co-occurrence filter of the docs: one strategies file, one clients file, the
+    ``clients`` registration; its typed key is read; the result equals the same filter
+    computed centrally."""
+    files = _doc_files()
+    assert set(files) == {"cooc_server.py", "cooc_client.py"}
+    lines = sum(len(code.strip().splitlines()) for code in files.values())
+    assert lines < 40, f"the documented protocol takes {lines} lines"
+    for name, code in files.items():
+        (tmp_path / name).write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the simulation's node workers
+    cfg = {"protocol": "cooc_server:Cooc", "synthetic-users": 60, "synthetic-items": 40,
+           "cooc-min-count": "2", "aggregator": "plain", "run-name": "cooc-test"}
+    record = run_in_simulation(cfg, num_nodes=3, quiet=True)
+    assert record["config"]["cooc-min-count"] == 2
+    data = load_dataset(DatasetSpec.from_config(cfg))
+    C = (data.train.T @ data.train).toarray()
+    C[C < 2] = 0
+    want = ranking_sums(np.asarray(data.train @ C), data.train, data.test, k=20).means()
+    assert record["metrics"]["ndcg@20"] == pytest.approx(want["ndcg@20"], abs=1e-12)
+    with pytest.raises(Exception, match="did you mean 'cooc-min-count'"):
+        run_in_simulation({**cfg, "cooc-min-cnt": 2}, num_nodes=3, quiet=True)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from flwr.app import ConfigRecord, RecordDict
+from flwr.app import RecordDict
 
 from clients.diagnostics import diagnostic_vector
 from fl_app.messaging import Messenger, NodeError
+from fl_app.secure.aggregate import PlainAggregator
 from fl_app.secure.fixedpoint import FixedPoint
 from fl_app.secure.secagg import SecAggError, SecureAggregator, neighbour_graph
+from tests.simutil import diag_expected, diag_request
 
 N = 6
 SHAPES = {"matrix": (7, 5), "vector": (300,)}
@@ -18,12 +20,11 @@ MAX_ABS = 10.0
 
 
 def _request() -> RecordDict:
-    return RecordDict({"diag": ConfigRecord({"seed": SEED, **{k: list(v) for k, v in SHAPES.items()}})})
+    return diag_request(SEED, SHAPES)
 
 
 def _expected(partitions: list[int]) -> dict[str, np.ndarray]:
-    return {name: sum(diagnostic_vector(SEED + i, p, shape) for p in partitions)
-            for i, (name, shape) in enumerate(sorted(SHAPES.items()))}
+    return diag_expected(SEED, SHAPES, partitions)
 
 
 def _scenarios(messenger: Messenger) -> dict:
@@ -37,7 +38,7 @@ def _scenarios(messenger: Messenger) -> dict:
         seen[node] = reply.array_records["secagg.values"]["v"].numpy().copy()
 
     # 1. no dropouts, complete graph; also keep everything the server received
-    agg = SecureAggregator(messenger, nodes, mode="secagg+", seed=1)
+    agg = SecureAggregator(messenger, nodes, seed=1)
     agg.setup()
     out["full"] = agg.sum("diag_secure_sum", _request(), max_abs=MAX_ABS, on_reply=record)
     out["partitions"] = dict(partition)
@@ -50,17 +51,16 @@ def _scenarios(messenger: Messenger) -> dict:
     out["drop2"] = agg.sum("diag_secure_sum", _request(), max_abs=MAX_ABS)
     out["dropped"] = [nodes[0], nodes[1]]
     # 3. plain mode: same interface, same sum
-    plain = SecureAggregator(messenger, nodes, mode="none")
-    plain.setup()
+    plain = PlainAggregator(messenger, nodes)
     out["plain"] = plain.sum("diag_secure_sum", _request(), max_abs=MAX_ABS)
     # 4. sparse neighbour graph (degree 2) with a dropout
-    sparse = SecureAggregator(messenger, nodes, mode="secagg+", degree=2, seed=3)
+    sparse = SecureAggregator(messenger, nodes, degree=2, seed=3)
     sparse.setup()
     sparse.drop = {nodes[2]}
     out["sparse_drop"] = sparse.sum("diag_secure_sum", _request(), max_abs=MAX_ABS)
     out["sparse_dropped"] = nodes[2]
     # 5. too many dropouts: 4 of 6 gone, threshold 4 of 6 cannot be met
-    many = SecureAggregator(messenger, nodes, mode="secagg+", seed=4)
+    many = SecureAggregator(messenger, nodes, seed=4)
     many.setup()
     many.drop = set(nodes[:4])
     try:
@@ -74,15 +74,19 @@ def _scenarios(messenger: Messenger) -> dict:
             return blob[:-1] + bytes([blob[-1] ^ 1])
         return blob
 
-    bad = SecureAggregator(messenger, nodes, mode="secagg+", seed=5, tamper=flip)
-    bad.setup()
+    bad = SecureAggregator(messenger, nodes, seed=5)
+    messenger.mailroom.tamper = flip  # the server alters the shares it relays
     try:
+        bad.setup()
         bad.sum("diag_secure_sum", _request(), max_abs=MAX_ABS)
         out["tamper"] = "completed"
     except NodeError as exc:
         out["tamper"] = str(exc)
+    finally:
+        messenger.mailroom.tamper = None
+        messenger.mailroom.queues.clear()
     # 7. an input outside the declared range is refused, not wrapped
-    over = SecureAggregator(messenger, nodes, mode="secagg+", seed=6)
+    over = SecureAggregator(messenger, nodes, seed=6)
     over.setup()
     try:
         over.sum("diag_secure_sum", _request(), max_abs=0.5)
@@ -139,7 +143,7 @@ def test_too_many_dropouts_fail_without_revealing(results: dict) -> None:
 def test_tampered_share_is_detected_and_names_sender(results: dict) -> None:
     nodes = results["nodes"]
     assert "failed authentication" in results["tamper"]
-    assert f"node {nodes[3]}" in results["tamper"]
+    assert f"from node {nodes[3]} to node {nodes[4]}" in results["tamper"]
 
 
 def test_out_of_range_input_is_refused(results: dict) -> None:

@@ -14,8 +14,6 @@ from fl_app.secure.keys import (
     open_sealed,
     seal,
     split_secret,
-    unwrap_secret,
-    wrap_secret_for_peers,
 )
 from fl_app.secure.masks import counter_block, derive_sum_key, expand_mask
 
@@ -184,25 +182,6 @@ def test_pairwise_keys_agree():
     assert kab != a.shared_key(c.public_bytes(), b"run-1")
     restored = NodeKeys.from_private_bytes(a.private_bytes())
     assert restored.public_bytes() == a.public_bytes()
-
-
-def test_secret_relay():
-    owner = NodeKeys()
-    peers = {i: NodeKeys() for i in (11, 12, 13, 14)}
-    secret = b"S" * 16 + bytes(range(16))
-    blobs = wrap_secret_for_peers(owner, secret, {i: k.public_bytes() for i, k in peers.items()}, 10, b"run-7")
-    assert set(blobs) == set(peers)
-    for i, keys in peers.items():
-        assert secret not in blobs[i]
-        assert unwrap_secret(keys, i, 10, owner.public_bytes(), blobs[i], b"run-7") == secret
-    # a peer cannot open another peer's blob, nor a blob relabelled for it
-    with pytest.raises(AuthenticationError, match="node 10 to node 12"):
-        unwrap_secret(peers[12], 12, 10, owner.public_bytes(), blobs[11], b"run-7")
-    with pytest.raises(AuthenticationError):
-        unwrap_secret(peers[11], 11, 10, owner.public_bytes(), blobs[11], b"run-8")
-    outsider = NodeKeys()
-    with pytest.raises(AuthenticationError):
-        unwrap_secret(outsider, 11, 10, owner.public_bytes(), blobs[11], b"run-7")
 
 
 # ---------------------------------------------------------------------------- Shamir

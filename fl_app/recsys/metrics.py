@@ -186,6 +186,17 @@ class RankingSums:
             for name in _METRIC_NAMES
         }
 
+    def to_vector(self) -> np.ndarray:
+        """``[n_users, recall, ndcg, precision, hit, map]`` as float64: the form a secure sum
+        adds (the server learns only the totals over nodes)."""
+        return np.array([self.n_users, *(getattr(self, n) for n in _METRIC_NAMES)], np.float64)
+
+    @classmethod
+    def from_vector(cls, k: int, vec: np.ndarray) -> RankingSums:
+        """Inverse of :meth:`to_vector` (the user count is rounded: sums may carry noise)."""
+        n, *values = (float(x) for x in np.asarray(vec).ravel())
+        return cls(k, int(round(n)), **dict(zip(_METRIC_NAMES, values)))
+
     def to_dict(self, prefix: str = "") -> dict[str, int | float]:
         """Raw sums as plain int/float values, ready for a Flower ``MetricRecord``.
 

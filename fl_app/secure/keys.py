@@ -1,4 +1,4 @@
-"""Node key pairs, pairwise keys, authenticated encryption, secret relay and Shamir shares.
+"""Node key pairs, pairwise keys, authenticated encryption and Shamir shares.
 
 Why: secure aggregation needs (a) a pairwise secret per pair of nodes from a key agreement
 the server cannot complete, (b) authenticated encryption so that the server can relay
@@ -15,8 +15,9 @@ Choices:
   our own protocol to interoperate with itself.
 - AES-256-GCM for sealing (random 12-byte nonce prepended; 16-byte tag appended). Flower's
   ``symmetric_encryption.encrypt`` is Fernet (AES-128-CBC + HMAC) without associated data;
-  we need associated data to bind a blob to (owner, recipient, context), so that the relaying
-  server cannot swap blobs between recipients or replay them into another run. Random
+  we need associated data to bind a blob to (sender, recipient, run, round, purpose; see
+  ``sealed.py``), so that the relaying server cannot swap blobs between recipients or
+  replay them into another run. Random
   96-bit nonces are safe for far more than the < 2^32 messages a key seals here.
 - Shamir shares reuse Flower's ``crypto.shamir`` (pycryptodome, GF(2^128) per 16-byte
   chunk). Flower's shares do not record the threshold, and combining too few shares
@@ -47,14 +48,11 @@ __all__ = [
     "NodeKeys",
     "seal",
     "open_sealed",
-    "wrap_secret_for_peers",
-    "unwrap_secret",
     "split_secret",
     "combine_secret",
 ]
 
 _PAIRWISE_INFO = b"fedrec-privacy/pairwise/v1|"
-_RELAY_LABEL = b"secret-relay|"
 _NONCE_LEN = 12
 _TAG_LEN = 16
 _SHARE_VERSION = 1
@@ -141,53 +139,6 @@ def open_sealed(key: bytes, ciphertext: bytes, aad: bytes) -> bytes:
             "sealed blob failed authentication (AES-GCM tag mismatch): the ciphertext was "
             "altered, or it was sealed under a different key or associated data "
             f"({len(ciphertext)} bytes, aad {len(aad)} bytes)"
-        ) from None
-
-
-# ---------------------------------------------------------------------------- relay
-def _relay_aad(owner_id: int, peer_id: int, context: bytes) -> bytes:
-    return int(owner_id).to_bytes(8, "big") + int(peer_id).to_bytes(8, "big") + bytes(context)
-
-
-def wrap_secret_for_peers(
-    owner: NodeKeys, secret: bytes, peers: dict[int, bytes], owner_id: int, context: bytes
-) -> dict[int, bytes]:
-    """Seal ``secret`` once per peer under the owner-peer pairwise key.
-
-    The server relays the returned blobs; it sees only ciphertexts. The key is
-    ``owner.shared_key(peer_public, "secret-relay|" || context)`` (separated from mask keys
-    derived from the same key pair) and the associated data is
-    ``owner_id (8 bytes BE) || peer_id (8 bytes BE) || context``, so a blob opens only for
-    the intended recipient, from the claimed owner, in this context.
-
-    Args:
-        owner: the owner's key pair.
-        secret: bytes to share (e.g. LP-GCN's S or a serialized CKKS secret context).
-        peers: node id -> that node's 32-byte public key.
-        owner_id: the owner's node id (uint64).
-        context: run id / purpose binding, identical on both sides.
-    """
-    blobs: dict[int, bytes] = {}
-    for peer_id, peer_public in peers.items():
-        key = owner.shared_key(peer_public, _RELAY_LABEL + bytes(context))
-        blobs[int(peer_id)] = seal(key, secret, _relay_aad(owner_id, peer_id, context))
-    return blobs
-
-
-def unwrap_secret(
-    me: NodeKeys, my_id: int, owner_id: int, owner_public: bytes, blob: bytes, context: bytes
-) -> bytes:
-    """Open a blob made by :func:`wrap_secret_for_peers` for ``my_id``.
-
-    Raises :class:`AuthenticationError` naming both ids if the blob was not sealed by
-    ``owner_id`` for ``my_id`` in ``context`` or was altered in transit.
-    """
-    key = me.shared_key(owner_public, _RELAY_LABEL + bytes(context))
-    try:
-        return open_sealed(key, blob, _relay_aad(owner_id, my_id, context))
-    except AuthenticationError as err:
-        raise AuthenticationError(
-            f"relayed secret from node {owner_id} to node {my_id} failed authentication: {err}"
         ) from None
 
 

@@ -1,23 +1,23 @@
-"""Shared-secret relay: one node creates a secret, the server relays it sealed to the others.
+"""Shared-secret relay: one node creates a secret, every other node receives it sealed, the
+server sees only ciphertexts and fingerprints.
 
-Why: LP-GCN's shared key S and PrivMVMF's CKKS secret context must be known to every client
-and never to the server (DESIGN.md section 4, "Keys"). One client (the owner) creates the
-secret and seals one copy per peer under the owner-peer X25519 agreement key
-(:func:`fl_app.secure.keys.wrap_secret_for_peers`, AES-256-GCM with associated data
-binding owner, recipient and purpose). The server only moves public keys and ciphertexts.
+Used for the secrets the papers let nodes share but not the server: LP-GCN's key S, the CKKS
+secret context of PrivMVMF and of the ``ckks`` aggregator. The secret travels through the
+sealed relay (``fl_app/secure/sealed.py``): AES-256-GCM under the owner-recipient X25519 key,
+bound to sender, recipient, run, round and purpose.
 
-Rounds (three synchronous Flower rounds, all through :class:`fl_app.messaging.Messenger`):
+Rounds (through :class:`fl_app.messaging.Messenger`; the first only if the run's relay has no
+mail keys yet):
 
-1. ``keys_advertise_relay`` to every node: it makes an X25519 key pair for this purpose,
-   keeps the private key in its state and replies its public key.
-2. ``keys_create_secret`` to the owner only, with every peer's public key: the owner
-   creates the secret (32 random bytes for ``make="random-key"``, a TenSEAL CKKS secret
-   context for ``make="ckks-context"``), keeps it in its state and replies one sealed blob
-   per peer, plus the SHA-256 fingerprint of the secret (and for CKKS the *public* context,
-   so the server can add ciphertexts without being able to decrypt).
-3. ``keys_receive_secret`` to every other node, with the owner's public key and its blob:
-   the node opens it (a tampered or misdirected blob fails authentication and the node's
-   error names owner and recipient), stores the secret and replies only its fingerprint.
+1. ``relay_keys`` (``open_mailroom``): every node publishes its mail public key.
+2. ``keys_create_secret`` to the owner only: it creates the secret (32 random bytes for
+   ``make="random-key"``, a TenSEAL CKKS secret context for ``make="ckks-context"``), keeps
+   it, mails one sealed copy to every peer and replies the SHA-256 fingerprint of the secret
+   (and for CKKS the *public* context, so the server can add ciphertexts without being able
+   to decrypt).
+3. ``keys_receive_secret`` to every other node, which receives the owner's mail with it: the
+   node opens it (a tampered or misdirected blob fails authentication and the error names
+   the owner), stores the secret and replies only its fingerprint.
 
 The server compares fingerprints and raises :class:`RelayError` naming every node whose
 fingerprint differs from the owner's. A SHA-256 fingerprint of a 32-byte random key or of a
@@ -34,8 +34,10 @@ from dataclasses import dataclass
 from flwr.app import ConfigRecord, RecordDict
 
 from fl_app.messaging import Messenger
+from fl_app.secure.sealed import RelayError, open_mailroom
 
-__all__ = ["MAKES", "RELAY_KEY", "RelayError", "RelayResult", "relay_secret", "relay_context"]
+__all__ = ["MAKES", "RELAY_KEY", "RelayError", "RelayResult", "relay_secret",
+           "secret_mail_purpose"]
 
 #: Kinds of secret the owner can create.
 MAKES = ("random-key", "ckks-context")
@@ -43,8 +45,9 @@ MAKES = ("random-key", "ckks-context")
 RELAY_KEY = "relay"
 
 
-class RelayError(RuntimeError):
-    """The relay could not establish one secret shared by every node."""
+def secret_mail_purpose(purpose: str) -> str:
+    """The sealed-relay purpose under which the secret of ``purpose`` travels."""
+    return f"secret:{purpose}"
 
 
 @dataclass(frozen=True)
@@ -59,11 +62,6 @@ class RelayResult:
     owner: int
     public_context: bytes | None = None
     fingerprint: bytes = b""
-
-
-def relay_context(purpose: str) -> bytes:
-    """Associated-data / HKDF context binding relayed blobs to this purpose."""
-    return b"fedrec-relay|" + purpose.encode()
 
 
 def relay_secret(messenger: Messenger, nodes: list[int], *, purpose: str,
@@ -104,38 +102,29 @@ def relay_secret(messenger: Messenger, nodes: list[int], *, purpose: str,
         raise ValueError(f"owner {owner} is not one of the nodes {nodes}")
     owner = int(owner)
     phase = f"relay:{purpose}"
-
-    # 1. every node makes a key pair for this purpose and publishes its public key
-    replies = messenger.broadcast(
-        "keys_advertise_relay",
-        RecordDict({RELAY_KEY: ConfigRecord({"purpose": purpose})}),
-        nodes, phase=phase,
-    )
-    pks = {node: bytes(reply.config_records["relay-pk"]["pk"]) for node, reply in replies.items()}
+    open_mailroom(messenger, nodes)
     peers = [n for n in nodes if n != owner]
 
-    # 2. the owner creates the secret and seals one copy per peer
-    req = RecordDict({RELAY_KEY: ConfigRecord({
-        "purpose": purpose, "make": make,
-        "peers": peers, "peer-pks": [pks[n] for n in peers],
-    })})
+    # 2. the owner creates the secret and mails one sealed copy per peer
+    req = RecordDict({RELAY_KEY: ConfigRecord({"purpose": purpose, "make": make,
+                                               "peers": peers})})
     created = messenger.send("keys_create_secret", {owner: req}, phase=phase)[owner]
     cfg = created.config_records["relay-created"]
-    blobs = created.config_records["relay-blobs"]
     fingerprint = bytes(cfg["fingerprint"])
     public_ctx = bytes(cfg["public-context"]) if make == "ckks-context" else None
-    missing = [n for n in peers if str(n) not in blobs]
+    room = messenger.mailroom
+    sent = {r.recipient for r in (room.view if room else [])
+            if r.sender == owner and r.purpose == secret_mail_purpose(purpose)}
+    missing = [n for n in peers if n not in sent]
     if missing:
         raise RelayError(f"owner {messenger.label(owner)} sent no sealed secret for "
                          f"{', '.join(messenger.label(n) for n in missing)}")
 
-    # 3. every other node opens its blob and acknowledges with the fingerprint only
+    # 3. every other node opens its mail and acknowledges with the fingerprint only
     if peers:
-        requests = {n: RecordDict({RELAY_KEY: ConfigRecord({
-            "purpose": purpose, "make": make, "owner": owner,
-            "owner-pk": pks[owner], "blob": bytes(blobs[str(n)]),
-        })}) for n in peers}
-        acks = messenger.send("keys_receive_secret", requests, phase=phase)
+        req = RecordDict({RELAY_KEY: ConfigRecord({"purpose": purpose, "make": make,
+                                                   "owner": owner})})
+        acks = messenger.broadcast("keys_receive_secret", req, peers, phase=phase)
         bad = sorted(n for n, reply in acks.items()
                      if bytes(reply.config_records["relay-ack"]["fingerprint"]) != fingerprint)
         if bad:

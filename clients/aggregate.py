@@ -1,0 +1,113 @@
+"""Node side of every sum (``fl_app/secure/aggregate.py``): one reply function for the three
+aggregators, and the CKKS decrypter's step.
+
+A protocol handler answers a sum request with ``sum_reply(node, {name: array})``; the request
+says which aggregator the server runs, and this module masks (SecAgg+), encrypts (CKKS) or
+sends in clear (plain).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import scipy.sparse as sp
+from flwr.app import ConfigRecord, RecordDict
+
+from clients.node import NodeContext
+from clients.registry import handler
+from fl_app.records import to_array_record
+from fl_app.secure.aggregate import (
+    CIPHER_KEY,
+    SHAPES_KEY,
+    SUM_KEY,
+    VALUES_KEY,
+    AggregationError,
+    flatten,
+)
+
+_DECRYPTED = "aggregate.decrypted"  # ConfigRecord in node state: CKKS sums already decrypted
+_CONTRIBUTED = "aggregate.contributed"  # ConfigRecord in node state: CKKS sums contributed to
+
+
+def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
+              extra: Mapping[str, ConfigRecord] | None = None) -> RecordDict:
+    """This node's contribution to the sum its request asks for.
+
+    ``extra`` records travel in clear beside the values (only what the protocol already
+    reveals, e.g. a public count).
+    """
+    if SUM_KEY not in node.request.config_records:
+        raise AggregationError(f"request has no '{SUM_KEY}' record: it is not a sum request")
+    cfg = node.request.config_records[SUM_KEY]
+    mode = str(cfg["mode"])
+    vec, layout = flatten(arrays)
+    reply = RecordDict({SHAPES_KEY: ConfigRecord({name: list(s) for name, s in layout})})
+    if mode == "plain":
+        values = vec.astype(str(cfg.get("wire-dtype", "float64")), copy=False)
+        reply[VALUES_KEY] = to_array_record({"v": values})
+    elif mode == "secagg+":  # fixed-point encoding needs float64 precision
+        from clients.secagg import mask_values
+
+        values = mask_values(node, vec.astype(np.float64, copy=False))
+        reply[VALUES_KEY] = to_array_record({"v": values})
+    elif mode == "ckks":
+        reply[CIPHER_KEY] = ConfigRecord({"chunks": _encrypt(node, vec, cfg)})
+    else:
+        raise AggregationError(f"unknown sum mode {mode!r} (secagg+, plain or ckks)")
+    for key, record in (extra or {}).items():
+        reply[key] = record
+    return reply
+
+
+def ranking_reply(node: NodeContext, score: Callable[[sp.csr_matrix], np.ndarray],
+                  batch_size: int = 512) -> RecordDict:
+    """Recall/NDCG/... sums of this node's users as its share of a sum (``Federation.evaluate``).
+
+    ``score(train_rows)`` returns dense scores for a batch of this node's training rows;
+    ``top-k`` comes from the request (default 20). The server learns only sums over nodes.
+    """
+    from fl_app.recsys.metrics import evaluate_ranking
+
+    data = node.data()
+    k = int(node.config().get("top-k", 20))
+    sums = evaluate_ranking(lambda rows: score(data.train[rows]), data.train, data.test, k=k,
+                            batch_size=batch_size)
+    return sum_reply(node, {"ranking": sums.to_vector()})
+
+
+def _encrypt(node: NodeContext, vec: np.ndarray, cfg: ConfigRecord) -> list[bytes]:
+    from clients.keyrelay import get_shared_context
+    from fl_app.secure.he import encrypt_packed
+
+    max_abs = float(cfg["max-abs"])
+    if vec.size and float(np.max(np.abs(vec))) > max_abs:
+        raise OverflowError(f"partition {node.partition_id}: a value exceeds the declared "
+                            f"range max_abs={max_abs:g} of this CKKS sum")
+    ctx = get_shared_context(node.state, str(cfg["purpose"]))
+    node.state.config_records.setdefault(_CONTRIBUTED, ConfigRecord())[str(cfg["sum-id"])] = True
+    return encrypt_packed(ctx, vec.astype(np.float64, copy=False))
+
+
+@handler("aggregate_decrypt")
+def decrypt(content: RecordDict, node: NodeContext) -> RecordDict:
+    """The CKKS decrypter: open the summed ciphertexts of a sum this node contributed to.
+
+    Refuses a sum id it did not encrypt for, or one it decrypted already: a decrypter opens
+    each sum once, never arbitrary ciphertexts on request.
+    """
+    from clients.keyrelay import get_shared_context
+    from fl_app.secure.he import decrypt_packed
+
+    cfg = content.config_records[SUM_KEY]
+    sum_id = str(int(cfg["sum-id"]))
+    contributed = node.state.config_records.get(_CONTRIBUTED, ConfigRecord())
+    done = node.state.config_records.setdefault(_DECRYPTED, ConfigRecord())
+    if sum_id not in contributed or sum_id in done:
+        raise AggregationError(f"partition {node.partition_id} refuses to decrypt sum {sum_id}: "
+                               "it decrypts once each sum it contributed to, nothing else")
+    done[sum_id] = True
+    ctx = get_shared_context(node.state, str(cfg["purpose"]))
+    chunks = [bytes(b) for b in content.config_records[CIPHER_KEY]["chunks"]]
+    values = decrypt_packed(ctx, chunks, int(cfg["n"]))
+    return RecordDict({VALUES_KEY: to_array_record({"v": np.asarray(values, np.float64)})})

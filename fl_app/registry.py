@@ -1,0 +1,148 @@
+"""The protocols this app knows: one registration line each, by import path only.
+
+A protocol is a strategy class (server side, ``strategies/X.py``: a ``ProtocolStrategy`` with
+``config_keys``) plus a module of node handlers (``clients/X.py``). This table names both
+as strings, so the node side never imports server code and the server never imports node
+code; Flower wiring (``server_app``, ``client_app``, ``simulation``) resolves them.
+
+A user's protocol registers the same way: :func:`register` in Python, or, for nodes in a
+deployment, its client module in the ``fedrec_privacy.clients`` entry-point group or
+``$FEDREC_CLIENT_MODULES`` (see ``docs/write-your-own-protocol.md``). A strategy given as
+``protocol = "package.module:ClassName"`` needs no registration on the server.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fl_app.config import CORE_KEYS, ConfigError, Key, key_table, merge_config
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One protocol: its run-config name, strategy ``module:Class`` and client module."""
+
+    name: str
+    strategy: str
+    clients: str
+    summary: str
+
+
+#: Built-in protocols, in the order the README lists them.
+BUILTIN: tuple[Registration, ...] = (
+    Registration("fedmf", "strategies.fedmf:FedMF", "clients.fedmf",
+                 "federated BPR matrix factorization (the papers' baseline)"),
+    Registration("privirec", "strategies.privirec:PriviRec", "clients.privirec",
+                 "PriviRec (paper 000): graph filters from secure sums and a power method"),
+    Registration("privirec-k", "strategies.privirec:PriviRecK", "clients.privirec",
+                 "PriviRec-k (paper 000): the low-rank variant, no item-item sum"),
+)
+
+#: Node-side modules every protocol may use (handshake, secure sums, relay).
+MECHANISM_CLIENTS: tuple[str, ...] = ("clients.common", "clients.sealed", "clients.aggregate",
+                                      "clients.secagg", "clients.keyrelay", "clients.diagnostics")
+
+_REGISTRY: dict[str, Registration] = {r.name: r for r in BUILTIN}
+
+
+def register(name: str, strategy: str, clients: str, summary: str = "") -> Registration:
+    """Add a protocol (e.g. a user's) under ``name``; a different existing entry is an error."""
+    entry = Registration(name, strategy, clients, summary)
+    old = _REGISTRY.get(name)
+    if old is not None and old != entry:
+        raise ValueError(f"protocol {name!r} is already registered as {old.strategy}")
+    _REGISTRY[name] = entry
+    return entry
+
+
+def protocols() -> dict[str, Registration]:
+    """Every registered protocol by name."""
+    return dict(_REGISTRY)
+
+
+def client_modules() -> list[str]:
+    """The node-side modules to import: mechanisms first, then each protocol's, once."""
+    out: list[str] = []
+    for name in (*MECHANISM_CLIENTS, *(r.clients for r in _REGISTRY.values())):
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def load_strategy_class(name: str) -> type:
+    """The class for a registered name or a ``package.module:ClassName`` path.
+
+    Raises ValueError naming the known protocols, or what could not be imported.
+    """
+    from flwr.serverapp.strategy import Strategy
+
+    entry = _REGISTRY.get(name)
+    target = entry.strategy if entry else name
+    if ":" not in target:
+        raise ConfigError(
+            f"unknown protocol {name!r}: known protocols are {sorted(_REGISTRY)}, "
+            "or give a strategy as 'package.module:ClassName'"
+        )
+    module_name, _, class_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"strategy {name!r}: cannot import module {module_name!r}: "
+                          f"{exc}") from exc
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise ConfigError(f"strategy {name!r}: module {module_name!r} has no class "
+                          f"{class_name!r}")
+    if not (isinstance(cls, type) and issubclass(cls, Strategy)):
+        raise ConfigError(
+            f"strategy {name!r}: {class_name} is not a flwr.serverapp.strategy.Strategy subclass"
+        )
+    return cls
+
+
+def declared_keys(cls: type) -> tuple[Key, ...]:
+    """The run-config keys a strategy class declares (``config_keys``), or none."""
+    return tuple(getattr(cls, "config_keys", ()) or ())
+
+
+def builtin_keys() -> dict[str, tuple[Key, list[str]]]:
+    """Every key the core and the registered protocols declare, with who uses it."""
+    table: dict[str, tuple[Key, list[str]]] = {k.name: (k, []) for k in CORE_KEYS}
+    for entry in _REGISTRY.values():
+        for key in declared_keys(load_strategy_class(entry.name)):
+            if key.name in table and table[key.name][0] != key:
+                raise ValueError(f"key '{key.name}' is declared differently by "
+                                 f"{entry.strategy} and elsewhere")
+            table.setdefault(key.name, (key, []))[1].append(entry.name)
+    return table
+
+
+def keys_for(cfg: Mapping[str, Any]) -> list[Key]:
+    """Keys valid for a run: the core's, every registered protocol's (``flwr run`` passes
+    all of pyproject's keys) and those of a strategy given by path."""
+    keys = [key for key, _ in builtin_keys().values()]
+    for field in ("protocol", "strategy"):
+        name = str(cfg.get(field) or "")
+        if name and name not in _REGISTRY:
+            keys.extend(declared_keys(load_strategy_class(name)))
+    return keys
+
+
+def resolve_config(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The full typed run config: defaults of every applicable key, overrides applied.
+
+    An unknown protocol or key raises :class:`fl_app.config.ConfigError`.
+    """
+    overrides = dict(overrides or {})
+    known = key_table(CORE_KEYS)
+    head = {k: known[k].parse(v) for k, v in overrides.items() if k in ("protocol", "strategy")}
+    return merge_config(overrides, keys_for(head))
+
+
+def used_by(keys: Iterable[Key]) -> dict[str, str]:
+    """Key name -> who reads it, for the configuration reference."""
+    table = builtin_keys()
+    return {k.name: k.used_by or ", ".join(table.get(k.name, (k, []))[1]) for k in keys}

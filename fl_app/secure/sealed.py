@@ -1,0 +1,143 @@
+"""The sealed relay: node-to-node payloads through the server, which sees only who sends how
+many bytes to whom.
+
+Why one mechanism: LP-GCN routes embeddings between nodes, the key relay hands a secret from
+its creator to every node, and SecAgg+ hands Shamir shares to neighbours. All three need the
+same guarantee: the server carries the payload but cannot read, alter, redirect or replay it.
+
+How: once per run every node makes an X25519 key pair for mail and publishes the public key
+(``relay_keys``, one round); the server hands each node the directory of public keys with
+its next request. A payload from a to b is sealed with AES-256-GCM under
+``HKDF(X25519(a, b), "fedrec-mail|<run>")`` with associated data binding sender, recipient,
+run, relay round and purpose. A sender puts mail in its reply (``relay.out``); the server
+queues it and attaches it to the recipient's next request (``relay.in``) with the round it
+was sealed in. A tampered, misrouted or replayed payload fails at the recipient with an error
+naming the sender. Node side: ``clients/sealed.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from flwr.app import ConfigRecord, RecordDict
+
+#: RecordDict keys of the relay inside protocol messages.
+MAIL_OUT = "relay.out"  # ConfigRecord in replies: "<recipient>|<purpose>" -> sealed blob
+MAIL_IN = "relay.in"  # ConfigRecord in requests: "<sender>|<round>|<purpose>" -> sealed blob
+MAIL_DIRECTORY = "relay.directory"  # ConfigRecord in requests: "<node>" -> mail public key
+MAIL_ROUND = "relay.round"  # ConfigRecord in requests: the round this node seals mail in
+
+_KEY_CONTEXT = b"fedrec-mail|"
+
+
+class RelayError(RuntimeError):
+    """A relayed payload cannot be delivered or opened; the message names the sender."""
+
+
+def mail_context(run_id: int) -> bytes:
+    """HKDF context of the pairwise mail key: the run, so keys never serve two runs."""
+    return _KEY_CONTEXT + str(int(run_id)).encode()
+
+
+def mail_aad(run_id: int, sender: int, recipient: int, round_: int, purpose: str) -> bytes:
+    """Associated data of one payload: what it is bound to besides the key."""
+    return f"fedrec-mail|run={int(run_id)}|from={int(sender)}|to={int(recipient)}|" \
+           f"round={int(round_)}|purpose={purpose}".encode()
+
+
+def out_key(recipient: int, purpose: str) -> str:
+    return f"{int(recipient)}|{purpose}"
+
+
+def in_key(sender: int, round_: int, purpose: str) -> str:
+    return f"{int(sender)}|{int(round_)}|{purpose}"
+
+
+def parse_in_key(key: str) -> tuple[int, int, str]:
+    sender, round_, purpose = key.split("|", 2)
+    return int(sender), int(round_), purpose
+
+
+@dataclass
+class MailRecord:
+    """One relayed payload as the server saw it: endpoints, size, purpose, round."""
+
+    sender: int
+    recipient: int
+    purpose: str
+    round: int
+    nbytes: int
+
+
+@dataclass
+class Mailroom:
+    """Server side of the relay for one run: the key directory and the queues.
+
+    ``tamper(sender, recipient, blob) -> blob`` lets tests play a server that alters mail.
+    """
+
+    nodes: list[int]
+    directory: dict[int, bytes] = field(default_factory=dict)
+    queues: dict[int, dict[str, bytes]] = field(default_factory=dict)
+    informed: set[int] = field(default_factory=set)
+    view: list[MailRecord] = field(default_factory=list)
+    tamper: Callable[[int, int, bytes], bytes] | None = None
+    out_record: str = MAIL_OUT  # the reply record that carries outgoing mail
+
+    def add_keys(self, keys: dict[int, bytes]) -> None:
+        """Public mail keys from the ``relay_keys`` round."""
+        self.directory.update({int(n): bytes(k) for n, k in keys.items()})
+        self.informed.clear()  # every node gets the new directory with its next request
+
+    def covers(self, nodes: Iterable[int]) -> bool:
+        return all(int(n) in self.directory for n in nodes)
+
+    def attach(self, node: int, content: RecordDict, round_: int) -> RecordDict:
+        """``content`` for ``node`` plus its pending mail, the directory (once) and the round."""
+        out = RecordDict(dict(content.items()))
+        out[MAIL_ROUND] = ConfigRecord({"round": int(round_)})
+        if node not in self.informed:
+            out[MAIL_DIRECTORY] = ConfigRecord({str(n): k for n, k in self.directory.items()})
+            self.informed.add(node)
+        mail = self.queues.pop(node, None)
+        if mail:
+            out[MAIL_IN] = ConfigRecord(mail)
+        return out
+
+    def collect(self, sender: int, reply: RecordDict, round_: int) -> bool:
+        """Queue the mail ``sender`` put in its reply (sealed in ``round_``); True if any."""
+        if MAIL_OUT not in reply.config_records:
+            return False
+        for key, blob in reply.config_records[MAIL_OUT].items():
+            recipient_s, _, purpose = key.partition("|")
+            recipient = int(recipient_s)
+            if recipient not in self.directory:
+                raise RelayError(f"node {sender} sent mail to node {recipient}, which is not "
+                                 "in the federation's mail directory")
+            blob = bytes(blob)
+            self.view.append(MailRecord(sender, recipient, purpose, round_, len(blob)))
+            if self.tamper is not None:
+                blob = self.tamper(sender, recipient, blob)
+            self.queues.setdefault(recipient, {})[in_key(sender, round_, purpose)] = blob
+        del reply[MAIL_OUT]
+        return True
+
+    def pending(self) -> dict[int, int]:
+        """Payloads waiting per recipient."""
+        return {n: len(q) for n, q in self.queues.items() if q}
+
+
+def open_mailroom(messenger, nodes: Iterable[int]) -> Mailroom:  # noqa: ANN001 (a Messenger)
+    """The messenger's mailroom, with mail keys for every node in ``nodes`` (one round if any
+    node has none yet). Every later request through the messenger carries mail."""
+    nodes = sorted(int(n) for n in nodes)
+    room = messenger.mailroom
+    if room is None:
+        room = messenger.mailroom = Mailroom(nodes=list(nodes))
+    missing = [n for n in nodes if n not in room.directory]
+    if missing:
+        replies = messenger.broadcast("relay_keys", RecordDict(), missing, phase="relay_keys")
+        room.add_keys({n: bytes(r.config_records["relay-key"]["pk"]) for n, r in replies.items()})
+        room.nodes = sorted(set(room.nodes) | set(missing))
+    return room
