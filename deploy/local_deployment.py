@@ -162,6 +162,21 @@ def seconds_per_round(record: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def message_round_seconds(record: Mapping[str, Any], skip: Sequence[str] = ("handshake",)
+                          ) -> float:
+    """Mean wall seconds of one synchronous message round (server push to last reply).
+
+    Sums every phase's seconds and rounds except ``skip`` (the handshake round also carries
+    each node's first FAB download and unpacking, a one-off per run).
+    """
+    phases = record.get("communication", {}).get("phases", {})
+    kept = [st for name, st in phases.items() if name not in skip]
+    rounds = sum(int(st["rounds"]) for st in kept)
+    if rounds == 0:
+        raise ValueError("the record has no message rounds besides " + ", ".join(skip))
+    return sum(float(st["seconds"]) for st in kept) / rounds
+
+
 @dataclass
 class Proc:
     """One started process and its log."""
@@ -547,6 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "metrics": record["metrics"],
         "rounds": record["config"]["rounds"],
         "seconds_per_round": per_round,
+        "seconds_per_message_round": message_round_seconds(record),
         "synchronous_rounds": record["communication"]["total_rounds"],
         "server_seconds": record["seconds"],
         "wall_seconds": dep["wall_seconds"],
