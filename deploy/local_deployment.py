@@ -54,6 +54,28 @@ BIN = Path(sys.executable).parent
 CONNECTION = "fedrec-local"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
+#: Documented Flower environment settings that shorten a deployed message round, given to
+#: the SuperNodes (and so to the SuperExec and ``flwr-clientapp`` processes they start) unless
+#: ``flower_defaults=True``. docs/deployment.md, section 7, has the measured effect of each.
+#:
+#: * ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``: a SuperNode's SuperExec asks it for a pending
+#:   task (a message to run) every 1 s by default, so each message waited 0-1 s (0.5 s on
+#:   average) before its ``flwr-clientapp`` process was even started. At 0.2 s the wait is
+#:   0.1 s on average for 5 local HTTP requests per second (~1-3 % of a core per node).
+#:   Shorter intervals cost more CPU than they save on a 2-core machine; the SuperLink's own
+#:   SuperExec keeps Flower's 1 s, since it starts only one ``flwr-serverapp`` per run.
+#: * ``FLWR_TELEMETRY_ENABLED=0``: every Flower process (also each per-message
+#:   ``flwr-clientapp``) otherwise posts usage events from a thread and, on exit, waits up to
+#:   4 s for the post. Not on the round path (the reply is sent first; offline here the post
+#:   fails in ~0.2 s), but a local trial has no business calling out, and a blackholed
+#:   network would keep every finished ClientApp process alive 4 s longer.
+NODE_FAST_ENV: dict[str, str] = {
+    "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2",
+    "FLWR_TELEMETRY_ENABLED": "0",
+}
+#: What the SuperLink (and its SuperExec and ``flwr-serverapp``) get: no telemetry only.
+LINK_FAST_ENV: dict[str, str] = {"FLWR_TELEMETRY_ENABLED": "0"}
+
 
 class DeploymentError(RuntimeError):
     """The deployment or its run failed; the message carries the tails of the process logs."""
@@ -140,6 +162,21 @@ def seconds_per_round(record: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def message_round_seconds(record: Mapping[str, Any], skip: Sequence[str] = ("handshake",)
+                          ) -> float:
+    """Mean wall seconds of one synchronous message round (server push to last reply).
+
+    Sums every phase's seconds and rounds except ``skip`` (the handshake round also carries
+    each node's first FAB download and unpacking, a one-off per run).
+    """
+    phases = record.get("communication", {}).get("phases", {})
+    kept = [st for name, st in phases.items() if name not in skip]
+    rounds = sum(int(st["rounds"]) for st in kept)
+    if rounds == 0:
+        raise ValueError("the record has no message rounds besides " + ", ".join(skip))
+    return sum(float(st["seconds"]) for st in kept) / rounds
+
+
 @dataclass
 class Proc:
     """One started process and its log."""
@@ -171,7 +208,10 @@ class LocalDeployment:
     log_dir : where ``superlink.log``, ``supernode-<i>.log`` and ``flwr-*.log`` go
         (default ``<workdir>/logs``).
     app_dir : the Flower app (default: this repository).
-    env : extra environment for every process (e.g. ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``).
+    env : extra environment for every process; wins over :data:`NODE_FAST_ENV` and
+        :data:`LINK_FAST_ENV`.
+    flower_defaults : leave out :data:`NODE_FAST_ENV` / :data:`LINK_FAST_ENV` (Flower's own
+        poll interval and telemetry), to measure what those settings change.
     install_dependencies : let the SuperLink ``uv sync`` the app's dependencies into a fresh
         env per run (Flower 1.41's default). Off here: the app and its dependencies are
         already installed in this interpreter's environment, and a sync would fetch torch.
@@ -190,6 +230,7 @@ class LocalDeployment:
         env: Mapping[str, str] | None = None,
         install_dependencies: bool = False,
         startup_timeout: float = 90.0,
+        flower_defaults: bool = False,
     ) -> None:
         if num_nodes < 1:
             raise ValueError("num_nodes must be >= 1")
@@ -205,6 +246,9 @@ class LocalDeployment:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.app_dir = Path(app_dir).resolve()
         self.extra_env = dict(env or {})
+        self.node_env = {} if flower_defaults else dict(NODE_FAST_ENV)
+        self.link_env = {} if flower_defaults else dict(LINK_FAST_ENV)
+        self.flower_defaults = flower_defaults
         self.install_dependencies = install_dependencies
         self.startup_timeout = startup_timeout
         self.results_dir = self.workdir / "results"
@@ -226,9 +270,10 @@ class LocalDeployment:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _env(self, **extra: str) -> dict[str, str]:
+    def _env(self, defaults: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
         env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # flower-superexec etc.
+        env.update(defaults or {})
         env.update(self.extra_env)
         env.update(extra)
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -269,7 +314,7 @@ class LocalDeployment:
             "superlink",
             [str(BIN / "flower-superlink"), *tls, "--host", "127.0.0.1",
              "--port", str(self.superlink_port), *deps],
-            self._env(FLWR_HOME=str(link_dir / "flwr-home"),
+            self._env(self.link_env, FLWR_HOME=str(link_dir / "flwr-home"),
                       FEDREC_RESULTS=str(self.results_dir)),
             link_dir,
         )
@@ -289,7 +334,7 @@ class LocalDeployment:
                  "--superlink", f"127.0.0.1:{self.superlink_port}",
                  "--node-config", config_arg(node_config),
                  "--host", "127.0.0.1", "--port", str(free_port())],
-                self._env(FLWR_HOME=str(node_dir / "flwr-home"),
+                self._env(self.node_env, FLWR_HOME=str(node_dir / "flwr-home"),
                           FEDREC_CACHE=str(node_dir / "cache")),
                 node_dir,
             ))
@@ -458,7 +503,7 @@ def run_deployed(run_config: Mapping[str, Any] | None = None, num_nodes: int = 3
     """Start a deployment, run ``run_config`` on it, stop everything, return the record.
 
     ``kwargs`` go to :class:`LocalDeployment` (``insecure``, ``workdir``, ``log_dir``,
-    ``data_dirs``, ``certs_dir``, ``env``).
+    ``data_dirs``, ``certs_dir``, ``env``, ``flower_defaults``).
     """
     with LocalDeployment(num_nodes, **kwargs) as dep:
         return dep.run(run_config, timeout=timeout)
@@ -495,6 +540,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log-dir", help="process logs (default: <workdir>/logs)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for the run")
     parser.add_argument("--out", help="also write the results record here")
+    parser.add_argument("--flower-defaults", action="store_true",
+                        help="do not apply NODE_FAST_ENV / LINK_FAST_ENV (Flower's default poll interval and "
+                             "telemetry), to compare round times")
     args = parser.parse_args(argv)
 
     run_config = _parse_set(args.set)
@@ -502,7 +550,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         record = run_deployed(run_config, args.nodes, timeout=args.timeout,
                               insecure=args.insecure, certs_dir=args.certs_dir,
                               data_dirs=args.data_dir, workdir=args.workdir,
-                              log_dir=args.log_dir)
+                              log_dir=args.log_dir, flower_defaults=args.flower_defaults)
     except DeploymentError as exc:
         print(exc, file=sys.stderr)
         return 1
@@ -514,6 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "metrics": record["metrics"],
         "rounds": record["config"]["rounds"],
         "seconds_per_round": per_round,
+        "seconds_per_message_round": message_round_seconds(record),
         "synchronous_rounds": record["communication"]["total_rounds"],
         "server_seconds": record["seconds"],
         "wall_seconds": dep["wall_seconds"],

@@ -30,7 +30,9 @@ from typing import Callable
 
 import numpy as np
 import scipy.sparse as sp
-import scipy.sparse.linalg as spla
+
+# scipy.sparse.linalg (ARPACK, ~0.1 s) is imported in the two functions that call it: every
+# deployed message starts a fresh ClientApp process that imports this module.
 
 __all__ = [
     "safe_power",
@@ -350,6 +352,8 @@ def top_eigvecs_exact(P_sparse: sp.spmatrix | np.ndarray, k: int, seed: int = 0)
         dense = P_sparse.toarray() if sp.issparse(P_sparse) else np.asarray(P_sparse, dtype=np.float64)
         vals, vecs = np.linalg.eigh(0.5 * (dense + dense.T))
     else:
+        import scipy.sparse.linalg as spla  # lazy: see the module imports
+
         vals, vecs = spla.eigsh(P_sparse, k=k, which="LA", v0=_v0(n, seed))
     order = np.argsort(-vals, kind="stable")[:k]
     return vecs[:, order], vals[order]
@@ -366,6 +370,8 @@ def top_right_singular_vectors(R_tilde: sp.spmatrix, k: int, seed: int = 0) -> t
     if k >= min(R_tilde.shape) - 1:
         P = (R_tilde.T @ R_tilde).toarray()
         return top_eigvecs_exact(P, k)
+    import scipy.sparse.linalg as spla  # lazy: see the module imports
+
     _, s, vt = spla.svds(R_tilde, k=k, v0=_v0(min(R_tilde.shape), seed))
     order = np.argsort(-s, kind="stable")
     return np.ascontiguousarray(vt[order].T), s[order] ** 2

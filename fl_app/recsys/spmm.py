@@ -18,10 +18,13 @@ P must be symmetric (X @ P = (P @ X^T)^T is computed as the fast CSR @ dense ker
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
-import torch
+
+if TYPE_CHECKING:  # torch is imported on first use: it costs ~2 s, and every deployed
+    import torch   # message starts a fresh ClientApp process that imports this module
 
 __all__ = ["BlockedSymmetricSpMM"]
 
@@ -56,6 +59,8 @@ class BlockedSymmetricSpMM:
         self.blocks = [self._torch_csr(P_csc[:, a:b].tocsr()) for a, b in zip(self.edges[:-1], self.edges[1:])]
 
     def _torch_csr(self, block: sp.csr_matrix) -> torch.Tensor:
+        import torch
+
         block.sort_indices()
         # int32 indices when they fit: 12 instead of 16 bytes per non-zero, same speed (measured)
         index = np.int32 if block.nnz < np.iinfo(np.int32).max else np.int64
@@ -72,6 +77,8 @@ class BlockedSymmetricSpMM:
         X = np.asarray(X)
         if X.ndim != 2 or X.shape[1] != self.n:
             raise ValueError(f"BlockedSymmetricSpMM: X must be (batch x {self.n}), got {X.shape}")
+        import torch
+
         out = np.empty((X.shape[0], self.n), dtype=np.float64)
         for lo in range(0, X.shape[0], self.row_chunk):
             XT = torch.from_numpy(np.ascontiguousarray(X[lo:lo + self.row_chunk].T, dtype=self.dtype))

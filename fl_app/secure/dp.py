@@ -35,8 +35,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.special import log_ndtr, ndtr
+
+# scipy.optimize / scipy.special are imported where the analytic calibration needs them, so
+# importing this module stays cheap for processes that only read its constants and ledger.
 
 __all__ = [
     "gaussian_sigma",
@@ -70,6 +71,8 @@ def _check_delta(delta: float) -> float:
 # ---------------------------------------------------------------------------- Gaussian
 def _analytic_delta(sigma: float, sens: float, eps: float) -> float:
     """delta(sigma) of the Gaussian mechanism (Balle & Wang 2018, Thm 8), log-stable."""
+    from scipy.special import log_ndtr, ndtr  # lazy: see the module imports
+
     a = sens / (2 * sigma)
     b = eps * sigma / sens
     first = ndtr(a - b)
@@ -101,6 +104,8 @@ def gaussian_sigma(l2_sensitivity: float, epsilon: float, delta: float, analytic
         hi *= 2
     if _analytic_delta(lo, sens, eps) <= delta:
         return lo
+    from scipy.optimize import brentq  # lazy: see the module imports
+
     sigma = brentq(lambda s: _analytic_delta(s, sens, eps) - delta, lo, hi, xtol=1e-12 * hi, rtol=1e-12, maxiter=500)
     # Return a sigma that certainly satisfies the bound (root finders may land just below).
     while _analytic_delta(sigma, sens, eps) > delta:
