@@ -46,8 +46,8 @@ from clients.diagnostics import diag_secure_sum  # noqa: E402
 from clients.node import NodeContext  # noqa: E402
 from clients.registry import QUERY_HANDLERS, handler  # noqa: E402
 from fl_app.messaging import Messenger  # noqa: E402
-from fl_app.secure.fixedpoint import FixedPoint  # noqa: E402
 from fl_app.secure.aggregate import Aggregator, PlainAggregator  # noqa: E402
+from fl_app.secure.fixedpoint import FixedPoint  # noqa: E402
 from fl_app.secure.secagg import SecureAggregator  # noqa: E402
 
 ACTION = "diag_secure_sum"

@@ -472,9 +472,10 @@ class LocalDeployment:
 
     def results_path(self, run_config: Mapping[str, Any] | None) -> Path:
         """Where the ServerApp writes this run config's results."""
-        from fl_app.config import merge_config, run_name
+        from fl_app.config import run_name
+        from fl_app.registry import resolve_config
 
-        return self.results_dir / "runs" / f"{run_name(merge_config(run_config))}.json"
+        return self.results_dir / "runs" / f"{run_name(resolve_config(run_config))}.json"
 
     def run(self, run_config: Mapping[str, Any] | None = None,
             timeout: float = 600.0) -> dict[str, Any]:
@@ -510,21 +511,6 @@ def run_deployed(run_config: Mapping[str, Any] | None = None, num_nodes: int = 3
 
 
 # ----------------------------------------------------------------------------- CLI
-def _parse_set(items: Sequence[str]) -> dict[str, Any]:
-    import tomli
-
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--set needs key=value, got {item!r}")
-        try:
-            out[key.strip()] = tomli.loads(f"v = {raw}")["v"]
-        except tomli.TOMLDecodeError:
-            out[key.strip()] = raw
-    return out
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Run the fedrec-privacy Flower app on a local SuperLink + SuperNodes "
@@ -545,7 +531,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "telemetry), to compare round times")
     args = parser.parse_args(argv)
 
-    run_config = _parse_set(args.set)
+    from fl_app.config import parse_assignments
+
+    run_config = parse_assignments(args.set)
     try:
         record = run_deployed(run_config, args.nodes, timeout=args.timeout,
                               insecure=args.insecure, certs_dir=args.certs_dir,

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(shutil.which("openssl") is None,
 
 TINY = {"dataset": "synthetic", "synthetic-users": 60, "synthetic-items": 80, "seed": 2}
 #: PriviRec on tiny data: seeded Omega (deterministic), no SecAgg, one power round.
-_PRIVIREC = {"secagg": "none", "privirec-omega": "seeded", "privirec-filter-rank": 4,
+_PRIVIREC = {"aggregator": "plain", "privirec-omega": "seeded", "privirec-filter-rank": 4,
              "privirec-filters": "gf-cf", "privirec-L": 1}
 
 #: One line per registered protocol: (protocol, tiny run config, metric tolerance).
@@ -55,10 +55,10 @@ def _config(protocol: str, extra: Mapping[str, Any], run_name: str) -> dict[str,
 
 
 def test_every_registered_protocol_has_a_deployment_line() -> None:
-    from strategies.base import REGISTRY
+    from fl_app.registry import protocols
 
-    assert sorted(p for p, _, _ in PROTOCOLS) == sorted(REGISTRY), (
-        "add a line to PROTOCOLS for every protocol in strategies.base.REGISTRY")
+    assert sorted(p for p, _, _ in PROTOCOLS) == sorted(protocols()), (
+        "add a line to PROTOCOLS for every protocol in fl_app/registry.py")
 
 
 def test_clientapp_import_is_cheap() -> None:

@@ -24,7 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 if TYPE_CHECKING:  # torch is imported on first use: it costs ~2 s, and every deployed
-    import torch   # message starts a fresh ClientApp process that imports this module
+    import torch  # message starts a fresh ClientApp process that imports this module
 
 __all__ = ["BlockedSymmetricSpMM"]
 
