@@ -17,6 +17,7 @@ from typing import Any
 from datasets.errors import DataError
 from fl_app.config import CORE_KEYS, ConfigError, key_table, parse_assignments
 from fl_app.messaging import NodeError, NodeTimeoutError
+from fl_app.registry import protocols
 
 DEFAULTS = {name: key.default for name, key in key_table(CORE_KEYS).items()}
 
@@ -28,7 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--protocol", default=DEFAULTS["protocol"],
-                   help="protocol name (see README) or package.module:ClassName")
+                   help="one of: " + "; ".join(f"{r.name} ({r.summary})"
+                                              for r in protocols().values())
+                   + "; or package.module:ClassName of your own ProtocolStrategy")
     p.add_argument("--strategy", default="",
                    help="a plain Flower Strategy 'module:Class' driving the protocol's clients")
     p.add_argument("--dataset", default=DEFAULTS["dataset"],
@@ -45,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "<protocol>-<dataset>-<seed>)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any other run-config key (see docs/configuration.md); repeatable")
+    p.add_argument("--no-compare", action="store_true",
+                   help="skip the centralized reference and item-popularity rows")
     p.add_argument("--quiet", action="store_true", help="no results table")
     p.add_argument("--verbose-flower", action="store_true", help="show Flower's INFO logs")
     return p
@@ -78,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         run_in_simulation(overrides, num_nodes=args.nodes, quiet=args.quiet,
-                          verbose_flower=args.verbose_flower)
+                          verbose_flower=args.verbose_flower, compare=not args.no_compare)
     except (ConfigError, DataError, FileNotFoundError, NodeTimeoutError, NodeError) as exc:
         # Bad input and node failures are one line; any other error (a bug, a user's own
         # protocol raising) keeps its traceback.

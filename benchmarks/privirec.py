@@ -17,7 +17,6 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -26,9 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks._report import log, machine_info, write_report  # noqa: E402
 from datasets import DatasetSpec, load_dataset  # noqa: E402
-from fl_app.recsys.graph_filters import FactoredItemItem, make_filter  # noqa: E402
-from fl_app.recsys.linalg import normalize_interactions, top_right_singular_vectors  # noqa: E402
-from fl_app.recsys.metrics import evaluate_ranking  # noqa: E402
+from fl_app.recsys.graph_filters import evaluate_centrally  # noqa: E402
 from fl_app.simulation import backend_config_for, run_in_simulation  # noqa: E402
 
 PAPER_NDCG = {  # Table 3: (Centr., Priv.)
@@ -43,26 +40,10 @@ def centralized(dataset: str, filters: list[str], batch_size: int) -> tuple[dict
     """Every filter from exactly computed pieces; returns metrics and wall seconds."""
     t0 = time.perf_counter()
     data = load_dataset(DatasetSpec(name=dataset))
-    train = data.train.copy()
-    train.data[:] = 1.0
-    flts = {name: make_filter(name, dataset) for name in filters}
-    rank = max((f.rank for f in flts.values() if f.needs_S), default=0)
-    pieces: dict[float, Any] = {}
-    for alpha in {f.alpha for f in flts.values()} | ({0.5} if rank else set()):
-        R_tilde, _, item_deg = normalize_interactions(train, alpha)
-        pieces[alpha] = (item_deg, FactoredItemItem(R_tilde), R_tilde)
-    S = vals = None
-    if rank:
-        log(f"{dataset}: centralized svds rank {rank}")
-        S, vals = top_right_singular_vectors(pieces[0.5][2], rank)
-    out = {}
-    for name, flt in flts.items():
-        item_deg, P, _ = pieces[flt.alpha]
-        flt.fit(item_deg, P if flt.needs_P else None, S, vals)
-        log(f"{dataset}: centralized {name}")
-        sums = evaluate_ranking(lambda rows, f=flt: f.score(train[rows]), train, data.test,
-                                k=20, batch_size=batch_size).means()
-        out[name] = {"ndcg20": sums["ndcg@20"], "recall20": sums["recall@20"]}
+    log(f"{dataset}: centralized filters {filters}")
+    sums = evaluate_centrally(data.train, data.test, filters, dataset, batch_size=batch_size)
+    out = {name: {"ndcg20": s.means()["ndcg@20"], "recall20": s.means()["recall@20"]}
+           for name, s in sums.items()}
     return out, time.perf_counter() - t0
 
 

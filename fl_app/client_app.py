@@ -19,6 +19,7 @@ from flwr.clientapp import ClientApp
 
 from clients.node import NodeContext
 from clients.registry import EVALUATE_HANDLERS, QUERY_HANDLERS, TRAIN_HANDLERS, Handler
+from fl_app.quiet import quiet_flower_noise
 from fl_app.registry import client_modules
 from fl_app.secure.sealed import MAIL_DIRECTORY, MAIL_IN
 
@@ -90,4 +91,5 @@ def build_client_app(extra_modules: Iterable[str] = ()) -> ClientApp:
     return client_app
 
 
+quiet_flower_noise()  # in simulation this module is imported by each Ray worker too
 app = build_client_app()

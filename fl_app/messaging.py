@@ -27,9 +27,11 @@ if TYPE_CHECKING:
     from fl_app.secure.sealed import Mailroom
 
 DEFAULT_POLL_INTERVAL = 0.002
-#: Rounds slower than this are reported at INFO (progress inside long phases); otherwise the
-#: console gets one summary line per phase.
+#: Rounds slower than this are reported at INFO (progress inside long phases).
 SLOW_ROUND_SECONDS = 5.0
+#: The console gets a summary of the phases run since the last line when a phase ends and at
+#: least this long has passed (alternating short phases, e.g. train/evaluate, share a line).
+PROGRESS_SECONDS = 2.0
 
 log = logging.getLogger("fedrec")
 
@@ -140,21 +142,29 @@ class CommLedger:
     rounds: list[dict[str, Any]] = field(default_factory=list)
     receipts: dict[str, Receipt] = field(default_factory=lambda: defaultdict(Receipt))
     _current: str = ""
-    _since: int = 0  # index in ``rounds`` where the current run of the phase began
+    _since: int = 0  # index in ``rounds`` of the first round not yet summarized on the console
+    _last_line: float = field(default_factory=time.monotonic)
 
     def mark(self, phase: str, record: str, form: str) -> None:
         """Say what form a reply record of ``phase`` has (e.g. SecAgg+ values: ``masked``)."""
         self.receipts[phase].forms[record] = form
 
-    def summarize(self) -> None:
-        """One console line for the phase that just ended (rounds, seconds, bytes)."""
+    def summarize(self, force: bool = True) -> None:
+        """One console line for the phases run since the last line: rounds and seconds per
+        phase, megabytes in total. Unless ``force``, only after :data:`PROGRESS_SECONDS`."""
         run = self.rounds[self._since:]
-        if run:
-            log.info("%s: %d round(s), %.2f s, %.3g MB down, %.3g MB up", self._current,
-                     len(run), sum(r["seconds"] for r in run),
-                     sum(r["bytes_down"] for r in run) / 1e6,
-                     sum(r["bytes_up"] for r in run) / 1e6)
+        if not run or (not force and time.monotonic() - self._last_line < PROGRESS_SECONDS):
+            return
+        per_phase: dict[str, list[float]] = {}
+        for r in run:
+            acc = per_phase.setdefault(r["phase"], [0, 0.0])
+            acc[0] += 1
+            acc[1] += r["seconds"]
+        parts = ", ".join(f"{p} {int(n)} round(s) {sec:.2f} s" for p, (n, sec) in per_phase.items())
+        log.info("%s (%.3g MB down, %.3g MB up)", parts,
+                 sum(r["bytes_down"] for r in run) / 1e6, sum(r["bytes_up"] for r in run) / 1e6)
         self._since = len(self.rounds)
+        self._last_line = time.monotonic()
 
     def record_round(
         self,
@@ -165,7 +175,7 @@ class CommLedger:
     ) -> None:
         """Add one synchronous round (requests out, replies back) to the ledger."""
         if phase != self._current:
-            self.summarize()
+            self.summarize(force=False)
             self._current = phase
         stats = self.phases[phase]
         stats.rounds += 1

@@ -102,6 +102,27 @@ def _privacy_mode(privacy: Mapping[str, Any]) -> str:
     return f"[bold red]{text}: the server saw every node's values[/]" if "plain" in forms else text
 
 
+#: Metrics the comparison table shows (suffixes of the metric names).
+COMPARED = ("ndcg@20", "recall@20")
+
+
+def comparison_table(comparison: Mapping[str, Any]) -> Table:
+    """Federated beside the centralized reference and item popularity, per quality metric."""
+    fed = comparison.get("federated", {})
+    cen = comparison.get("centralized", {})
+    pop = comparison.get("popularity", {})
+    table = Table(title="federated vs centralized reference vs item popularity")
+    for col in ("metric", "federated", "centralized", "fed / centralized", "popularity"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for key in sorted(k for k in fed if k.endswith(COMPARED)):
+        suffix = key.rsplit("/", 1)[-1]
+        ref = cen.get(key)
+        ratio = f"{fed[key] / ref:.3f}" if ref else "-"
+        table.add_row(key, _fmt(fed[key]), _fmt(ref) if ref is not None else "-", ratio,
+                      _fmt(pop[suffix]) if suffix in pop else "-")
+    return table
+
+
 def print_run_table(record: Mapping[str, Any], console: Console | None = None) -> None:
     """Final metrics, cost and per-phase communication of one run, as console tables."""
     console = console or Console()
@@ -121,6 +142,8 @@ def print_run_table(record: Mapping[str, Any], console: Console | None = None) -
         table.add_row("bytes per node (down / up)",
                       f"{per_node['mean_down']:.3g} / {per_node['mean_up']:.3g}")
     console.print(table)
+    if record.get("comparison"):
+        console.print(comparison_table(record["comparison"]))
     phases = comm.get("phases", {})
     if phases:
         ptable = Table(title="communication per phase")

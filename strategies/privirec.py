@@ -38,7 +38,7 @@ from flwr.serverapp import Grid
 from fl_app.config import ConfigError, Key
 from fl_app.messaging import Messenger
 from fl_app.records import csr_from_arrays, csr_to_arrays, to_array_record
-from fl_app.recsys.graph_filters import make_filter
+from fl_app.recsys.graph_filters import evaluate_centrally, make_filter
 from fl_app.recsys.linalg import (
     item_item_from_gram,
     qr_positive,
@@ -252,6 +252,17 @@ class PriviRec(ProtocolStrategy):
             out[name] = RankingSums(k=self.top_k, n_users=int(round(n)), recall=recall,
                                     ndcg=ndcg, precision=precision, hit=hit, map=map_)
         return out
+
+    # -- the centralized reference -----------------------------------------------------------
+    def reference(self, data: Any) -> dict[str, float]:
+        """The same filters from exactly computed pieces on all the data in one process
+        (exact SVD instead of the power method): what the federated metrics are compared
+        with. Keys as the federated run's (``gf-cf/ndcg@20``)."""
+        sums = evaluate_centrally(data.train, data.test, self.filters, self.dataset,
+                                  filter_rank=self.filter_rank, max_rank=self.max_filter_rank,
+                                  k=self.top_k)
+        return {f"{name}/{key}": value for name, s in sums.items()
+                for key, value in s.means().items()}
 
     # -- the run ----------------------------------------------------------------------------
     def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:

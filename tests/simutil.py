@@ -6,8 +6,6 @@ test. Node side: this project's ClientApp with every registered handler.
 
 from __future__ import annotations
 
-import logging
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -16,13 +14,11 @@ from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from fl_app.messaging import Messenger
-from fl_app.simulation import DEFAULT_BACKEND
+from fl_app.simulation import simulate
 
 
 def run_on_simulated_nodes(fn: Callable[[Messenger], Any], num_nodes: int,
                            timeout: float = 60.0) -> Any:
-    from flwr.simulation import run_simulation
-
     from fl_app.client_app import build_client_app
 
     box: dict[str, Any] = {}
@@ -37,11 +33,7 @@ def run_on_simulated_nodes(fn: Callable[[Messenger], Any], num_nodes: int,
         except BaseException as exc:  # hand the failure back to the test
             box["error"] = exc
 
-    logging.getLogger("flwr").setLevel(logging.WARNING)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        run_simulation(server_app=app, client_app=build_client_app(), num_supernodes=num_nodes,
-                       backend_config=DEFAULT_BACKEND)
+    simulate(app, build_client_app(), num_nodes)
     if "error" in box:
         raise box["error"]
     return box["value"]

@@ -656,3 +656,36 @@ def score_all(flt: _BaseFilter, R_rows: sp.spmatrix, batch_size: int = 1024) -> 
     R_rows = sp.csr_matrix(R_rows)
     parts = [flt.score(R_rows[i:i + batch_size]) for i in range(0, R_rows.shape[0], batch_size)]
     return np.vstack(parts) if parts else np.zeros((0, R_rows.shape[1]))
+
+
+def evaluate_centrally(train: sp.spmatrix, test: sp.spmatrix, names: tuple[str, ...] | list[str],
+                       dataset: str, *, filter_rank: int = 0, max_rank: int = 0, k: int = 20,
+                       batch_size: int = 1024) -> dict[str, Any]:
+    """Every named filter from exactly computed pieces (explicit degrees, factored P~, exact
+    top singular vectors), scored on all users: the centralized reference the federated
+    protocol is measured against. Returns ``{name: RankingSums}``.
+
+    ``filter_rank``/``max_rank`` as :func:`make_filter` (the federated run's settings), so the
+    reference builds the very filters the nodes build.
+    """
+    from fl_app.recsys.linalg import normalize_interactions
+    from fl_app.recsys.metrics import evaluate_ranking
+
+    train = sp.csr_matrix(train, dtype=np.float64, copy=True)
+    train.data[:] = 1.0
+    flts = {name: make_filter(name, dataset, filter_rank, max_rank) for name in names}
+    rank = max((f.rank for f in flts.values() if f.needs_S), default=0)
+    pieces: dict[float, tuple[np.ndarray, FactoredItemItem, sp.csr_matrix]] = {}
+    for alpha in {f.alpha for f in flts.values()} | ({0.5} if rank else set()):
+        R_tilde, _, item_deg = normalize_interactions(train, alpha)
+        pieces[alpha] = (item_deg, FactoredItemItem(R_tilde), R_tilde)
+    S = vals = None
+    if rank:
+        S, vals = top_right_singular_vectors(pieces[0.5][2], rank)
+    out = {}
+    for name, flt in flts.items():
+        item_deg, P, _ = pieces[flt.alpha]
+        flt.fit(item_deg, P if flt.needs_P else None, S, vals)
+        out[name] = evaluate_ranking(lambda rows, f=flt: f.score(train[rows]), train, test,
+                                     k=k, batch_size=batch_size)
+    return out

@@ -634,3 +634,9 @@ def subspace_distance(U: np.ndarray, V: np.ndarray, kind: str = "spectral") -> f
     if kind == "spectral":
         return float(sin.max())
     return float(np.sqrt(2.0 * np.sum(sin**2)))
+
+
+def popularity_sums(train: sp.csr_matrix, test: sp.csr_matrix, k: int = 20) -> RankingSums:
+    """The naive baseline every quality table shows: rank items by training degree."""
+    degree = np.asarray(sp.csr_matrix(train).sum(axis=0), dtype=np.float64).ravel()
+    return evaluate_ranking(lambda rows: np.tile(degree, (len(rows), 1)), train, test, k=k)

@@ -1,0 +1,51 @@
+"""The main job as a new user runs it: README's first command, in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.timeout(300)
+def test_main_job_shows_federated_centralized_and_popularity(tmp_path: Path) -> None:
+    env = {**os.environ, "FEDREC_RESULTS": str(tmp_path / "results"),
+           "FEDREC_CACHE": str(tmp_path / "cache"), "COLUMNS": "160"}
+    proc = subprocess.run([sys.executable, "run_simulation.py"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out, err = proc.stdout, proc.stderr
+    header = re.search(r"metric\s*┃\s*federated\s*┃\s*centralized\s*┃.*┃\s*popularity", out)
+    assert header, out[-3000:]
+    rows = [line for line in out.splitlines() if "ndcg@20" in line and "│" in line]
+    numbers = [re.findall(r"\d+\.\d{4}", row) for row in rows]
+    # a comparison row has federated, centralized, their ratio and popularity
+    assert any(len(n) >= 4 for n in numbers), rows
+    assert "secagg+ (masked)" in out  # the default run is private
+    for noise in ("deprecated", "DEPRECATED", "FutureWarning", "Manually terminating"):
+        assert noise not in err and noise not in out, noise
+    assert list((tmp_path / "results" / "runs").glob("*.json"))
+
+
+@pytest.mark.timeout(300)
+def test_readme_flwr_run_block_works_as_written(tmp_path: Path) -> None:
+    """README's `flwr run` block, run by bash from the repo root on a fresh FLWR_HOME."""
+    text = (REPO / "README.md").read_text()
+    block = re.search(r"<!-- flwr-run:begin.*?```bash\n(.*?)```", text, re.S)
+    assert block, "README lost its flwr-run block"
+    env = {**os.environ, "FLWR_HOME": str(tmp_path / "flwr-home"),
+           "FEDREC_RESULTS": str(tmp_path / "results"), "FEDREC_CACHE": str(tmp_path / "cache")}
+    env.pop("VIRTUAL_ENV", None)
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep)
+                                  if not p.startswith(str(REPO / ".venv")))
+    proc = subprocess.run(["bash", "-euc", block.group(1)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=280)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "fedmf on synthetic" in out and "ndcg@20" in out, out[-3000:]
