@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-_HINT = "(set --data-dir or FEDREC_DATA)"
+_HINT = ("(simulation: run_simulation.py --data-dir or $FEDREC_DATA; a deployed SuperNode: "
+         "--node-config \"data-dir='/path'\" or $FEDREC_DATA in its environment)")
 
 
 def repo_root() -> Path:

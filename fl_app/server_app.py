@@ -30,10 +30,37 @@ def run_protocol(grid: Grid, cfg: Mapping[str, Any]) -> dict[str, Any]:
     messenger = Messenger(grid, timeout=float(cfg["timeout"]))
     fast_grid = AccountedGrid(grid, messenger)
     t0 = time.perf_counter()
+    try:
+        outcome = _run_strategy(fast_grid, messenger, cfg)
+    except Exception as exc:  # keep what was measured, with the reason, for the results
+        exc.fedrec_record = {  # type: ignore[attr-defined]
+            "config": dict(cfg), "status": "failed", "error": f"{type(exc).__name__}: {exc}",
+            "seconds": time.perf_counter() - t0, "communication": messenger.ledger.to_dict(),
+            "privacy": {"aggregator": cfg["aggregator"], **messenger.privacy_report()}}
+        raise
+    seconds = time.perf_counter() - t0
+    messenger.ledger.summarize()  # the console line of the last phase
+    privacy = {"aggregator": cfg["aggregator"], **messenger.privacy_report(),
+               **getattr(outcome, "privacy", {})}
+    return {
+        "config": dict(cfg),
+        "status": "completed",
+        "num_nodes": len(list(grid.get_node_ids())),
+        "metrics": outcome.metrics,
+        "history": outcome.history,
+        "extra": outcome.extra,
+        "seconds": seconds,
+        "communication": messenger.ledger.to_dict(),
+        "privacy": privacy,
+    }
+
+
+def _run_strategy(fast_grid: AccountedGrid, messenger: Messenger, cfg: Mapping[str, Any]) -> Any:
+    """The protocol's own phases, or a stock Flower strategy driving the protocol's nodes."""
     protocol_cls = load_strategy_class(str(cfg["protocol"]))
     if not cfg.get("strategy"):  # a protocol with its own phases
         strategy = protocol_cls.from_run_config(cfg)
-        outcome = strategy.run(fast_grid, messenger, cfg)
+        return strategy.run(fast_grid, messenger, cfg)
     else:  # a plain Flower Strategy driving the clients of `protocol`
         drive = getattr(protocol_cls, "drive_stock_strategy", None)
         if drive is None:
@@ -43,20 +70,19 @@ def run_protocol(grid: Grid, cfg: Mapping[str, Any]) -> dict[str, Any]:
         stock = (stock_cls.from_run_config(cfg) if hasattr(stock_cls, "from_run_config")
                  else stock_cls())
         outcome = drive(stock, fast_grid, messenger, cfg)
-    seconds = time.perf_counter() - t0
-    messenger.ledger.summarize()  # the console line of the last phase
-    privacy = {"aggregator": cfg["aggregator"], **messenger.privacy_report(),
-               **getattr(outcome, "privacy", {})}
-    return {
-        "config": dict(cfg),
-        "num_nodes": len(list(grid.get_node_ids())),
-        "metrics": outcome.metrics,
-        "history": outcome.history,
-        "extra": outcome.extra,
-        "seconds": seconds,
-        "communication": messenger.ledger.to_dict(),
-        "privacy": privacy,
-    }
+    return outcome
+
+
+def _progress_to_console() -> None:
+    """Phase lines on the console wherever the ServerApp runs (a deployed ServerApp process
+    has no handler for them otherwise, and a long run would print nothing for minutes)."""
+    fedrec_log = logging.getLogger("fedrec")
+    if not fedrec_log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", "%H:%M:%S"))
+        fedrec_log.addHandler(handler)
+        fedrec_log.setLevel(logging.INFO)
+        fedrec_log.propagate = False
 
 
 def make_server_app(overrides: Mapping[str, Any] | None = None,
@@ -71,8 +97,17 @@ def make_server_app(overrides: Mapping[str, Any] | None = None,
 
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
+        if not quiet:
+            _progress_to_console()
         cfg = resolve_config({**dict(context.run_config), **dict(overrides or {})})
-        record = run_protocol(grid, cfg)
+        try:
+            record = run_protocol(grid, cfg)
+        except Exception as exc:
+            partial = getattr(exc, "fedrec_record", None) or {
+                "config": cfg, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+            path = write_run(partial, run_name(cfg))
+            log.error("run failed: %s; partial results written to %s", partial["error"], path)
+            raise
         path = write_run(record, run_name(cfg))
         record["results_path"] = str(path)
         if not quiet:

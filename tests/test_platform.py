@@ -264,3 +264,19 @@ def test_results_record_what_the_server_received_and_keep_large_arrays(tmp_path:
     data = json.loads(path.read_text())
     assert data["extra"]["big"] == {"npz": "extra.big", "shape": [100], "dtype": "float64"}
     assert np.array_equal(load_run_arrays(path)["extra.big"], np.arange(100.0))
+
+
+def test_a_failed_run_keeps_its_partial_results_and_reason() -> None:
+    from fl_app.messaging import NodeTimeoutError
+    from fl_app.registry import resolve_config
+    from fl_app.server_app import run_protocol
+
+    cfg = resolve_config({"protocol": "examples.item_popularity:ItemPopularity",
+                          "synthetic-users": 40, "synthetic-items": 30, "timeout": 0.5})
+    with LocalGrid(build_client_app(["examples.item_popularity"]), 3, silent=[1003]) as grid:
+        with pytest.raises(NodeTimeoutError) as err:
+            run_protocol(grid, cfg)
+    partial = err.value.fedrec_record
+    assert partial["status"] == "failed"
+    assert "did not answer 'hello'" in partial["error"] and "node 1003" in partial["error"]
+    assert partial["communication"]["phases"]["handshake"]["rounds"] == 1
