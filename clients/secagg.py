@@ -64,9 +64,7 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     threshold = int(cfg["threshold"])
     first, batch = int(cfg["first-sum"]), int(cfg["batch"])
     holders = [me, *neighbours]
-    # 31 bytes: Flower's Shamir pads secrets to 16-byte chunks, so 31 bytes need two chunks
-    # (32 would need three) while staying a 248-bit key for HKDF.
-    seeds = {first + i: secrets.token_bytes(31) for i in range(batch)}
+    seeds = {first + i: secrets.token_bytes(32) for i in range(batch)}  # 256-bit HKDF keys
     shares = {t: split_secret(seed, threshold, len(holders)) for t, seed in seeds.items()}
     for t, seed in seeds.items():
         node.state.config_records[_SEEDS][str(t)] = seed

@@ -100,8 +100,8 @@ CORE_KEYS: tuple[Key, ...] = (
         "accuracy runs), `ckks` (server adds CKKS ciphertexts; a node decrypts)",
         choices=("secagg+", "plain", "ckks"), used_by="protocols with sums"),
     Key("secagg-degree", 0, "neighbours per node in the SecAgg+ graph (Harary graph); `0` = "
-        "complete graph. Use O(log n) for large federations", min=0,
-        used_by="protocols with sums"),
+        "automatic: the complete graph up to 32 nodes, 2 ceil(log2 n) neighbours above "
+        "(`fl_app/secure/aggregators.py`)", min=0, used_by="protocols with sums"),
     Key("item-servers", 0, "simulation only: how many simulated nodes (the highest partition "
         "ids) act as item servers (item features, no user rows); deployed nodes declare "
         "`role` in their node config instead", min=0, used_by="protocols with an item server"),

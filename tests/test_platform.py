@@ -280,3 +280,10 @@ def test_a_failed_run_keeps_its_partial_results_and_reason() -> None:
     assert partial["status"] == "failed"
     assert "did not answer 'hello'" in partial["error"] and "node 1003" in partial["error"]
     assert partial["communication"]["phases"]["handshake"]["rounds"] == 1
+
+
+def test_secagg_graph_is_complete_for_small_federations_and_logarithmic_above() -> None:
+    from fl_app.secure.aggregators import auto_degree
+
+    assert auto_degree(10) is None and auto_degree(32) is None
+    assert auto_degree(100) == 14 and auto_degree(1000) == 20

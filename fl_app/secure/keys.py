@@ -19,11 +19,12 @@ Choices:
   ``sealed.py``), so that the relaying server cannot swap blobs between recipients or
   replay them into another run. Random
   96-bit nonces are safe for far more than the < 2^32 messages a key seals here.
-- Shamir shares reuse Flower's ``crypto.shamir`` (pycryptodome, GF(2^128) per 16-byte
-  chunk). Flower's shares do not record the threshold, and combining too few shares
-  silently yields garbage, so :func:`split_secret` prefixes each share with a 3-byte header
-  (version, threshold) and :func:`combine_secret` refuses to combine fewer than threshold.
-  Shares are not authenticated by themselves; they travel sealed (``seal``) in the protocol.
+- Shamir shares over GF(2^31 - 1), vectorized (``shamir.py``; Flower's GF(2^128)
+  ``crypto.shamir`` runs one share at a time in Python and dominated SecAgg+ at 100 nodes).
+  Combining too few shares would silently yield garbage, so :func:`split_secret` prefixes
+  each share with a header (version, threshold, secret length) and :func:`combine_secret`
+  refuses to combine fewer than threshold. Shares are not authenticated by themselves; they
+  travel sealed (the sealed relay) in the protocol.
 
 Cryptographic keys come from the OS CSPRNG, never from the run's ``seed``: determinism of
 the numeric results does not depend on them because masks cancel exactly.
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import (
@@ -41,7 +43,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import (
 )
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from flwr.common.secure_aggregation.crypto.shamir import combine_shares, create_shares
+
+from fl_app.secure import shamir
 
 __all__ = [
     "AuthenticationError",
@@ -55,8 +58,8 @@ __all__ = [
 _PAIRWISE_INFO = b"fedrec-privacy/pairwise/v1|"
 _NONCE_LEN = 12
 _TAG_LEN = 16
-_SHARE_VERSION = 1
-_SHARE_HEADER = 3  # version (1 byte) || threshold (2 bytes big-endian)
+_SHARE_VERSION = 2
+_SHARE_HEADER = 5  # version (1 byte) || threshold (2 bytes BE) || secret length (2 bytes BE)
 
 
 class AuthenticationError(ValueError):
@@ -146,16 +149,17 @@ def open_sealed(key: bytes, ciphertext: bytes, aad: bytes) -> bytes:
 def split_secret(secret: bytes, threshold: int, n: int) -> list[bytes]:
     """Split ``secret`` into ``n`` shares, any ``threshold`` of which reconstruct it.
 
-    Share format: ``version(1) || threshold(2, BE) || flwr share`` where the flwr share is
-    ``index(4, LE) || 16 bytes per padded 16-byte chunk``.
+    Share format: ``version(1) || threshold(2, BE) || length(2, BE) || holder x(2, BE) ||
+    limbs (uint32 LE)``, the limbs being the GF(2^31 - 1) values of :mod:`fl_app.secure.shamir`.
     """
     threshold, n = int(threshold), int(n)
-    if n < 1 or n >= 1 << 16:
-        raise ValueError(f"number of shares must be in [1, 65535], got {n}")
-    if not 1 <= threshold <= n:
-        raise ValueError(f"threshold must be in [1, n={n}], got {threshold}")
-    header = bytes([_SHARE_VERSION]) + threshold.to_bytes(2, "big")
-    return [header + share for share in create_shares(bytes(secret), threshold, n)]
+    secret = bytes(secret)
+    if not 1 <= len(secret) < 1 << 16:
+        raise ValueError(f"secret length must be in [1, 65535] bytes, got {len(secret)}")
+    ys = shamir.split(shamir.limbs_of(secret), threshold, n)
+    header = bytes([_SHARE_VERSION]) + threshold.to_bytes(2, "big") + len(secret).to_bytes(2, "big")
+    return [header + x.to_bytes(2, "big") + ys[x - 1].astype("<u4").tobytes()
+            for x in range(1, n + 1)]
 
 
 def combine_secret(shares: list[bytes]) -> bytes:
@@ -167,29 +171,29 @@ def combine_secret(shares: list[bytes]) -> bytes:
     if not shares:
         raise ValueError("no shares given; need at least threshold shares to reconstruct")
     parsed: dict[int, bytes] = {}
-    threshold = None
-    length = len(shares[0])
+    head = bytes(shares[0])[:_SHARE_HEADER]
     for share in shares:
         share = bytes(share)
-        if len(share) != length or len(share) < _SHARE_HEADER + 4 + 16 or (len(share) - _SHARE_HEADER - 4) % 16:
-            raise ValueError(f"malformed Shamir share ({len(share)} bytes) or shares of different secrets")
+        if len(share) != len(shares[0]) or len(share) < _SHARE_HEADER + 2 + 4 \
+                or (len(share) - _SHARE_HEADER - 2) % 4:
+            raise ValueError(f"malformed Shamir share ({len(share)} bytes) or shares of "
+                             "different secrets")
         if share[0] != _SHARE_VERSION:
             raise ValueError(f"unknown Shamir share version {share[0]}")
-        t = int.from_bytes(share[1:3], "big")
-        if threshold is None:
-            threshold = t
-        elif t != threshold:
-            raise ValueError(f"shares disagree on the threshold ({threshold} vs {t})")
-        body = share[_SHARE_HEADER:]
-        index = int.from_bytes(body[:4], "little")
-        if index in parsed and parsed[index] != body:
-            raise ValueError(f"two different shares carry the same index {index}")
-        parsed[index] = body
-    assert threshold is not None
+        if share[:_SHARE_HEADER] != head:
+            raise ValueError("shares disagree on the threshold or the secret's length")
+        x = int.from_bytes(share[_SHARE_HEADER:_SHARE_HEADER + 2], "big")
+        body = share[_SHARE_HEADER + 2:]
+        if x in parsed and parsed[x] != body:
+            raise ValueError(f"two different shares carry the same index {x}")
+        parsed[x] = body
+    threshold = int.from_bytes(head[1:3], "big")
+    nbytes = int.from_bytes(head[3:5], "big")
     if len(parsed) < threshold:
         raise ValueError(
             f"too few Shamir shares: threshold is {threshold}, got {len(parsed)} distinct share(s)"
         )
-    # Any `threshold` shares determine the polynomial; use exactly that many.
-    chosen = [parsed[i] for i in sorted(parsed)[:threshold]]
-    return combine_shares(chosen)
+    # Any `threshold` shares determine the polynomials; use exactly that many.
+    xs = sorted(parsed)[:threshold]
+    ys = np.stack([np.frombuffer(parsed[x], dtype="<u4").astype(np.int64) for x in xs])
+    return shamir.secret_of(shamir.combine(xs, ys), nbytes)
