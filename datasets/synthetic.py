@@ -100,8 +100,12 @@ def latent_model(
     )
 
 
-def _logits(model: LatentModel, users: slice | np.ndarray, items: slice | np.ndarray = slice(None)) -> np.ndarray:
-    """Preference logits l_ui for a block of users x items (see the module docstring)."""
+def preference_logits(model: LatentModel, users: slice | np.ndarray = slice(None),
+                      items: slice | np.ndarray = slice(None)) -> np.ndarray:
+    """Logits l_ui for a block of users x items (module docstring): what the picks follow.
+
+    Public so benchmarks can score with the generator's own preferences (an oracle ceiling).
+    """
     x = model.user_factors[users]
     y = model.item_factors[items]
     scale = STRENGTH / np.sqrt(x.shape[1])
@@ -121,7 +125,8 @@ def _picks(model: LatentModel, density: float, rng: np.random.Generator) -> tupl
     r_idx, c_idx = [], []
     for start in range(0, n_users, rows_per_chunk):
         stop = min(n_users, start + rows_per_chunk)
-        keys = _logits(model, slice(start, stop)) + rng.gumbel(size=(stop - start, n_items))
+        keys = preference_logits(model, slice(start, stop)) + rng.gumbel(
+            size=(stop - start, n_items))
         order = np.argsort(-keys, axis=1)
         counts = n_u[start:stop]
         take = np.arange(n_items)[None, :] < counts[:, None]
@@ -150,7 +155,7 @@ def generate(
 
     empty_items = np.setdiff1d(np.arange(n_items), cols)
     if len(empty_items):  # every item is rated by the user who likes it most
-        best = _logits(model, slice(None), empty_items).argmax(axis=0)
+        best = preference_logits(model, slice(None), empty_items).argmax(axis=0)
         rows = np.concatenate([rows, best])
         cols = np.concatenate([cols, empty_items])
 
