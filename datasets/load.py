@@ -28,6 +28,9 @@ def _read_raw(spec: DatasetSpec, files: dict[str, Path]) -> RawData:
             spec.synthetic_rank,
             spec.synthetic_density,
             spec.seed,
+            clusters=spec.synthetic_clusters,
+            popularity_skew=spec.synthetic_popularity_skew,
+            feature_noise=spec.synthetic_feature_noise,
         )
     if spec.name == "ml-100k":
         return movielens.load_ml100k(files)

@@ -25,6 +25,9 @@ _CONFIG_KEYS: dict[str, str] = {
     "synthetic_items": "synthetic-items",
     "synthetic_rank": "synthetic-rank",
     "synthetic_density": "synthetic-density",
+    "synthetic_clusters": "synthetic-clusters",
+    "synthetic_popularity_skew": "synthetic-popularity-skew",
+    "synthetic_feature_noise": "synthetic-feature-noise",
     "cold_start_users": "cold-start-users",
     "cold_start_items": "cold-start-items",
 }
@@ -40,10 +43,13 @@ class DatasetSpec:
     test_ratio: float = 0.2
     implicit: bool = True
     min_rating: float = 0.0
-    synthetic_users: int = 200
-    synthetic_items: int = 300
+    synthetic_users: int = 1000
+    synthetic_items: int = 500
     synthetic_rank: int = 8
     synthetic_density: float = 0.05
+    synthetic_clusters: int = 10
+    synthetic_popularity_skew: float = 0.7
+    synthetic_feature_noise: float = 1.0
     cold_start_users: float = 0.0
     cold_start_items: float = 0.0
 
@@ -59,9 +65,12 @@ class DatasetSpec:
             raise ValueError(
                 f"synthetic-density must be in (0, 1], got {self.synthetic_density}"
             )
-        for field in ("synthetic_users", "synthetic_items", "synthetic_rank"):
+        for field in ("synthetic_users", "synthetic_items", "synthetic_rank", "synthetic_clusters"):
             if getattr(self, field) < 1:
                 raise ValueError(f"{_CONFIG_KEYS[field]} must be >= 1, got {getattr(self, field)}")
+        for field in ("synthetic_popularity_skew", "synthetic_feature_noise"):
+            if getattr(self, field) < 0:
+                raise ValueError(f"{_CONFIG_KEYS[field]} must be >= 0, got {getattr(self, field)}")
         for field in ("cold_start_users", "cold_start_items"):
             if not 0.0 <= getattr(self, field) < 1.0:
                 raise ValueError(

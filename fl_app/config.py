@@ -107,12 +107,21 @@ CORE_KEYS: tuple[Key, ...] = (
         "`role` in their node config instead", min=0, used_by="protocols with an item server"),
     Key("run-name", "", "results file stem; `\"\"` means `<protocol>-<dataset>-<seed>`",
         used_by="all"),
-    Key("synthetic-users", 200, "users of the synthetic dataset", min=1, used_by="synthetic"),
-    Key("synthetic-items", 300, "items of the synthetic dataset", min=1, used_by="synthetic"),
-    Key("synthetic-rank", 8, "latent rank of the synthetic Poisson rates", min=1,
+    Key("synthetic-users", 1000, "users of the synthetic dataset (docs/datasets.md)", min=1,
         used_by="synthetic"),
-    Key("synthetic-density", 0.05, "target fraction of non-zero synthetic entries",
-        min=1e-9, max=1.0, used_by="synthetic"),
+    Key("synthetic-items", 500, "items of the synthetic dataset", min=1, used_by="synthetic"),
+    Key("synthetic-rank", 8, "rank of the synthetic user/item latent factors", min=1,
+        used_by="synthetic"),
+    Key("synthetic-density", 0.05, "target fraction of non-zero synthetic entries (mean "
+        "interactions per user = density x items)", min=1e-9, max=1.0, used_by="synthetic"),
+    Key("synthetic-clusters", 10, "taste clusters of synthetic users and items; a user's zip "
+        "starts with cluster % 10, so `silo-zip` makes one silo per cluster up to 10", min=1,
+        used_by="synthetic"),
+    Key("synthetic-popularity-skew", 0.7, "Zipf exponent of synthetic item propensities "
+        "(rank^-skew); 0 = no popularity long tail", min=0.0, used_by="synthetic"),
+    Key("synthetic-feature-noise", 1.0, "std of the noise on synthetic side features (signal "
+        "std ~1.4); 0 = features are exact linear images of the latent factors", min=0.0,
+        used_by="synthetic"),
     Key("test-ratio", 0.2, "per-user holdout when the dataset has no given split", min=0.0,
         max=0.99, used_by="synthetic, ml-100k"),
     Key("implicit", True, "binarize ratings (every interaction is 1.0)", used_by="ml-100k"),

@@ -109,8 +109,11 @@ def test_split_disjoint_and_keeps_train() -> None:
 
 
 def test_cold_start_users_and_items() -> None:
-    data = load_dataset(DatasetSpec(cold_start_users=0.1, cold_start_items=0.1))
-    assert len(data.cold_users) == 20 and len(data.cold_items) == 30
+    spec = DatasetSpec(cold_start_users=0.1, cold_start_items=0.1)
+    data = load_dataset(spec)
+    # round(0.1 * n): 100 of the default 1000 users, 50 of the default 500 items
+    assert len(data.cold_users) == round(0.1 * spec.synthetic_users) == 100
+    assert len(data.cold_items) == round(0.1 * spec.synthetic_items) == 50
     assert data.train[data.cold_users].nnz == 0
     assert data.train[:, data.cold_items].nnz == 0
     assert data.test[data.cold_users].nnz > 0
