@@ -91,7 +91,7 @@ def test_key_declarations_reject_bad_defaults_and_values() -> None:
 
 
 def test_run_name_defaults_and_override() -> None:
-    assert run_name(resolve_config({})) == "fedmf-synthetic-0"
+    assert run_name(resolve_config({})) == "privirec-synthetic-0"
     assert run_name(resolve_config({"run-name": "x"})) == "x"
 
 

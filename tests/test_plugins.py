@@ -13,7 +13,8 @@ from datasets import DatasetSpec, load_dataset
 from fl_app.recsys.metrics import ranking_sums
 from fl_app.simulation import run_in_simulation
 
-SMALL = ["--set", "synthetic-users=60", "--set", "synthetic-items=80", "--set", "mf-dim=4",
+SMALL = ["--protocol", "fedmf", "--set", "synthetic-users=60", "--set", "synthetic-items=80",
+         "--set", "mf-dim=4",
          "--rounds", "2", "--quiet"]
 
 
