@@ -18,7 +18,7 @@ from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from clients.aggregate import sum_reply
 from clients.node import NodeContext
 from clients.registry import evaluate_handler, handler, train_handler
-from fl_app.recsys.metrics import evaluate_ranking, ranking_sums
+from fl_app.recsys.metrics import RankingSums, evaluate_ranking
 from fl_app.recsys.mf import Adam, bpr_step, bpr_train_local, init_user_factors, item_gradient
 
 _STATE = "fedmf.users"
@@ -76,6 +76,13 @@ def _train_local(node: NodeContext, V: np.ndarray, cfg: dict[str, Any],
             "clipped": np.array([w * clipped])}
 
 
+def _ranking(node: NodeContext, V: np.ndarray, seed: int, k: int) -> RankingSums:
+    """Recall/NDCG/... sums of this node's users on their own test rows, scored U V^T."""
+    data = node.data()
+    U = _load_state(node, V.shape[1], seed)["U"]
+    return evaluate_ranking(lambda rows: U[rows] @ V.T, data.train, data.test, k=k)
+
+
 @handler("fedmf_train")
 def fedmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
     """Train this node's users on the broadcast V; reply this node's share of the item sum."""
@@ -97,11 +104,7 @@ def fedmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
 def fedmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Recall/NDCG sums of this node's users with the final V, as its share of a sum."""
     cfg = node.config()
-    V = node.arrays()["V"]
-    data = node.data()
-    U = _load_state(node, V.shape[1], int(cfg["seed"]))["U"]
-    sums = evaluate_ranking(lambda rows: U[rows] @ V.T, data.train, data.test,
-                            k=int(cfg.get("top-k", 20)))
+    sums = _ranking(node, node.arrays()["V"], int(cfg["seed"]), int(cfg.get("top-k", 20)))
     return sum_reply(node, {"ranking": sums.to_vector()})
 
 
@@ -135,8 +138,6 @@ def fedmf_stock_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Recall/NDCG@K of this node's users on their own test rows (means, weighted by users)."""
     cfg = content.config_records["config"]
     V = content.array_records["arrays"].to_numpy_ndarrays()[0]
-    data = node.data()
-    U = _load_state(node, V.shape[1], int(cfg["seed"]))["U"]
-    sums = ranking_sums(U @ V.T, data.train, data.test, k=int(cfg.get("top-k", 20)))
+    sums = _ranking(node, V, int(cfg["seed"]), int(cfg.get("top-k", 20)))
     metrics = {name: float(value) for name, value in sums.means().items()}
     return RecordDict({"metrics": MetricRecord({"num-examples": sums.n_users, **metrics})})
