@@ -1,60 +1,143 @@
-"""FedMF client: private user factors stay on the node; only item factors travel.
+"""FedMF node: private user factors stay here; item updates leave only as shares of a sum.
 
-Handles Flower's stock ``train`` / ``evaluate`` messages (the server side is Flower's own
-``FedAvg``, see ``strategies/fedmf.py``). The node keeps its users' factors in
-``context.state`` between rounds; the server never sees them.
+``fedmf_train`` answers the FedMF protocol (``strategies/fedmf.py``) through
+``clients.aggregate.sum_reply``, so under SecAgg+ the server sees this node's reply masked.
+The node keeps its users' factors and its Adam state in ``context.state`` between rounds.
+``fedmf_stock_train`` / ``fedmf_stock_evaluate`` answer Flower's stock ``train`` /
+``evaluate`` messages (a stock strategy such as ``FedAvg``), which reveal item factors in
+clear to the server: that path exists for plugging in Flower strategies, not for privacy.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
+from clients.aggregate import sum_reply
 from clients.node import NodeContext
-from clients.registry import evaluate_handler, train_handler
-from fl_app.recsys.metrics import ranking_sums
-from fl_app.recsys.mf import bpr_step, init_user_factors
+from clients.registry import evaluate_handler, handler, train_handler
+from fl_app.recsys.metrics import RankingSums, evaluate_ranking
+from fl_app.recsys.mf import Adam, bpr_step, bpr_train_local, init_user_factors, item_gradient
 
 _STATE = "fedmf.users"
 
 
-def _user_factors(node: NodeContext, user_ids: np.ndarray, dim: int, seed: int) -> np.ndarray:
+def _load_state(node: NodeContext, dim: int, seed: int) -> dict[str, np.ndarray]:
+    """This node's private state: U (and Adam moments once local training ran)."""
     stored = node.load_arrays(_STATE)
     if stored is None:
-        return init_user_factors(user_ids, dim, seed)
-    return stored["U"]
+        return {"U": init_user_factors(node.data().user_ids, dim, seed)}
+    if stored["U"].shape[1] != dim:
+        raise ValueError(f"partition {node.partition_id}: stored user factors have dimension "
+                         f"{stored['U'].shape[1]}, the request's item factors {dim} "
+                         "(mf-dim changed within a run?)")
+    return dict(stored)
 
 
-@train_handler("fedmf")
+def _train_exact(node: NodeContext, V: np.ndarray, cfg: dict[str, Any],
+                 state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One full-batch step: this node's summed V-gradient (divided by N on the server)."""
+    data = node.data()
+    bound = float(cfg["factor-bound"])
+    largest = float(np.max(np.abs(state["U"]))) if state["U"].size else 0.0
+    if largest > bound:
+        raise OverflowError(f"partition {node.partition_id}: a user factor entry reached "
+                            f"{largest:.3g} > mf-factor-bound={bound:g}, the bound the summed "
+                            "gradients are declared with; raise mf-factor-bound or lower mf-lr")
+    step = bpr_step(state["U"], V, data.train, data.user_ids, seed=int(cfg["seed"]),
+                    round_=int(cfg["round"]), lr=float(cfg["lr"]), reg=float(cfg["reg"]),
+                    negatives=int(cfg["negatives"]))
+    state["U"] = step.user_factors
+    loss_sum = min(step.loss, float(cfg["loss-cap"])) * step.n_users
+    return {"grad": step.item_grad_sum, "weight": np.array([float(step.n_users)]),
+            "loss": np.array([loss_sum])}
+
+
+def _train_local(node: NodeContext, V: np.ndarray, cfg: dict[str, Any],
+                 state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Local epochs of mini-batch BPR with Adam; the user-weighted, clipped item delta."""
+    data = node.data()
+    lr = float(cfg["lr"])
+    user_opt, item_opt = Adam.from_arrays(lr, state, "adamU"), Adam.from_arrays(lr, state, "adamV")
+    out = bpr_train_local(state["U"], V, data.train, data.user_ids, seed=int(cfg["seed"]),
+                          round_=int(cfg["round"]), epochs=int(cfg["epochs"]),
+                          batch_size=int(cfg["batch-size"]), reg=float(cfg["reg"]),
+                          negatives=int(cfg["negatives"]), user_opt=user_opt, item_opt=item_opt)
+    state.update({"U": out.user_factors, **user_opt.to_arrays("adamU"),
+                  **item_opt.to_arrays("adamV")})
+    clip = float(cfg["clip"])
+    raw = out.item_factors - V
+    w = float(out.n_users)
+    clipped = float(np.mean(np.abs(raw) > clip)) if raw.size else 0.0
+    return {"delta": w * np.clip(raw, -clip, clip), "weight": np.array([w]),
+            "loss": np.array([w * min(out.loss, float(cfg["loss-cap"]))]),
+            "clipped": np.array([w * clipped])}
+
+
+def _ranking(node: NodeContext, V: np.ndarray, seed: int, k: int) -> RankingSums:
+    """Recall/NDCG/... sums of this node's users on their own test rows, scored U V^T."""
+    data = node.data()
+    U = _load_state(node, V.shape[1], seed)["U"]
+    return evaluate_ranking(lambda rows: U[rows] @ V.T, data.train, data.test, k=k)
+
+
+@handler("fedmf_train")
 def fedmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
-    """One local full-batch BPR step; reply with the updated item factors.
+    """Train this node's users on the broadcast V; reply this node's share of the item sum."""
+    cfg = node.config()
+    V = node.arrays()["V"]
+    state = _load_state(node, V.shape[1], int(cfg["seed"]))
+    mode = str(cfg["mode"])
+    if mode == "exact":
+        share = _train_exact(node, V, cfg, state)
+    elif mode == "local":
+        share = _train_local(node, V, cfg, state)
+    else:
+        raise ValueError(f"partition {node.partition_id}: unknown mf-mode {mode!r}")
+    node.store_arrays(_STATE, state)
+    return sum_reply(node, share)
+
+
+@handler("fedmf_evaluate")
+def fedmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
+    """Recall/NDCG sums of this node's users with the final V, as its share of a sum."""
+    cfg = node.config()
+    sums = _ranking(node, node.arrays()["V"], int(cfg["seed"]), int(cfg.get("top-k", 20)))
+    return sum_reply(node, {"ranking": sums.to_vector()})
+
+
+# -- Flower's stock train / evaluate messages (a stock strategy drives the nodes) -------------
+@train_handler("fedmf")
+def fedmf_stock_train(content: RecordDict, node: NodeContext) -> RecordDict:
+    """One full-batch BPR step; reply the updated item factors IN CLEAR (stock FedAvg path).
 
     FedAvg weights the reply by ``num-examples`` = users with training items here, which
-    makes the average exactly the centralized step (``fl_app/recsys/mf.py``).
+    makes its average exactly the centralized step (``fl_app/recsys/mf.py``).
     """
     cfg = content.config_records["config"]
     V = content.array_records["arrays"].to_numpy_ndarrays()[0]
     data = node.data()
     seed = int(cfg["seed"])
-    U = _user_factors(node, data.user_ids, V.shape[1], seed)
-    lr = float(cfg["mf-lr"])
-    step = bpr_step(U, V, data.train, data.user_ids, seed=seed,
-                    round_=int(cfg["server-round"]), lr=lr, reg=float(cfg["mf-reg"]),
+    state = _load_state(node, V.shape[1], seed)
+    lr, reg = float(cfg["mf-lr"]), float(cfg["mf-reg"])
+    step = bpr_step(state["U"], V, data.train, data.user_ids, seed=seed,
+                    round_=int(cfg["server-round"]), lr=lr, reg=reg,
                     negatives=int(cfg["mf-negatives"]))
     node.store_arrays(_STATE, {"U": step.user_factors})
+    V_new = V - lr * item_gradient(V, step.item_grad_sum, step.n_users, reg)
     return RecordDict({
-        "arrays": ArrayRecord([V - lr * step.grad_items]),
+        "arrays": ArrayRecord([V_new]),
         "metrics": MetricRecord({"num-examples": step.n_users, "train-loss": step.loss}),
     })
 
 
 @evaluate_handler("fedmf")
-def fedmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
+def fedmf_stock_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Recall/NDCG@K of this node's users on their own test rows (means, weighted by users)."""
     cfg = content.config_records["config"]
     V = content.array_records["arrays"].to_numpy_ndarrays()[0]
-    data = node.data()
-    U = _user_factors(node, data.user_ids, V.shape[1], int(cfg["seed"]))
-    sums = ranking_sums(U @ V.T, data.train, data.test, k=int(cfg.get("top-k", 20)))
+    sums = _ranking(node, V, int(cfg["seed"]), int(cfg.get("top-k", 20)))
     metrics = {name: float(value) for name, value in sums.means().items()}
     return RecordDict({"metrics": MetricRecord({"num-examples": sums.n_users, **metrics})})

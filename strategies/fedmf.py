@@ -1,8 +1,23 @@
 """FedMF: federated BPR matrix factorization, the baseline the papers compare against.
 
-The server side is Flower's own ``FedAvg``: this subclass only knows how to build itself
-and its initial model from the run config, which shows that stock Flower strategies plug in
-unchanged. Client side: ``clients/fedmf.py``. Centralized reference: ``fl_app.recsys.mf.BPRMF``.
+What runs (client side ``clients/fedmf.py``, math ``fl_app/recsys/mf.py``, decisions in
+``docs/protocols/fedmf.md``). Each round the server broadcasts the item factors V; every
+node trains on its own users, whose factors never leave it, and answers with its share of
+a sum through the run's aggregator (``aggregator``: SecAgg+ by default, so the server learns
+only the SUM over nodes, never one node's item update):
+
+- ``mf-mode = local`` (default): ``mf-local-epochs`` epochs of mini-batch BPR with Adam on a
+  local copy of V; the node sends ``w * clip(V_local - V, mf-clip)`` and ``w`` (w = its users
+  with training items). The server's update is the user-weighted mean delta, applied by
+  ``mf-optimizer``: ``avg`` (V += mf-server-lr * mean delta, FedAvg on deltas) or ``adam``
+  (server Adam with the negated mean delta as pseudo-gradient, FedAdam).
+- ``mf-mode = exact``: one full-batch gradient step per round; the node sends its users'
+  summed V-gradient, the server divides by the summed user count. This is centralized
+  gradient descent (``BPRMF(mode="exact")``) up to float64 summation order.
+
+Flower's stock strategies (``--strategy flwr.serverapp.strategy:FedAvg``) can still drive the
+same nodes through ``train`` / ``evaluate`` messages (:meth:`FedMF.drive_stock_strategy`),
+one full-batch step per round; on that path the server sees every node's item factors.
 """
 
 from __future__ import annotations
@@ -12,77 +27,155 @@ from typing import Any
 
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import FedAvg, Strategy
+from flwr.serverapp.strategy import Strategy
 
-from fl_app.config import Key
+from fl_app.config import ConfigError, Key
 from fl_app.messaging import Messenger
-from fl_app.recsys.mf import init_item_factors
-from strategies.base import RunOutcome, data_config, handshake
+from fl_app.recsys.mf import Adam, init_item_factors, item_gradient
+from strategies.base import Federation, ProtocolStrategy, RunOutcome, data_config, handshake
+
+#: The reported mean training loss is capped here on the node so the sum has a range; a
+#: BPR loss starts at ln 2 = 0.69 and falls, so the cap only binds for a diverged run.
+LOSS_CAP = 20.0
+
+FEDMF_KEYS: tuple[Key, ...] = (
+    Key("mf-dim", 32, "factor dimension", min=1, used_by="fedmf"),
+    Key("mf-lr", 0.01, "learning rate: the nodes' local Adam step (`mf-mode = local`), the "
+        "gradient step (`mf-mode = exact` and stock strategies)", min=0.0, used_by="fedmf"),
+    Key("mf-reg", 0.01, "L2 weight on user and item factors (per BPR triple in local mode)", min=0.0, used_by="fedmf"),
+    Key("mf-negatives", 1, "negatives sampled per positive per epoch", min=1, used_by="fedmf"),
+    Key("mf-mode", "local", "`local`: local epochs of mini-batch BPR with Adam, the server "
+        "sums the nodes' item-factor deltas; `exact`: one full-batch gradient step per round, "
+        "equal to centralized gradient descent", choices=("local", "exact"), used_by="fedmf"),
+    Key("mf-local-epochs", 3, "local mode: epochs over the node's users per round", min=1,
+        used_by="fedmf"),
+    Key("mf-batch-size", 256, "local mode: BPR triples per mini-batch", min=1, used_by="fedmf"),
+    Key("mf-optimizer", "avg", "local mode, server step on the user-weighted mean item delta: "
+        "`avg` (V += mf-server-lr x mean delta) or `adam` (server Adam, FedAdam)",
+        choices=("avg", "adam"), used_by="fedmf"),
+    Key("mf-server-lr", 1.0, "local mode: server step size (`avg`: 1 applies the mean delta "
+        "as is; `adam`: Adam's lr)", min=0.0, used_by="fedmf"),
+    Key("mf-clip", 1.0, "local mode: a node clips every element of its item delta to "
+        "[-mf-clip, mf-clip]; with its user weight this is the sum's declared range", min=1e-9,
+        used_by="fedmf"),
+    Key("mf-factor-bound", 100.0, "exact mode: nodes refuse to send if a user factor entry "
+        "exceeds this; it bounds the summed gradients (max users x bound)", min=1e-9,
+        used_by="fedmf"),
+)
 
 
-class FedMF(FedAvg):
-    """Federated matrix factorization with private user factors (FedAvg on item factors).
+class FedMF(ProtocolStrategy):
+    """Federated BPR-MF with private user factors and item updates learned only as sums."""
 
-    Every node trains its own users' factors and one full-batch BPR step on the item
-    factors per round; FedAvg averages the item factors weighted by the node's number of
-    users, which equals centralized gradient descent (see ``fl_app/recsys/mf.py``).
+    clients = "clients.fedmf"
+    config_keys = FEDMF_KEYS
 
-    Parameters are FedAvg's; full participation (``fraction_train=1``) is the default and
-    is what makes the run equal the centralized reference.
-    """
-
-    config_keys = (
-        Key("mf-dim", 16, "factor dimension", min=1),
-        Key("mf-lr", 0.05, "gradient step", min=0.0),
-        Key("mf-reg", 0.0001, "L2 weight on user and item factors", min=0.0),
-        Key("mf-negatives", 1, "negatives sampled per positive per round", min=1),
-    )
+    def __init__(self, *, mode: str = "local", rounds: int = 20, dim: int = 32,
+                 lr: float = 0.01, reg: float = 0.01, negatives: int = 1, epochs: int = 3,
+                 batch_size: int = 256, optimizer: str = "avg", server_lr: float = 1.0,
+                 clip: float = 1.0, factor_bound: float = 100.0, seed: int = 0,
+                 top_k: int = 20) -> None:
+        if mode not in ("local", "exact"):
+            raise ConfigError(f"mf-mode must be 'local' or 'exact', got {mode!r}")
+        if optimizer not in ("avg", "adam"):
+            raise ConfigError(f"mf-optimizer must be 'avg' or 'adam', got {optimizer!r}")
+        self.mode, self.rounds, self.dim, self.lr, self.reg = mode, rounds, dim, lr, reg
+        self.negatives, self.epochs, self.batch_size = negatives, epochs, batch_size
+        self.optimizer, self.server_lr, self.clip = optimizer, server_lr, clip
+        self.factor_bound, self.seed, self.top_k = factor_bound, seed, top_k
 
     @classmethod
     def from_run_config(cls, cfg: Mapping[str, Any]) -> FedMF:
-        return cls(fraction_train=1.0, fraction_evaluate=1.0, min_train_nodes=1,
-                   min_evaluate_nodes=1, min_available_nodes=1)
+        return cls(mode=cfg["mf-mode"], rounds=int(cfg["rounds"]), dim=cfg["mf-dim"],
+                   lr=cfg["mf-lr"], reg=cfg["mf-reg"], negatives=cfg["mf-negatives"],
+                   epochs=cfg["mf-local-epochs"], batch_size=cfg["mf-batch-size"],
+                   optimizer=cfg["mf-optimizer"], server_lr=cfg["mf-server-lr"],
+                   clip=cfg["mf-clip"], factor_bound=cfg["mf-factor-bound"],
+                   seed=int(cfg["seed"]))
+
+    def node_config(self, round_: int) -> dict[str, Any]:
+        """What every node needs for one round (public hyperparameters only)."""
+        return {"mode": self.mode, "round": round_, "seed": self.seed, "lr": self.lr,
+                "reg": self.reg, "negatives": self.negatives, "epochs": self.epochs,
+                "batch-size": self.batch_size, "clip": self.clip,
+                "factor-bound": self.factor_bound, "loss-cap": LOSS_CAP}
+
+    def max_abs(self, fed: Federation) -> float:
+        """The range every value of a node's reply provably lies in.
+
+        local: ``w * clip(delta)`` with w <= the node's users, ``w``, ``w * min(loss, cap)``,
+        ``w * clipped fraction``. exact: the summed V-gradient of n users is at most
+        ``n * max |U|`` per entry (a user's triple weights sum to 1 and |dl/dx| <= weight),
+        and nodes refuse when ``max |U| > mf-factor-bound``; the loss sum is capped too.
+        """
+        per_user = max(self.clip if self.mode == "local" else self.factor_bound, LOSS_CAP, 1.0)
+        return float(fed.max_users) * per_user
 
     def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
-        return run_fedmf_rounds(self, grid, messenger, cfg)
+        fed = self.federate(messenger, cfg)
+        V = init_item_factors(fed.n_items, self.dim, self.seed)
+        server_opt = Adam(self.server_lr)
+        max_abs = self.max_abs(fed)
+        history: list[dict[str, Any]] = []
+        for r in range(1, self.rounds + 1):
+            total = fed.sum("fedmf_train", {"V": V}, self.node_config(r), max_abs=max_abs,
+                            phase="train")
+            n = float(total["weight"][0])
+            if n <= 0:
+                raise ValueError(f"round {r}: no node has a user with training items")
+            row: dict[str, Any] = {"round": r, "train-loss": float(total["loss"][0]) / n}
+            if self.mode == "exact":
+                V = V - self.lr * item_gradient(V, total["grad"], int(round(n)), self.reg)
+            else:
+                mean_delta = total["delta"] / n
+                V = (V + self.server_lr * mean_delta if self.optimizer == "avg"
+                     else server_opt.step(V, -mean_delta))
+                row["clipped-fraction"] = float(total["clipped"][0]) / n
+            history.append(row)
+        metrics = {"train-loss": history[-1]["train-loss"],
+                   **fed.evaluate("fedmf_evaluate", {"V": V}, {"seed": self.seed},
+                                               k=self.top_k)}
+        return RunOutcome(metrics=metrics, history=history, extra={"item_factors": V})
 
     @staticmethod
     def drive_stock_strategy(strategy: Strategy, grid: Grid, messenger: Messenger,
                              cfg: Mapping[str, Any]) -> RunOutcome:
-        """Any message-API Strategy (e.g. a user's FedAvg subclass) drives the FedMF nodes."""
-        return run_fedmf_rounds(strategy, grid, messenger, cfg)
+        """Any message-API Strategy (e.g. a user's FedAvg subclass) drives the FedMF nodes.
 
-
-def run_fedmf_rounds(strategy: Strategy, grid: Grid, messenger: Messenger,
-                     cfg: Mapping[str, Any]) -> RunOutcome:
-    """Drive any message-API Strategy (FedMF or a user's) with the FedMF clients."""
-    infos = handshake(messenger, cfg)
-    n_items = next(iter(infos.values())).n_items
-    seed = int(cfg["seed"])
-    initial = ArrayRecord([init_item_factors(n_items, int(cfg["mf-dim"]), seed)])
-    train_config = ConfigRecord({
-        **data_config(cfg),
-        "fedrec-protocol": "fedmf",
-        "mf-lr": float(cfg["mf-lr"]),
-        "mf-reg": float(cfg["mf-reg"]),
-        "mf-negatives": int(cfg["mf-negatives"]),
-    })
-    result = strategy.start(
-        grid=grid,
-        initial_arrays=initial,
-        num_rounds=int(cfg["rounds"]),
-        timeout=float(cfg["timeout"]),
-        train_config=train_config,
-        evaluate_config=ConfigRecord(dict(train_config)),
-    )
-    history = []
-    for rnd in sorted(set(result.train_metrics_clientapp) | set(result.evaluate_metrics_clientapp)):
-        row: dict[str, Any] = {"round": rnd}
-        row.update(dict(result.train_metrics_clientapp.get(rnd, {})))
-        row.update(dict(result.evaluate_metrics_clientapp.get(rnd, {})))
-        row.pop("num-examples", None)
-        history.append(row)
-    final = {k: v for k, v in history[-1].items() if k != "round"} if history else {}
-    return RunOutcome(metrics=final, history=history,
-                      extra={"item_factors": result.arrays.to_numpy_ndarrays()[0]
-                             if result.arrays is not None and len(result.arrays) else None})
+        Flower's ``train`` messages reach ``clients.fedmf.fedmf_stock_train`` (one full-batch
+        step, like ``mf-mode = exact``). Stock strategies aggregate in clear: on this path the
+        server sees every node's updated item factors, the leak the FedMF protocol avoids.
+        """
+        infos = handshake(messenger, cfg)
+        n_items = next(iter(infos.values())).n_items
+        seed = int(cfg["seed"])
+        initial = ArrayRecord([init_item_factors(n_items, int(cfg["mf-dim"]), seed)])
+        train_config = ConfigRecord({
+            **data_config(cfg),
+            "fedrec-protocol": "fedmf",
+            "mf-lr": float(cfg["mf-lr"]),
+            "mf-reg": float(cfg["mf-reg"]),
+            "mf-negatives": int(cfg["mf-negatives"]),
+        })
+        result = strategy.start(
+            grid=grid,
+            initial_arrays=initial,
+            num_rounds=int(cfg["rounds"]),
+            timeout=float(cfg["timeout"]),
+            train_config=train_config,
+            evaluate_config=ConfigRecord(dict(train_config)),
+        )
+        history = []
+        for rnd in sorted(set(result.train_metrics_clientapp)
+                          | set(result.evaluate_metrics_clientapp)):
+            row: dict[str, Any] = {"round": rnd}
+            row.update(dict(result.train_metrics_clientapp.get(rnd, {})))
+            row.update(dict(result.evaluate_metrics_clientapp.get(rnd, {})))
+            row.pop("num-examples", None)
+            history.append(row)
+        final = {k: v for k, v in history[-1].items() if k != "round"} if history else {}
+        arrays = result.arrays.to_numpy_ndarrays() if result.arrays is not None else []
+        return RunOutcome(metrics=final, history=history,
+                          extra={"item_factors": arrays[0] if arrays else None},
+                          privacy={"stock-strategy": "the server saw every node's item "
+                                   "factors in clear (Flower train replies)"})

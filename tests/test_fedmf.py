@@ -1,4 +1,6 @@
-"""FedMF in a Flower simulation equals centralized gradient descent (same seed, schedule)."""
+"""FedMF on the aggregator: exact mode equals centralized gradient descent (plain and
+SecAgg+ sums), local mode learns beyond item popularity, and the server saw item updates
+only masked."""
 
 from __future__ import annotations
 
@@ -8,42 +10,124 @@ import pytest
 from datasets import DatasetSpec, load_dataset
 from fl_app.recsys.metrics import ranking_sums
 from fl_app.recsys.mf import BPRMF
+from fl_app.secure.fixedpoint import FixedPoint
 from fl_app.simulation import run_in_simulation
+from strategies.fedmf import LOSS_CAP
 
 ROUNDS = 6
-CFG = {"protocol": "fedmf", "dataset": "synthetic", "synthetic-users": 120,
-       "synthetic-items": 150, "rounds": ROUNDS, "seed": 3, "mf-dim": 8, "mf-lr": 0.5,
-       "partition": "shards-random", "run-name": "test-fedmf"}
+NODES = 5
+EXACT = {"protocol": "fedmf", "dataset": "synthetic", "synthetic-users": 120,
+         "synthetic-items": 150, "rounds": ROUNDS, "seed": 3, "mf-dim": 8, "mf-lr": 0.5,
+         "mf-reg": 1e-4, "mf-mode": "exact", "partition": "shards-random",
+         "aggregator": "plain", "run-name": "test-fedmf-exact"}
 
 
 @pytest.fixture(scope="module")
-def federated() -> dict:
-    return run_in_simulation(CFG, num_nodes=5, quiet=True)
+def exact_plain() -> dict:
+    return run_in_simulation(EXACT, num_nodes=NODES, quiet=True)
 
 
-def test_fedmf_matches_centralized_gradient_descent(federated: dict) -> None:
-    # Tolerance: both sides compute the same float64 gradients; only the order of the sum
-    # over users differs (per node, then FedAvg's weighted mean), so the difference is
-    # rounding, ~1e-15 relative per round. 1e-9 leaves room for 6 rounds of that and would
-    # still catch any real mismatch (a wrong weight or negative changes values at 1e-3).
-    data = load_dataset(DatasetSpec.from_config(CFG))
-    ref = BPRMF(dim=8, lr=0.5, reg=CFG.get("mf-reg", 1e-4), negatives=1, seed=3)
+@pytest.fixture(scope="module")
+def exact_reference() -> tuple[BPRMF, dict[str, float]]:
+    data = load_dataset(DatasetSpec.from_config(EXACT))
+    ref = BPRMF(dim=8, lr=0.5, reg=1e-4, negatives=1, seed=3, mode="exact")
     ref.fit(data.train, ROUNDS)
-    np.testing.assert_allclose(federated["extra"]["item_factors"], ref.item_factors,
-                               rtol=0, atol=1e-9)
     sums = ranking_sums(ref.score(np.arange(data.n_users)), data.train, data.test, k=20)
-    central = sums.means()
+    return ref, sums.means()
+
+
+def test_exact_mode_plain_matches_centralized_gradient_descent(exact_plain, exact_reference):
+    # Tolerance 1e-12: both sides compute the same float64 per-triple terms; only the order
+    # of the additions over users differs (per node, then over nodes in partition order, vs
+    # one pass over all users). That is rounding of ~1e-16 relative per addition on values
+    # of order 0.1-1, amplified at most by a few per step over 6 steps: ~1e-14. A wrong
+    # weight or negative changes values at 1e-3.
+    ref, central = exact_reference
+    np.testing.assert_allclose(exact_plain["extra"]["item_factors"], ref.item_factors,
+                               rtol=0, atol=1e-12)
     for key in ("recall@20", "ndcg@20"):
-        assert federated["metrics"][key] == pytest.approx(central[key], abs=1e-9)
-    assert federated["metrics"]["train-loss"] == pytest.approx(ref.losses[-1], abs=1e-9)
+        assert exact_plain["metrics"][key] == pytest.approx(central[key], abs=1e-12)
+    assert exact_plain["metrics"]["train-loss"] == pytest.approx(ref.losses[-1], abs=1e-12)
+    assert exact_plain["privacy"]["sums"][0]["form"] == "plain"
 
 
-def test_fedmf_learns_and_reports_costs(federated: dict) -> None:
-    losses = [row["train-loss"] for row in federated["history"]]
+def test_exact_mode_secagg_matches_within_fixed_point_resolution(exact_reference):
+    ref, _ = exact_reference
+    record = run_in_simulation({**EXACT, "aggregator": "secagg+",
+                                "run-name": "test-fedmf-exact-secagg"}, num_nodes=NODES,
+                               quiet=True)
+    # The declared range is max users per node x max(mf-factor-bound, loss cap); SecAgg+
+    # picks frac_bits for it, and each decoded sum is within NODES * resolution / 2 of the
+    # exact one. V moves by lr / N times that per round (N >= 100 users), and the errors of
+    # ROUNDS rounds add (with the same small amplification as above): bound them by
+    # ROUNDS * NODES * resolution.
+    max_users = max(len(u) for u in np.array_split(np.arange(120), NODES)) + 1
+    codec = FixedPoint.for_sum(max_users * max(100.0, LOSS_CAP), NODES)
+    tol = ROUNDS * NODES * codec.resolution
+    assert tol < 1e-9  # the check means something
+    np.testing.assert_allclose(record["extra"]["item_factors"], ref.item_factors, rtol=0,
+                               atol=tol)
+    assert {s["form"] for s in record["privacy"]["sums"]} == {"masked"}
+
+
+def test_exact_mode_learns_and_reports_costs(exact_plain) -> None:
+    losses = [row["train-loss"] for row in exact_plain["history"]]
     assert losses[-1] < losses[0]
-    comm = federated["communication"]
-    # handshake + (train + evaluate) per round
-    assert comm["total_rounds"] == 1 + 2 * ROUNDS
+    comm = exact_plain["communication"]
+    # handshake + one plain sum per round + the evaluation sum
+    assert comm["total_rounds"] == 1 + ROUNDS + 1
     # every train request carries the 150 x 8 float64 item factors (9,600 bytes) to 5 nodes
-    assert comm["phases"]["train"]["bytes_down"] >= ROUNDS * 5 * 150 * 8 * 8
-    assert federated["num_nodes"] == 5
+    assert comm["phases"]["train"]["bytes_down"] >= ROUNDS * NODES * 150 * 8 * 8
+    assert exact_plain["num_nodes"] == NODES
+
+
+LOCAL = {"protocol": "fedmf", "dataset": "synthetic", "synthetic-users": 200,
+         "synthetic-items": 300, "seed": 0, "rounds": 10, "partition": "shards-random",
+         "run-name": "test-fedmf-local"}
+
+
+def test_local_mode_beats_popularity_and_sends_only_masked_item_updates() -> None:
+    record = run_in_simulation(LOCAL, num_nodes=4, quiet=True)
+    data = load_dataset(DatasetSpec.from_config(LOCAL))
+    deg = np.asarray(data.train.sum(axis=0)).ravel()
+    pop = ranking_sums(np.tile(deg, (data.n_users, 1)), data.train, data.test, k=20).means()
+    # Margin 1.15x: with this seed FedMF measures ~1.4x popularity's NDCG@20; on 200 users
+    # with ~3 test items each, NDCG@20 moves by ~0.003 (7% of popularity's ~0.038) between
+    # seeds, so 1.15x stays clear of noise yet fails a model that learned nothing (which
+    # ranks at random: ~0.02) or only popularity.
+    assert record["metrics"]["ndcg@20"] > 1.15 * pop["ndcg@20"]
+    assert record["metrics"]["train-loss"] < 0.5 < np.log(2)
+    privacy = record["privacy"]
+    train_sums = [s for s in privacy["sums"] if s["phase"] == "train"]
+    assert len(train_sums) == LOCAL["rounds"]
+    assert all(s["form"] == "masked" and s["aggregator"] == "secagg+" for s in train_sums)
+    assert train_sums[0]["arrays"]["delta"] == [data.n_items, 32]
+    # what the server received in the train phase: the masked values and their layout only
+    received = privacy["received"]["train"]["records"]
+    assert received["secagg.values"]["form"] == "masked"
+    assert {name for name, r in received.items() if r["form"] == "plain"} <= {"secagg.shapes"}
+
+
+def test_centralized_reference_is_fedmf_with_one_node() -> None:
+    """The reference runs the nodes' own local-training code: a one-node federation (plain
+    sums, in-process Flower grid) gives the reference's factors and metrics."""
+    from fl_app.client_app import build_client_app
+    from fl_app.registry import resolve_config
+    from fl_app.server_app import run_protocol
+    from tests.localgrid import LocalGrid
+
+    cfg = resolve_config({**LOCAL, "rounds": 4, "aggregator": "plain",
+                          "synthetic-users": 80, "synthetic-items": 100})
+    with LocalGrid(build_client_app(), 1) as grid:
+        record = run_protocol(grid, cfg)
+    data = load_dataset(DatasetSpec.from_config(cfg))
+    ref = BPRMF(dim=cfg["mf-dim"], lr=cfg["mf-lr"], reg=cfg["mf-reg"], seed=cfg["seed"],
+                mode="local", epochs=cfg["mf-local-epochs"], batch_size=cfg["mf-batch-size"])
+    ref.fit(data.train, cfg["rounds"])
+    # Not bit for bit: the server forms V + (w * delta) / w, which rounds differently from
+    # the node's V_local (~1e-17 on values ~0.1 per round), and Adam's next steps carry it
+    # on; 1e-12 is far below any real difference (a different triple moves values ~1e-3).
+    np.testing.assert_allclose(record["extra"]["item_factors"], ref.item_factors, rtol=0,
+                               atol=1e-12)
+    assert record["metrics"]["train-loss"] == pytest.approx(ref.losses[-1], abs=1e-12)
+    assert record["history"][-1]["clipped-fraction"] == 0.0

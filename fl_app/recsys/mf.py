@@ -1,22 +1,28 @@
-"""Matrix factorization with the BPR loss: the math FedMF's nodes and its centralized
-reference share.
+"""Matrix factorization with the BPR loss: the math FedMF's nodes, its server and its
+centralized reference share (one implementation, called by all three).
 
-Objective (implicit feedback). For each user u with training items T_u, one round samples
-``negatives`` items j not in T_u per positive i (seeded by ``(seed, round, user id)`` so a
-node and the centralized reference draw the same triples) and
+Objective (implicit feedback). For user u with training items T_u, negatives j are drawn
+uniformly from the items u has not interacted with, ``negatives`` per positive i, seeded by
+``(seed, round, user id)`` so a node and the centralized reference draw the same triples:
 
     l_u(U_u, V) = mean over (i, j) of -log sigmoid(U_u . (V_i - V_j)) + reg * |U_u|^2
     L(U, V)     = (1 / N) * sum_u l_u + reg * |V|^2          (N = users with training items)
 
-One round is one full-batch gradient step, simultaneous in U and V:
+Two ways to train it, both used federated and centralized:
 
-    U_u <- U_u - lr * grad_{U_u} l_u        (a user's own loss: computed where U_u lives)
-    V   <- V   - lr * grad_V L
-
-Why this split: a node holding users S computes ``grad_V`` of ``(1/|S|) sum_{u in S} l_u +
-reg |V|^2`` and FedAvg averages the nodes' updated V weighted by |S|, which gives exactly
-``V - lr * grad_V L``. So FedMF with full participation and one local step is centralized
-gradient descent, up to floating-point summation order.
+- **exact** (:func:`bpr_step`): one full-batch gradient step per round, simultaneous in U and
+  V. A node holding users S computes ``sum_{u in S} grad_V l_u`` (:attr:`BPRStep.item_grad_sum`);
+  the sum over nodes, divided by N, plus ``2 reg V`` (:func:`item_gradient`) is exactly
+  ``grad_V L``. So federated and centralized gradient descent agree up to the order of
+  float64 additions.
+- **local** (:func:`bpr_train_local`): ``epochs`` passes of mini-batch BPR with Adam on the
+  given users' factors and a local copy of V; per triple the loss is
+  ``-log sigmoid(x) + reg (|U_u|^2 + |V_i|^2 + |V_j|^2)``, averaged over the batch (the usual
+  BPR-MF recipe). Adam because BPR gradients are tiny for the many rarely seen items and
+  plain SGD needs a per-dataset learning rate to move them; Adam's per-coordinate scale
+  makes one ``lr`` work on ML-100K and the synthetic data. A FedMF node calls it on its
+  users; the centralized reference (:class:`BPRMF`, ``mode="local"``) calls it on all users,
+  which is FedMF with a single node.
 """
 
 from __future__ import annotations
@@ -26,8 +32,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-#: Stream tags, so item init, user init and negative sampling never share random draws.
-_ITEM_INIT, _USER_INIT, _NEGATIVES = 11, 13, 17
+#: Stream tags, so item init, user init, negative sampling and batch order never share draws.
+_ITEM_INIT, _USER_INIT, _NEGATIVES, _SHUFFLE = 11, 13, 17, 19
 
 
 def init_item_factors(n_items: int, dim: int, seed: int, scale: float = 0.1) -> np.ndarray:
@@ -71,14 +77,26 @@ def sample_bpr_triples(train: sp.csr_matrix, user_ids: np.ndarray, seed: int, ro
     return np.concatenate(rows), np.concatenate(pos), np.concatenate(neg)
 
 
+# -- exact mode: full-batch gradient descent ------------------------------------------------
 @dataclass
 class BPRStep:
-    """One round's result for a set of users: their new factors and the V gradient."""
+    """One full-batch round for a set of users: their new factors and their V-gradient sum."""
 
     user_factors: np.ndarray  # updated U for the rows given
-    grad_items: np.ndarray  # grad_V of (1/n_users) sum_u l_u + reg |V|^2
-    loss: float  # mean over users of l_u
+    item_grad_sum: np.ndarray  # sum over these users of grad_V l_u (no reg, not normalized)
+    loss_sum: float  # sum over these users of l_u
     n_users: int  # users with at least one training item
+
+    @property
+    def loss(self) -> float:
+        """Mean over these users of l_u."""
+        return self.loss_sum / self.n_users if self.n_users else 0.0
+
+
+def item_gradient(item_factors: np.ndarray, item_grad_sum: np.ndarray, n_users: int,
+                  reg: float) -> np.ndarray:
+    """grad_V L from the V-gradient sum over all N users (any grouping into nodes)."""
+    return item_grad_sum / max(n_users, 1) + 2.0 * reg * item_factors
 
 
 def bpr_step(user_factors: np.ndarray, item_factors: np.ndarray, train: sp.csr_matrix,
@@ -90,9 +108,8 @@ def bpr_step(user_factors: np.ndarray, item_factors: np.ndarray, train: sp.csr_m
     counts = np.bincount(rows, minlength=U.shape[0]).astype(float)
     active = counts > 0
     n_users = int(active.sum())
-    grad_V = 2.0 * reg * V
     if n_users == 0:
-        return BPRStep(U.copy(), grad_V, 0.0, 0)
+        return BPRStep(U.copy(), np.zeros_like(V), 0.0, 0)
     diff = V[pos] - V[neg]
     x = np.einsum("td,td->t", U[rows], diff)
     weight = 1.0 / counts[rows]  # mean over the user's triples
@@ -105,17 +122,115 @@ def bpr_step(user_factors: np.ndarray, item_factors: np.ndarray, train: sp.csr_m
     g_items = np.zeros_like(V)
     np.add.at(g_items, pos, coef[:, None] * U[rows])
     np.add.at(g_items, neg, -coef[:, None] * U[rows])
-    grad_V += g_items / n_users
-    return BPRStep(U - lr * grad_U, grad_V, float(loss_u[active].mean()), n_users)
+    return BPRStep(U - lr * grad_U, g_items, float(loss_u[active].sum()), n_users)
+
+
+# -- local mode: mini-batch BPR with Adam -----------------------------------------------------
+@dataclass
+class Adam:
+    """Adam (Kingma & Ba 2015) on one dense parameter array; the state travels nowhere.
+
+    Used for the nodes' local steps (on U and the local copy of V) and, with
+    ``mf-optimizer = adam``, for the server's step on the averaged item update (FedAdam,
+    Reddi et al. 2021).
+    """
+
+    lr: float
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    m: np.ndarray | None = None
+    v: np.ndarray | None = None
+    t: int = 0
+
+    def step(self, param: np.ndarray, grad: np.ndarray) -> np.ndarray:
+        """``param`` after one Adam step along ``-grad`` (a new array)."""
+        if self.m is None or self.v is None or self.m.shape != param.shape:
+            self.m, self.v, self.t = np.zeros_like(param), np.zeros_like(param), 0
+        self.t += 1
+        self.m = self.beta1 * self.m + (1.0 - self.beta1) * grad
+        self.v = self.beta2 * self.v + (1.0 - self.beta2) * grad * grad
+        m_hat = self.m / (1.0 - self.beta1 ** self.t)
+        v_hat = self.v / (1.0 - self.beta2 ** self.t)
+        return param - self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+
+    def to_arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        """The state as named arrays (a node keeps it in its Flower state between rounds)."""
+        if self.m is None or self.v is None:
+            return {}
+        return {f"{prefix}.m": self.m, f"{prefix}.v": self.v,
+                f"{prefix}.t": np.array([self.t], dtype=np.int64)}
+
+    @classmethod
+    def from_arrays(cls, lr: float, arrays: dict[str, np.ndarray] | None, prefix: str) -> Adam:
+        opt = cls(lr)
+        if arrays and f"{prefix}.m" in arrays:
+            opt.m, opt.v = arrays[f"{prefix}.m"], arrays[f"{prefix}.v"]
+            opt.t = int(arrays[f"{prefix}.t"][0])
+        return opt
+
+
+@dataclass
+class LocalTraining:
+    """What :func:`bpr_train_local` returns for the users it trained."""
+
+    user_factors: np.ndarray
+    item_factors: np.ndarray  # the local copy of V after training
+    loss: float  # mean batch loss over the last epoch
+    n_users: int  # users with at least one training item
+    steps: int  # Adam steps taken
+
+
+def bpr_train_local(user_factors: np.ndarray, item_factors: np.ndarray, train: sp.csr_matrix,
+                    user_ids: np.ndarray, *, seed: int, round_: int, epochs: int,
+                    batch_size: int, reg: float, negatives: int, user_opt: Adam,
+                    item_opt: Adam) -> LocalTraining:
+    """``epochs`` passes of mini-batch BPR with Adam over these users (module docstring).
+
+    Epoch e of round r samples triples with stream ``(round - 1) * epochs + e`` (the same
+    triples for a user whichever node or process holds it) and visits them in an order
+    drawn from ``(seed, round, epoch, first user id)``. ``user_opt`` / ``item_opt`` carry the
+    Adam state across calls (the caller keeps them).
+    """
+    U, V = user_factors.copy(), item_factors.copy()
+    first = int(user_ids[0]) if len(user_ids) else 0
+    loss, steps, n_users = 0.0, 0, 0
+    for e in range(epochs):
+        rows, pos, neg = sample_bpr_triples(train, user_ids, seed, (round_ - 1) * epochs + e + 1,
+                                            negatives)
+        n_users = len(np.unique(rows))
+        if len(rows) == 0:
+            break
+        order = np.random.default_rng([seed, _SHUFFLE, round_, e, first]).permutation(len(rows))
+        total = 0.0
+        for start in range(0, len(order), batch_size):
+            b = order[start:start + batch_size]
+            r, i, j = rows[b], pos[b], neg[b]
+            u, d = U[r], V[i] - V[j]
+            x = np.einsum("td,td->t", u, d)
+            total += float(np.logaddexp(0.0, -x).sum())
+            coef = (-1.0 / (1.0 + np.exp(x)) / len(b))[:, None]  # d mean(-log sig x) / d x
+            scale = 2.0 * reg / len(b)
+            grad_U = np.zeros_like(U)
+            np.add.at(grad_U, r, coef * d + scale * u)
+            grad_V = np.zeros_like(V)
+            np.add.at(grad_V, i, coef * u + scale * V[i])
+            np.add.at(grad_V, j, -coef * u + scale * V[j])
+            U, V = user_opt.step(U, grad_U), item_opt.step(V, grad_V)
+            steps += 1
+        loss = total / len(rows)
+    return LocalTraining(U, V, loss, n_users, steps)
 
 
 @dataclass
 class BPRMF:
-    """Centralized BPR matrix factorization, trained by the same rounds FedMF runs.
+    """Centralized BPR matrix factorization, trained by the same functions FedMF's nodes call.
 
-    ``fit`` runs ``rounds`` full-batch steps of :func:`bpr_step` over all users; ``score``
-    returns dense scores for a batch of users. Same seed and schedule as FedMF give the same
-    factors.
+    ``mode="exact"``: ``rounds`` full-batch steps of :func:`bpr_step` (FedMF exact mode equals
+    it). ``mode="local"``: ``rounds`` calls of :func:`bpr_train_local` with ``epochs`` epochs
+    each over all users, Adam state kept across rounds, as a single FedMF node holding every
+    user would run: the same budget in epochs as a federated run with the same keys.
+    ``score`` returns dense scores for a batch of users.
     """
 
     dim: int = 16
@@ -123,20 +238,35 @@ class BPRMF:
     reg: float = 1e-4
     negatives: int = 1
     seed: int = 0
+    mode: str = "exact"
+    epochs: int = 1
+    batch_size: int = 256
     user_factors: np.ndarray | None = field(default=None, repr=False)
     item_factors: np.ndarray | None = field(default=None, repr=False)
     losses: list[float] = field(default_factory=list, repr=False)
 
     def fit(self, train: sp.csr_matrix, rounds: int) -> BPRMF:
+        if self.mode not in ("exact", "local"):
+            raise ValueError(f"BPRMF mode must be 'exact' or 'local', got {self.mode!r}")
         n_users, n_items = train.shape
         user_ids = np.arange(n_users)
         U = init_user_factors(user_ids, self.dim, self.seed)
         V = init_item_factors(n_items, self.dim, self.seed)
+        user_opt, item_opt = Adam(self.lr), Adam(self.lr)
         for r in range(1, rounds + 1):
-            step = bpr_step(U, V, train, user_ids, seed=self.seed, round_=r, lr=self.lr,
-                            reg=self.reg, negatives=self.negatives)
-            U, V = step.user_factors, V - self.lr * step.grad_items
-            self.losses.append(step.loss)
+            if self.mode == "exact":
+                step = bpr_step(U, V, train, user_ids, seed=self.seed, round_=r, lr=self.lr,
+                                reg=self.reg, negatives=self.negatives)
+                U = step.user_factors
+                V = V - self.lr * item_gradient(V, step.item_grad_sum, step.n_users, self.reg)
+                self.losses.append(step.loss)
+            else:
+                out = bpr_train_local(U, V, train, user_ids, seed=self.seed, round_=r,
+                                      epochs=self.epochs, batch_size=self.batch_size,
+                                      reg=self.reg, negatives=self.negatives,
+                                      user_opt=user_opt, item_opt=item_opt)
+                U, V = out.user_factors, out.item_factors
+                self.losses.append(out.loss)
         self.user_factors, self.item_factors = U, V
         return self
 
