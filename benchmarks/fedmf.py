@@ -27,10 +27,10 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks._report import log, machine_info, write_report  # noqa: E402
 from datasets import DatasetSpec, load_dataset  # noqa: E402
-from fl_app.recsys.metrics import evaluate_ranking  # noqa: E402
-from fl_app.recsys.mf import BPRMF  # noqa: E402
+from fl_app.recsys.metrics import evaluate_ranking, popularity_sums  # noqa: E402
 from fl_app.registry import resolve_config  # noqa: E402
 from fl_app.simulation import run_in_simulation  # noqa: E402
+from strategies.fedmf import FedMF  # noqa: E402
 
 #: Per dataset: nodes and the run-config keys that differ from the defaults.
 SETTINGS: dict[str, tuple[int, dict[str, Any]]] = {
@@ -47,18 +47,14 @@ def _metrics(sums: dict[str, float]) -> dict[str, float]:
 
 
 def popularity(data: Any) -> dict[str, float]:
-    deg = np.asarray(data.train.sum(axis=0)).ravel()
-    return _metrics(evaluate_ranking(lambda rows: np.tile(deg, (len(rows), 1)), data.train,
-                                     data.test, k=20).means())
+    return _metrics(popularity_sums(data.train, data.test, k=20).means())
 
 
 def centralized(data: Any, cfg: dict[str, Any]) -> tuple[dict[str, float], float, float]:
-    """The reference with the run's keys; returns metrics, last train loss, seconds."""
+    """The protocol's own reference with the run's keys; returns metrics, last train loss,
+    seconds."""
     t0 = time.perf_counter()
-    model = BPRMF(dim=cfg["mf-dim"], lr=cfg["mf-lr"], reg=cfg["mf-reg"],
-                  negatives=cfg["mf-negatives"], seed=cfg["seed"], mode="local",
-                  epochs=cfg["mf-local-epochs"], batch_size=cfg["mf-batch-size"])
-    model.fit(data.train, int(cfg["rounds"]))
+    model = FedMF.from_run_config(cfg).reference_model(data.train)
     seconds = time.perf_counter() - t0
     out = _metrics(evaluate_ranking(model.score, data.train, data.test, k=20).means())
     return out, model.losses[-1], seconds

@@ -31,7 +31,8 @@ from flwr.serverapp.strategy import Strategy
 
 from fl_app.config import ConfigError, Key
 from fl_app.messaging import Messenger
-from fl_app.recsys.mf import Adam, init_item_factors, item_gradient
+from fl_app.recsys.metrics import evaluate_ranking
+from fl_app.recsys.mf import BPRMF, Adam, init_item_factors, item_gradient
 from strategies.base import Federation, ProtocolStrategy, RunOutcome, data_config, handshake
 
 #: The reported mean training loss is capped here on the node so the sum has a range; a
@@ -92,6 +93,19 @@ class FedMF(ProtocolStrategy):
                    optimizer=cfg["mf-optimizer"], server_lr=cfg["mf-server-lr"],
                    clip=cfg["mf-clip"], factor_bound=cfg["mf-factor-bound"],
                    seed=int(cfg["seed"]))
+
+    def reference_model(self, train: Any) -> BPRMF:
+        """The centralized BPR-MF with this run's budget: the same training code the nodes
+        call (local mode) or centralized gradient descent (exact mode), on all users."""
+        model = BPRMF(dim=self.dim, lr=self.lr, reg=self.reg, negatives=self.negatives,
+                      seed=self.seed, mode=self.mode, epochs=self.epochs,
+                      batch_size=self.batch_size)
+        return model.fit(train, self.rounds)
+
+    def reference(self, data: Any) -> dict[str, float]:
+        """Ranking metrics of :meth:`reference_model` (keys as the federated run's)."""
+        model = self.reference_model(data.train)
+        return evaluate_ranking(model.score, data.train, data.test, k=self.top_k).means()
 
     def node_config(self, round_: int) -> dict[str, Any]:
         """What every node needs for one round (public hyperparameters only)."""
