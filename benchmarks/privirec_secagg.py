@@ -43,7 +43,11 @@ def run_case(name: str) -> dict:
         log(f"{name}: {mode} on {nodes} nodes")
         t0 = time.perf_counter()
         rec = run_in_simulation({**cfg, "aggregator": mode, "run-name": f"bench-{name}-{mode}"},
-                                num_nodes=nodes, quiet=True)
+                                num_nodes=nodes, quiet=True,
+                                # seeded Omega (both runs start alike) and the plain run:
+                                # opted in by the simulated nodes' operator
+                                node_policy={"allow-plain": True, "allow-seeded-omega": True,
+                                             "allow-sparse-transport": True})
         comm = rec["communication"]
         out[mode] = {"seconds": time.perf_counter() - t0, "metrics": rec["metrics"],
                      "bytes_per_node": comm["bytes_per_node"], "rounds": comm["total_rounds"],

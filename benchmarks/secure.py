@@ -262,7 +262,9 @@ def run_sim(num_nodes: int, floats_list: list[int], repeats: int, profile: bool)
         warnings.simplefilter("ignore", DeprecationWarning)
         run_simulation(
             server_app=server_app,
-            client_app=build_client_app(),
+            # the diagnostic actions and plain sums (the baseline), opted in for this benchmark
+            client_app=build_client_app(["clients.diagnostics"],
+                                        policy={"allow-plain": True}),
             num_supernodes=num_nodes,
             backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                             "init_args": {"include_dashboard": False}},

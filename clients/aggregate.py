@@ -3,7 +3,8 @@ aggregators, and the CKKS decrypter's step.
 
 A protocol handler answers a sum request with ``sum_reply(node, {name: array})``; the request
 says which aggregator the server runs, and this module masks (SecAgg+), encrypts (CKKS) or
-sends in clear (plain).
+sends in clear (plain) -- the latter two only if the node's own policy allows them
+(``clients/policy.py``): the server's request alone never weakens what a node reveals.
 """
 
 from __future__ import annotations
@@ -40,7 +41,15 @@ def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
     if SUM_KEY not in node.request.config_records:
         raise AggregationError(f"request has no '{SUM_KEY}' record: it is not a sum request")
     cfg = node.request.config_records[SUM_KEY]
+    if "mode" not in cfg:
+        raise AggregationError(f"{node.who}: sum request has no field '{SUM_KEY}.mode'")
     mode = str(cfg["mode"])
+    if mode == "plain":
+        node.policy.require("allow-plain", "a plain sum (mode 'plain': the server would see "
+                            "this node's values)", node.who)
+    elif mode == "ckks":
+        node.policy.require("allow-ckks", "a CKKS sum (mode 'ckks': every node and the "
+                            "decrypter hold the secret key)", node.who)
     vec, layout = flatten(arrays)
     reply = RecordDict({SHAPES_KEY: ConfigRecord({name: list(s) for name, s in layout})})
     if mode == "plain":
@@ -81,8 +90,9 @@ def _encrypt(node: NodeContext, vec: np.ndarray, cfg: ConfigRecord) -> list[byte
     from fl_app.secure.he import encrypt_packed
 
     max_abs = float(cfg["max-abs"])
-    if vec.size and float(np.max(np.abs(vec))) > max_abs:
-        raise OverflowError(f"partition {node.partition_id}: a value exceeds the declared "
+    over = int(np.count_nonzero(~(np.abs(vec) <= max_abs)))  # NaN counts as out of range
+    if over:
+        raise OverflowError(f"{node.who}: {over} of {vec.size} value(s) outside the declared "
                             f"range max_abs={max_abs:g} of this CKKS sum")
     ctx = get_shared_context(node.state, str(cfg["purpose"]))
     node.state.config_records.setdefault(_CONTRIBUTED, ConfigRecord())[str(cfg["sum-id"])] = True
@@ -99,7 +109,14 @@ def decrypt(content: RecordDict, node: NodeContext) -> RecordDict:
     from clients.keyrelay import get_shared_context
     from fl_app.secure.he import decrypt_packed
 
+    if SUM_KEY not in content.config_records or CIPHER_KEY not in content.config_records:
+        raise AggregationError(f"{node.who}: decrypt request needs records '{SUM_KEY}' and "
+                               f"'{CIPHER_KEY}'")
     cfg = content.config_records[SUM_KEY]
+    missing = [k for k in ("sum-id", "purpose", "n") if k not in cfg]
+    if missing:
+        raise AggregationError(f"{node.who}: decrypt request lacks field(s) "
+                               f"{', '.join(f'{SUM_KEY}.{k}' for k in missing)}")
     sum_id = str(int(cfg["sum-id"]))
     contributed = node.state.config_records.get(_CONTRIBUTED, ConfigRecord())
     done = node.state.config_records.setdefault(_DECRYPTED, ConfigRecord())

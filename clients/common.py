@@ -5,6 +5,7 @@ from __future__ import annotations
 from flwr.app import ConfigRecord, RecordDict
 
 from clients.node import NodeContext
+from clients.policy import POLICY_RECORD
 from clients.registry import handler
 from clients.sealed import KEY_STATE, SEEN_STATE
 from fl_app.secure.keys import NodeKeys
@@ -12,7 +13,8 @@ from fl_app.secure.keys import NodeKeys
 
 @handler("hello")
 def hello(content: RecordDict, node: NodeContext) -> RecordDict:
-    """Load this node's data and report public facts: role, partition, what it holds, sizes.
+    """Load this node's data and report public facts: role, partition, what it holds, sizes,
+    and the node's privacy policy (what it will accept; recorded in the results).
 
     The catalogue size (number of items) is public in every protocol here; the number of
     users a node holds is what any Flower deployment reveals anyway (who takes part). An
@@ -29,7 +31,7 @@ def hello(content: RecordDict, node: NodeContext) -> RecordDict:
         "n-items": int(data.n_items),
         "n-users": int(len(data.user_ids)),
         "n-train-users": int((data.train.getnnz(axis=1) > 0).sum()),
-    })})
+    }), POLICY_RECORD: ConfigRecord(node.policy.as_config())})
 
 
 @handler("relay_keys")

@@ -8,19 +8,17 @@ State kept in this node's ``context.state`` (never sent anywhere):
 Protocol handlers read the secret with :func:`get_shared_secret` (bytes) or, for a relayed
 CKKS context, :func:`get_shared_context` (a TenSEAL context holding the secret key).
 
-Diagnostics: ``keys_prove`` answers HMAC-SHA256(secret, challenge) so the server can check
-that nodes hold the same secret without learning it; ``keys_ckks_selftest`` encrypts a
-vector with the relayed CKKS context (mode ``encrypt``) or decrypts a ciphertext list the
-server summed (mode ``decrypt``).
+The diagnostic actions that use a relayed secret on the server's input (``keys_prove``: an
+HMAC of a server-chosen challenge; ``keys_ckks_selftest``: decrypts what the server sends)
+are oracles, so they live in ``clients/diagnostics.py``, which a production ClientApp does
+not load.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import secrets
 
-import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
 from clients.node import NodeContext
@@ -129,33 +127,3 @@ def receive_secret(content: RecordDict, node: NodeContext) -> RecordDict:
                          f"owner, node {owner} (mail from: {sorted(mail) or 'nobody'})")
     fp = _store_secret(node, purpose, make, owner, mail[owner])
     return RecordDict({"relay-ack": ConfigRecord({"fingerprint": fp})})
-
-
-@handler("keys_prove")
-def prove(content: RecordDict, node: NodeContext) -> RecordDict:
-    """HMAC-SHA256(secret, challenge): equal across nodes iff they hold the same secret."""
-    cfg = _cfg(content)
-    secret = get_shared_secret(node.state, str(cfg["purpose"]))
-    mac = hmac.new(secret, bytes(cfg["challenge"]), hashlib.sha256).digest()
-    return RecordDict({"relay-proof": ConfigRecord({"mac": mac})})
-
-
-@handler("keys_ckks_selftest")
-def ckks_selftest(content: RecordDict, node: NodeContext) -> RecordDict:
-    """CKKS round trip with the relayed context.
-
-    mode ``encrypt``: encrypt ``values`` (float list) and reply the packed ciphertexts.
-    mode ``decrypt``: decrypt ``chunks`` (packed ciphertexts of ``n`` values) and reply them.
-    """
-    from fl_app.secure.he import decrypt_packed, encrypt_packed
-
-    cfg = _cfg(content)
-    ctx = get_shared_context(node.state, str(cfg["purpose"]))
-    mode = str(cfg["mode"])
-    if mode == "encrypt":
-        chunks = encrypt_packed(ctx, np.asarray(list(cfg["values"]), dtype=np.float64))
-        return RecordDict({"ckks": ConfigRecord({"chunks": chunks})})
-    if mode == "decrypt":
-        values = decrypt_packed(ctx, [bytes(b) for b in cfg["chunks"]], int(cfg["n"]))
-        return RecordDict({"ckks": ConfigRecord({"values": [float(v) for v in values]})})
-    raise RelayError(f"keys_ckks_selftest: unknown mode {mode!r} (encrypt or decrypt)")

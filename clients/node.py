@@ -20,6 +20,7 @@ from datasets import DatasetSpec, NodeData, PartitionSpec, load_item_server_data
 from fl_app.records import from_array_record, to_array_record
 
 if TYPE_CHECKING:
+    from clients.policy import NodePolicy
     from clients.sealed import Mailbox
 
 #: RecordDict key under which strategies send the dataset/partition config.
@@ -46,6 +47,9 @@ class NodeContext:
 
     context: Context
     request: RecordDict
+    #: The policy the ClientApp was built with (``build_client_app(policy=...)``); the node
+    #: config's policy keys override it (:attr:`policy`).
+    base_policy: NodePolicy | None = None
 
     @property
     def state(self) -> RecordDict:
@@ -58,6 +62,23 @@ class NodeContext:
         from clients.sealed import Mailbox
 
         return Mailbox(self.state, self.request, self.context.node_id, self.context.run_id)
+
+    @cached_property
+    def policy(self) -> NodePolicy:
+        """This node's privacy policy (``clients/policy.py``): the ClientApp's, with the node
+        config's policy keys applied. Never read from the server's messages."""
+        from clients.policy import NodePolicy
+
+        base = self.base_policy if self.base_policy is not None else NodePolicy()
+        return base.merged(self.context.node_config, f"node {self.context.node_id} config")
+
+    @property
+    def who(self) -> str:
+        """This node in error messages: partition and node id."""
+        pid = self.context.node_config.get("partition-id")
+        if pid is None:
+            return f"node {self.context.node_id}"
+        return f"node {self.context.node_id} (partition {pid})"
 
     @property
     def partition_id(self) -> int:

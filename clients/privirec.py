@@ -2,15 +2,17 @@
 scoring of its own users with the filters built from what the server broadcasts.
 
 Every reply that carries data about the node's users goes through ``sum_reply`` (a
-SecAgg+ contribution, or a labelled plain contribution when ``secagg="none"``), except the
+SecAgg+ contribution, or a labelled plain contribution when ``aggregator = plain``), except the
 sparse item-item contribution in plain mode, which is the labelled full-scale shortcut of
-``secagg="none"`` (the dense masked form of an |I| x |I| matrix does not fit a node at
+``aggregator = plain`` (the dense masked form of an |I| x |I| matrix does not fit a node at
 Gowalla scale; see docs/protocols/privirec.md).
+
+The node's own policy (``clients/policy.py``) decides whether it answers the weaker requests:
+``transport: sparse`` (its rows of R^T R unmasked) needs ``allow-sparse-transport`` and
+``omega: seeded`` (Omega known to the server) needs ``allow-seeded-omega``.
 """
 
 from __future__ import annotations
-
-import secrets
 
 import numpy as np
 import scipy.sparse as sp
@@ -51,13 +53,15 @@ def _binary_rows(node: NodeContext) -> sp.csr_matrix:
 def omega_rows(user_ids: np.ndarray, p: int, mode: str, seed: int) -> np.ndarray:
     """The node's private rows of the Gaussian start Omega (paper A2: the server never sees it).
 
-    ``private``: drawn from the OS entropy pool, known to nobody but this node.
+    ``private``: AES-256-CTR keyed from the OS CSPRNG, Box-Muller
+    (``fl_app.secure.randomness.csprng_normal``): known to nobody but this node.
     ``seeded``: drawn from (seed, user id), reproducible by the centralized reference (tests,
     benchmarks); anyone who knows the run seed knows Omega, so use it only for evaluation.
     """
     if mode == "private":
-        rng = np.random.default_rng(secrets.randbits(128))
-        rows = rng.standard_normal((len(user_ids), p))
+        from fl_app.secure.randomness import csprng_normal
+
+        rows = csprng_normal((len(user_ids), p))
     elif mode == "seeded":
         rows = np.empty((len(user_ids), p))
         for r, uid in enumerate(user_ids):
@@ -82,7 +86,15 @@ def gram(content: RecordDict, node: NodeContext) -> RecordDict:
     weights = user_gram_weight(np.asarray(train.sum(axis=1)).ravel(), float(cfg["alpha"]))
     G = upper_triangle(train.T @ sp.diags(weights) @ train)
     n = G.shape[0]
-    if cfg["transport"] == "sparse":  # labelled plain mode only (checked by the server)
+    transport = str(cfg.get("transport", "dense"))
+    if transport not in ("dense", "sparse"):
+        raise ValueError(f"{node.who}: privirec transport must be 'dense' or 'sparse', got "
+                         f"{transport!r}")
+    if transport == "sparse":  # labelled plain mode, only if this node's operator allows it
+        node.policy.require("allow-sparse-transport", "PriviRec transport 'sparse' (its rows "
+                            "of R^T R unmasked)", node.who)
+        node.policy.require("allow-plain", "PriviRec transport 'sparse' (a plain sum)",
+                            node.who)
         reply = RecordDict({"gram": to_array_record(csr_to_arrays(G, "G"))})
         return reply
     if n * (n + 1) // 2 * 8 > MAX_DENSE_GRAM_BYTES:
@@ -107,6 +119,10 @@ def power_step(content: RecordDict, node: NodeContext) -> RecordDict:
     data = node.data()
     A = normalize_rows(_binary_rows(node), arrays["item_deg"])
     if "X" not in arrays:
+        if str(cfg["omega"]) == "seeded":
+            node.policy.require("allow-seeded-omega", "PriviRec omega 'seeded' (the server "
+                                "knows Omega and, with p >= users, recovers every row)",
+                                node.who)
         omega = omega_rows(data.user_ids, int(cfg["p"]), str(cfg["omega"]), int(cfg["seed"]))
         out = {"Y": np.asarray(A.T @ omega)}
     else:

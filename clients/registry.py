@@ -25,6 +25,10 @@ QUERY_HANDLERS: dict[str, Handler] = {}
 #: strategies such as ``FedAvg`` send those, and the config names which protocol's client runs.
 TRAIN_HANDLERS: dict[str, Handler] = {}
 EVALUATE_HANDLERS: dict[str, Handler] = {}
+#: Diagnostic ``query.<action>`` handlers (``clients/diagnostics.py``): kept apart from
+#: :data:`QUERY_HANDLERS` because some are oracles by design (they decrypt or MAC what the
+#: server sends); ``build_client_app`` adds them only on an explicit opt-in.
+DIAGNOSTIC_HANDLERS: dict[str, Handler] = {}
 
 
 def _register(table: dict[str, Handler], name: str, fn: Handler, kind: str) -> None:
@@ -43,6 +47,16 @@ def handler(action: str) -> Callable[[Handler], Handler]:
 
     def deco(fn: Handler) -> Handler:
         _register(QUERY_HANDLERS, action, fn, "query action")
+        return fn
+
+    return deco
+
+
+def diagnostic(action: str) -> Callable[[Handler], Handler]:
+    """Decorator: register ``fn`` as a diagnostic ``query.<action>`` (not in production apps)."""
+
+    def deco(fn: Handler) -> Handler:
+        _register(DIAGNOSTIC_HANDLERS, action, fn, "diagnostic action")
         return fn
 
     return deco

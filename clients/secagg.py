@@ -32,6 +32,20 @@ _SEEDS = "secagg.seeds"  # ConfigRecord: "<sum>" -> my own self-mask seed for th
 _REVEALED = "secagg.revealed"  # ConfigRecord: sums this node has already unmasked
 
 
+def _fields(content: RecordDict, keys: tuple[str, ...], node: NodeContext,
+            what: str) -> ConfigRecord:
+    """The request's ``secagg`` record, checked to have ``keys``: a missing field is an error
+    naming this node and the field, never a bare KeyError."""
+    if SUM_KEY not in content.config_records:
+        raise SecAggError(f"{node.who}: {what} request has no '{SUM_KEY}' record")
+    cfg = content.config_records[SUM_KEY]
+    missing = [k for k in keys if k not in cfg]
+    if missing:
+        raise SecAggError(f"{node.who}: {what} request lacks field(s) "
+                          f"{', '.join(f'{SUM_KEY}.{k}' for k in missing)}")
+    return cfg
+
+
 def _state(state: RecordDict) -> ConfigRecord:
     if _STATE not in state.config_records:
         raise SecAggError("secure aggregation used before key setup (secagg_advertise)")
@@ -43,7 +57,7 @@ def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
     """Round 1: make the s (pairwise mask agreement) key pair; publish its public key."""
     s_keys = NodeKeys()
     node.state.config_records[_STATE] = ConfigRecord({
-        "run-tag": bytes(content.config_records[SUM_KEY]["run-tag"]),
+        "run-tag": bytes(_fields(content, ("run-tag",), node, "secagg_advertise")["run-tag"]),
         "s-sk": s_keys.private_bytes(),
         "last-sum": 0,
     })
@@ -58,7 +72,8 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     """Round 2: draw one self-mask seed per upcoming sum, Shamir-share each, mail each holder
     its shares through the sealed relay."""
     st = _state(node.state)
-    cfg = content.config_records[SUM_KEY]
+    cfg = _fields(content, ("neighbours", "threshold", "first-sum", "batch", "s-pks"), node,
+                  "secagg_share")
     me = node.context.node_id
     neighbours = [int(v) for v in cfg["neighbours"]]
     threshold = int(cfg["threshold"])
@@ -116,9 +131,9 @@ def _pairwise_keys(st: ConfigRecord, me: int, sum_id: int) -> dict[int, bytes]:
 def mask_values(node: NodeContext, vec: np.ndarray) -> np.ndarray:
     """Fixed-point encode ``vec`` and add the self mask and the pairwise masks for this sum."""
     state, me = node.state, node.context.node_id
+    cfg = _fields(node.request, ("sum-id", "max-abs", "frac-bits", "alive"), node, "masked sum")
     _receive_shares(node)
     st = _state(state)
-    cfg = node.request.config_records[SUM_KEY]
     sum_id = int(cfg["sum-id"])
     if sum_id <= int(st["last-sum"]):
         raise SecAggError(f"refusing sum id {sum_id}: ids must increase (last {st['last-sum']}); "
@@ -129,8 +144,8 @@ def mask_values(node: NodeContext, vec: np.ndarray) -> np.ndarray:
     codec = FixedPoint(max_abs=float(cfg["max-abs"]), frac_bits=int(cfg["frac-bits"]))
     try:
         out = codec.encode(vec)
-    except OverflowError as exc:
-        raise OverflowError(f"node {me}: {exc}") from None
+    except OverflowError as exc:  # the message names the range and a count, never values
+        raise OverflowError(f"{node.who}: {exc}") from None
     n = out.shape[0]
     out += self_mask(bytes(seeds[str(sum_id)]), sum_id, n)
     alive = {int(v) for v in cfg["alive"]}
@@ -155,7 +170,7 @@ def unmask(content: RecordDict, node: NodeContext) -> RecordDict:
     """
     me = node.context.node_id
     st = _state(node.state)
-    cfg = content.config_records[SUM_KEY]
+    cfg = _fields(content, ("sum-id", "survivors", "dropped"), node, "secagg_unmask")
     sum_id = int(cfg["sum-id"])
     if sum_id != int(st["last-sum"]):
         raise SecAggError(f"node {me} refuses to unmask sum {sum_id}: its last sum is "

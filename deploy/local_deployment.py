@@ -205,6 +205,9 @@ class LocalDeployment:
     certs_dir : existing ``ca.crt``/``server.pem``/``server.key`` (default: made with
         ``deploy/make_certs.sh`` in ``<workdir>/certs``).
     data_dirs : optional ``data-dir`` per node (node config), e.g. each holder's own files.
+    node_config : extra node config for every SuperNode, e.g. its privacy policy
+        (``{"allow-plain": True}``; ``clients/policy.py``): the operator's choice, not the
+        server's.
     log_dir : where ``superlink.log``, ``supernode-<i>.log`` and ``flwr-*.log`` go
         (default ``<workdir>/logs``).
     app_dir : the Flower app (default: this repository).
@@ -225,6 +228,7 @@ class LocalDeployment:
         insecure: bool = False,
         certs_dir: str | Path | None = None,
         data_dirs: Sequence[str | Path | None] | None = None,
+        node_config: Mapping[str, Any] | None = None,
         log_dir: str | Path | None = None,
         app_dir: str | Path = REPO,
         env: Mapping[str, str] | None = None,
@@ -237,6 +241,7 @@ class LocalDeployment:
         if data_dirs is not None and len(data_dirs) != num_nodes:
             raise ValueError(f"data_dirs has {len(data_dirs)} entries for {num_nodes} nodes")
         self.num_nodes = num_nodes
+        self.node_config = dict(node_config or {})
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="fedrec-deploy-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.insecure = insecure
@@ -323,7 +328,8 @@ class LocalDeployment:
 
         for i in range(self.num_nodes):
             node_dir = self.workdir / f"supernode-{i}"
-            node_config: dict[str, Any] = {"partition-id": i, "num-partitions": self.num_nodes}
+            node_config: dict[str, Any] = {**self.node_config, "partition-id": i,
+                                           "num-partitions": self.num_nodes}
             if self.data_dirs[i]:
                 node_config["data-dir"] = str(self.data_dirs[i])
             tls_node = (["--insecure"] if self.insecure

@@ -5,22 +5,36 @@ plugins register their handlers on import; ``query.<action>`` messages go to
 :data:`clients.registry.QUERY_HANDLERS`; Flower's stock
 ``train`` / ``evaluate`` messages (sent by stock strategies such as ``FedAvg``) go to the
 handler of the protocol named in the message's config (``fedrec-protocol``).
+
+Two things are fixed when the ClientApp is built, never by the server's messages: the node
+policy every handler checks (``clients/policy.py``; node config keys override it per node)
+and whether the diagnostic actions (``clients/diagnostics.py``, oracles by design) exist.
+The production app (:data:`app`) has none of them unless its operator opts in with
+``FEDREC_NODE_POLICY="diagnostics=true"``.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from importlib.metadata import entry_points
+from typing import Any
 
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from clients.node import NodeContext
-from clients.registry import EVALUATE_HANDLERS, QUERY_HANDLERS, TRAIN_HANDLERS, Handler
+from clients.policy import NodePolicy
+from clients.registry import (
+    DIAGNOSTIC_HANDLERS,
+    EVALUATE_HANDLERS,
+    QUERY_HANDLERS,
+    TRAIN_HANDLERS,
+    Handler,
+)
 from fl_app.quiet import quiet_flower_noise
-from fl_app.registry import client_modules
+from fl_app.registry import DIAGNOSTICS_MODULE, client_modules
 from fl_app.secure.sealed import MAIL_DIRECTORY, MAIL_IN
 
 PLUGIN_GROUP = "fedrec_privacy.clients"
@@ -44,8 +58,9 @@ def load_client_plugins(extra: Iterable[str] = ()) -> list[str]:
     return loaded
 
 
-def _run(fn: Handler, message: Message, context: Context) -> Message:
-    node = NodeContext(context, message.content)
+def _run(fn: Handler, message: Message, context: Context,
+         policy: NodePolicy | None = None) -> Message:
+    node = NodeContext(context, message.content, policy)
     records = message.content.config_records
     if MAIL_DIRECTORY in records or MAIL_IN in records:
         node.mailbox  # noqa: B018  (keeps directory and mail even if this handler reads none)
@@ -69,26 +84,51 @@ def _protocol_of(message: Message, table: dict[str, Handler], kind: str) -> Hand
     return table[protocol]
 
 
-def build_client_app(extra_modules: Iterable[str] = ()) -> ClientApp:
-    """A ClientApp with every handler registered so far (built-in, plugins, ``extra_modules``)."""
-    load_client_plugins(extra_modules)
-    client_app = ClientApp()
+def build_client_app(extra_modules: Iterable[str] = (),
+                     policy: NodePolicy | Mapping[str, Any] | None = None) -> ClientApp:
+    """A ClientApp with every handler registered so far (built-in, plugins, ``extra_modules``).
 
-    for action, fn in sorted(QUERY_HANDLERS.items()):
+    ``policy``: the node policy built into the app (a NodePolicy or ``{key: value}``;
+    None reads ``$FEDREC_NODE_POLICY``); each node's config can override it. The diagnostic
+    actions are added only when ``extra_modules`` names ``clients.diagnostics`` or the
+    policy says ``diagnostics=true``.
+    """
+    base = NodePolicy.coerce(policy)
+    extra = list(extra_modules)
+    diagnostics = base.diagnostics or DIAGNOSTICS_MODULE in extra
+    if diagnostics and DIAGNOSTICS_MODULE not in extra:
+        extra.append(DIAGNOSTICS_MODULE)
+    load_client_plugins(extra)
+    client_app = ClientApp()
+    actions = dict(QUERY_HANDLERS)
+    if diagnostics:
+        clash = sorted(set(actions) & set(DIAGNOSTIC_HANDLERS))
+        if clash:
+            raise ValueError(f"diagnostic action(s) {clash} clash with query actions")
+        actions.update(DIAGNOSTIC_HANDLERS)
+
+    for action, fn in sorted(actions.items()):
         def query(message: Message, context: Context, _fn: Handler = fn) -> Message:
-            return _run(_fn, message, context)
+            return _run(_fn, message, context, base)
 
         client_app.query(action)(query)
 
     @client_app.train()
     def train(message: Message, context: Context) -> Message:
-        return _run(_protocol_of(message, TRAIN_HANDLERS, "train"), message, context)
+        return _run(_protocol_of(message, TRAIN_HANDLERS, "train"), message, context, base)
 
     @client_app.evaluate()
     def evaluate(message: Message, context: Context) -> Message:
-        return _run(_protocol_of(message, EVALUATE_HANDLERS, "evaluate"), message, context)
+        return _run(_protocol_of(message, EVALUATE_HANDLERS, "evaluate"), message, context,
+                    base)
 
     return client_app
+
+
+def registered_actions(client_app: ClientApp) -> list[str]:
+    """Every message type a ClientApp answers (``query.<action>``, ``train``, ...): what a
+    review of its attack surface starts from."""
+    return sorted(client_app._registered_funcs)  # noqa: SLF001  (Flower keeps no public list)
 
 
 quiet_flower_noise()  # in simulation this module is imported by each Ray worker too

@@ -266,6 +266,11 @@ class Messenger:
         self.aggregators: list[Any] = []
         #: The fixed order reductions run in (partition order, set by the handshake).
         self.node_order: list[int] = []
+        #: Each node's privacy policy as it acknowledged it in the handshake (by node id).
+        self.node_policies: dict[int, dict[str, Any]] = {}
+        #: Every dropout: nodes silent in a round that tolerates silence, or whose reply a
+        #: sum discarded (phase, action, node ids, why), for the results.
+        self.dropouts: list[dict[str, Any]] = []
         self._round = 0
 
     def poll_wait(self, elapsed: float) -> float:
@@ -296,20 +301,32 @@ class Messenger:
     def label(self, node_id: int) -> str:
         return self.node_labels.get(node_id, f"node {node_id}")
 
+    def record_dropout(self, phase: str, action: str, nodes: Iterable[int], why: str) -> None:
+        """Note nodes that dropped out of a round (kept for the results' ``privacy``)."""
+        nodes = sorted(nodes)
+        if nodes:
+            self.dropouts.append({"phase": phase, "action": action, "node_ids": nodes,
+                                  "why": why})
+
     def privacy_report(self) -> dict[str, Any]:
         """What the server received, for the results' ``privacy`` section: per phase the
         reply records and their form; every sum (aggregator, form, shapes, nodes, dropouts);
-        the sealed mail it carried (endpoints and sizes only)."""
+        the sealed mail it carried (endpoints and sizes only); every dropout (which nodes,
+        which phase); the policy each node acknowledged in the handshake."""
         sums = [vars(r) for agg in self.aggregators for r in agg.view]
         mail: dict[str, dict[str, int]] = {}
         for m in (self.mailroom.view if self.mailroom else []):
             entry = mail.setdefault(m.purpose.split(":")[0], {"payloads": 0, "bytes": 0})
             entry["payloads"] += 1
             entry["bytes"] += m.nbytes
-        dropouts = [{"phase": r["phase"], "nodes": [self.label(n) for n in r["dropped"]]}
-                    for r in sums if r["dropped"]]
+        dropouts = [{**d, "nodes": [self.label(n) for n in d["node_ids"]]}
+                    for d in self.dropouts]
+        policies = {self.label(n): p for n, p in sorted(self.node_policies.items())}
+        plain_ok = sorted(self.label(n) for n, p in self.node_policies.items()
+                          if p.get("allow-plain"))
         return {"received": self.ledger.privacy(), "sums": sums, "sealed_mail": mail,
-                "dropouts": dropouts}
+                "dropouts": dropouts, "node_policies": policies,
+                "nodes_allowing_plain": plain_ok}
 
     def exchange(
         self,
@@ -399,6 +416,9 @@ class Messenger:
         if self.last_rejected:
             raise NodeError(action, ", ".join(self.label(n) for n in self.last_rejected),
                             "the SuperLink rejected the message (unknown or offline node)")
+        if self.last_missing and allow_missing:
+            self.record_dropout(phase, action, self.last_missing,
+                                f"no reply within {timeout:g} s")
         if self.last_missing and not allow_missing:
             raise NodeTimeoutError(action, [self.label(n) for n in self.last_missing],
                                    len(contents), timeout)

@@ -43,7 +43,11 @@ BUILTIN: tuple[Registration, ...] = (
 
 #: Node-side modules every protocol may use (handshake, secure sums, relay).
 MECHANISM_CLIENTS: tuple[str, ...] = ("clients.common", "clients.sealed", "clients.aggregate",
-                                      "clients.secagg", "clients.keyrelay", "clients.diagnostics")
+                                      "clients.secagg", "clients.keyrelay")
+#: Diagnostic node actions (oracles by design): loaded only on an explicit opt-in
+#: (``build_client_app(extra_modules=[DIAGNOSTICS_MODULE])`` or the node policy's
+#: ``diagnostics=true``), never by a production ClientApp.
+DIAGNOSTICS_MODULE = "clients.diagnostics"
 
 _REGISTRY: dict[str, Registration] = {r.name: r for r in BUILTIN}
 

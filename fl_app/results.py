@@ -99,7 +99,11 @@ def _privacy_mode(privacy: Mapping[str, Any]) -> str:
     if not forms:
         return "no sums"
     text = f"{privacy.get('aggregator', '?')} ({', '.join(forms)})"
-    return f"[bold red]{text}: the server saw every node's values[/]" if "plain" in forms else text
+    if "plain" not in forms:
+        return text
+    allowing = privacy.get("nodes_allowing_plain")
+    opted = f"; {len(allowing)} node(s) opted in (allow-plain)" if allowing else ""
+    return f"[bold red]{text}: the server saw every node's values{opted}[/]"
 
 
 #: Metrics the comparison table shows (suffixes of the metric names).

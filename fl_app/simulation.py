@@ -68,8 +68,14 @@ def simulate(server_app: Any, client_app: Any, num_nodes: int,
 
 def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int = 4, *,
                       quiet: bool = False, backend_config: dict[str, Any] | None = None,
-                      verbose_flower: bool = False, compare: bool = False) -> dict[str, Any]:
+                      verbose_flower: bool = False, compare: bool = False,
+                      node_policy: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run the configured protocol on ``num_nodes`` simulated SuperNodes; return its record.
+
+    ``node_policy``: every simulated node's privacy policy (``clients/policy.py``), e.g.
+    ``{"allow-plain": True}`` for ``aggregator = plain``; None reads ``$FEDREC_NODE_POLICY``
+    (default: the safe policy, which refuses plain sums, seeded Omega and sparse transport).
+    It is built into the ClientApp, never sent by the server.
 
     ``compare``: afterwards, on this machine (which holds all the data in a simulation), run
     the protocol's centralized reference and the item-popularity baseline and add them to
@@ -95,7 +101,8 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
     load_dataset(DatasetSpec.from_config(cfg))
     box: dict[str, Any] = {}
     server_app = make_server_app(cfg, on_result=box.update, quiet=quiet or compare)
-    simulate(server_app, build_client_app(extra), num_nodes, backend_config, verbose_flower)
+    simulate(server_app, build_client_app(extra, policy=node_policy), num_nodes, backend_config,
+             verbose_flower)
     if not box:
         raise RuntimeError("the simulation ended without a result (see the log above)")
     if compare:

@@ -132,6 +132,9 @@ def handshake(messenger: Messenger, cfg: Mapping[str, Any], min_nodes: int = 1,
     )
     infos = {}
     for node, reply in replies.items():
+        if "info" not in reply.config_records:
+            raise ValueError(f"{messenger.label(node)} answered the handshake without its "
+                             "'info' record")
         info = reply.config_records["info"]
         infos[node] = NodeInfo(node, int(info["partition-id"]), int(info["n-items"]),
                                int(info["n-users"]), int(info["n-train-users"]),
@@ -140,6 +143,8 @@ def handshake(messenger: Messenger, cfg: Mapping[str, Any], min_nodes: int = 1,
         where = (f"partition {infos[node].partition_id}" if infos[node].role != "item-server"
                  else "item server")
         messenger.node_labels[node] = f"node {node} ({where})"
+        if "policy" in reply.config_records:  # what the node accepts, for the results
+            messenger.node_policies[node] = dict(reply.config_records["policy"])
     item_counts = {i.n_items for i in infos.values()}
     if len(item_counts) != 1:
         detail = ", ".join(f"{messenger.label(n)}: {i.n_items}" for n, i in sorted(infos.items()))

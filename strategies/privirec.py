@@ -93,6 +93,51 @@ PRIVIREC_KEYS: tuple[Key, ...] = (
 )
 
 
+class NodeSetChanged(RuntimeError):
+    """PriviRec's sums ran over different node sets (the paper forbids it: differencing)."""
+
+
+def check_fixed_node_set(agg: Aggregator) -> None:
+    """Abort unless every sum so far holds the inputs of the same nodes.
+
+    PriviRec's sums (degrees, item-item, power rounds, evaluation) are only private as a
+    set over one fixed federation: two sums over node sets that differ by one node could be
+    differenced to that node's contribution (paper 000, Section 3). The SecAgg+ aggregator
+    already abandons a sum with a dropout before unmasking (``agg.fixed_set``); this check
+    holds for every aggregator and names the sums and nodes.
+    """
+    if not agg.view:
+        return
+    first = agg.view[0]
+    for record in agg.view[1:]:
+        if record.members != first.members:
+            label = agg.messenger.label
+            gone = sorted(set(first.members) - set(record.members))
+            new = sorted(set(record.members) - set(first.members))
+            change = "; ".join(part for part in (
+                f"without {', '.join(label(n) for n in gone)}" if gone else "",
+                f"with {', '.join(label(n) for n in new)} added" if new else "") if part)
+            raise NodeSetChanged(
+                f"PriviRec needs one fixed node set: sum '{record.phase}' ran {change} "
+                f"compared with sum '{first.phase}'; the run stops (sums over different node "
+                "sets could be differenced to one node's contribution)")
+
+
+def _sparse_gram(reply: RecordDict, label: str, n_items: int) -> sp.csr_matrix:
+    """A node's sparse item-item contribution, checked (record, parts, shape)."""
+    if "gram" not in reply.array_records:
+        raise ValueError(f"{label} answered the sparse item-item sum without record 'gram'")
+    arrays = {k: v.numpy() for k, v in reply.array_records["gram"].items()}
+    missing = [f"gram.G.{p}" for p in ("data", "indices", "indptr", "shape")
+               if f"G.{p}" not in arrays]
+    if missing:
+        raise ValueError(f"{label}: sparse item-item reply lacks field(s) {', '.join(missing)}")
+    if tuple(int(x) for x in arrays["G.shape"]) != (n_items, n_items):
+        raise ValueError(f"{label}: field 'gram.G.shape' is {tuple(arrays['G.shape'])}, "
+                         f"expected ({n_items}, {n_items})")
+    return csr_from_arrays(arrays, "G")
+
+
 class PriviRec(ProtocolStrategy):
     """PriviRec (paper 000, Section 3.3): exact P~ and the ideal low-pass filter.
 
@@ -191,9 +236,10 @@ class PriviRec(ProtocolStrategy):
             total = sp.csr_matrix((n_items, n_items))
             replies = messenger.iter_replies("privirec_gram", dict.fromkeys(agg.nodes, req),
                                              phase=phase)
-            for _, reply in in_node_order(replies, agg.nodes):
-                arrays = {k: v.numpy() for k, v in reply.array_records["gram"].items()}
-                total = total + csr_from_arrays(arrays, "G")  # incremental: one at a time
+            for node, reply in in_node_order(replies, agg.nodes):
+                total = total + _sparse_gram(reply, messenger.label(node), n_items)
+            agg._record(phase, "privirec_gram", [("gram", (n_items, n_items))], len(agg.nodes),
+                        form="plain")  # labelled in the results like every plain sum
             return symmetric_from_upper(total)
         dense = agg.sum("privirec_gram", req, max_abs=float(max_users), phase=phase)["gram"]
         rows, cols = np.triu_indices(n_items)
@@ -272,6 +318,7 @@ class PriviRec(ProtocolStrategy):
         p = self.iteration_rank(n_items)
         agg = make_aggregator(self.aggregator, messenger, node_order(infos),
                               degree=self.secagg_degree or None, seed=self.seed)
+        agg.fixed_set = True  # a dropout abandons the sum before anything is unmasked
         log.info("privirec: degrees")
         item_deg = self.sum_degrees(agg, max_users)
         P = {}
@@ -281,12 +328,15 @@ class PriviRec(ProtocolStrategy):
                 log.info("privirec: item-item gram (alpha=%g)", alpha)
                 P[alpha] = item_item_from_gram(
                     self.sum_gram(agg, messenger, n_items, max_users, alpha), item_deg, alpha)
+                check_fixed_node_set(agg)
         S = eigvals = None
         if p:
             log.info("privirec: power method, rank %d, L=%d", p, self.L)
             S, eigvals = self.power_method(agg, item_deg, p, max_users, p)
+            check_fixed_node_set(agg)
         log.info("privirec: evaluation on the nodes")
         sums = self.evaluate(agg, item_deg, S, eigvals if self.low_rank else None, P, max_users)
+        check_fixed_node_set(agg)
         metrics = {f"{name}/{key}": value for name, s in sums.items()
                    for key, value in s.means().items()}
         return RunOutcome(metrics=metrics, extra={

@@ -17,6 +17,12 @@ from fl_app.messaging import Messenger
 from fl_app.simulation import simulate
 
 
+#: What the diagnostic tests run with: the diagnostic actions, and plain and CKKS sums opted in
+#: (the comparisons need a plain sum; the node policy's safe defaults refuse both).
+DIAGNOSTIC_APP = {"extra_modules": ["clients.diagnostics"],
+                  "policy": {"allow-plain": True, "allow-ckks": True}}
+
+
 def run_on_simulated_nodes(fn: Callable[[Messenger], Any], num_nodes: int,
                            timeout: float = 60.0) -> Any:
     from fl_app.client_app import build_client_app
@@ -33,7 +39,7 @@ def run_on_simulated_nodes(fn: Callable[[Messenger], Any], num_nodes: int,
         except BaseException as exc:  # hand the failure back to the test
             box["error"] = exc
 
-    simulate(app, build_client_app(), num_nodes)
+    simulate(app, build_client_app(**DIAGNOSTIC_APP), num_nodes)
     if "error" in box:
         raise box["error"]
     return box["value"]

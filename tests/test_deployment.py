@@ -31,6 +31,9 @@ pytestmark = pytest.mark.skipif(shutil.which("openssl") is None,
                                 reason="openssl not found (needed to make TLS certificates)")
 
 TINY = {"dataset": "synthetic", "synthetic-users": 60, "synthetic-items": 80, "seed": 2}
+#: The nodes' policy opts in to what _PRIVIREC asks (plain sums, sparse transport, seeded
+#: Omega): the deployed SuperNodes get it as --node-config, the simulation as node_policy.
+NODE_POLICY = {"allow-plain": True, "allow-sparse-transport": True, "allow-seeded-omega": True}
 #: PriviRec on tiny data: seeded Omega (deterministic), no SecAgg, one power round.
 _PRIVIREC = {"aggregator": "plain", "privirec-omega": "seeded", "privirec-filter-rank": 4,
              "privirec-filters": "gf-cf", "privirec-L": 1}
@@ -77,7 +80,8 @@ def test_clientapp_import_is_cheap() -> None:
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDeployment]:
     """One SuperLink + 3 SuperNodes (TLS) shared by every protocol's run."""
-    with LocalDeployment(3, workdir=tmp_path_factory.mktemp("deploy")) as dep:
+    with LocalDeployment(3, workdir=tmp_path_factory.mktemp("deploy"),
+                         node_config=NODE_POLICY) as dep:
         yield dep
 
 
@@ -100,7 +104,7 @@ def test_deployed_run_equals_simulation(deployment: LocalDeployment, protocol: s
         "superlink.log", "supernode-0.log", "supernode-1.log", "supernode-2.log", "flwr-cli.log"}
 
     sim = run_in_simulation(_config(protocol, extra, f"simulated-{protocol}"), num_nodes=3,
-                            quiet=True)
+                            quiet=True, node_policy=NODE_POLICY)
     assert record["communication"]["total_rounds"] == sim["communication"]["total_rounds"]
     assert set(record["metrics"]) == set(sim["metrics"])
     for key, value in sim["metrics"].items():

@@ -24,7 +24,7 @@ from fl_app.secure.he import load_context
 from fl_app.secure.sealed import MAIL_IN, MAIL_OUT, open_mailroom
 from strategies.base import RoleNeed, handshake
 from tests.localgrid import LocalGrid
-from tests.simutil import diag_expected, diag_request
+from tests.simutil import DIAGNOSTIC_APP, diag_expected, diag_request
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPES = {"matrix": (7, 5), "vector": (300,)}
@@ -41,7 +41,8 @@ def _expected(partitions: list[int]) -> dict[str, np.ndarray]:
 
 # -- plain sums: a fixed node order -----------------------------------------------------
 def _plain_sum(reverse: bool, n: int = 5) -> dict[str, np.ndarray]:
-    with LocalGrid(build_client_app(), n, reverse=reverse, pull_limit=1) as grid:
+    app = build_client_app(**DIAGNOSTIC_APP)
+    with LocalGrid(app, n, reverse=reverse, pull_limit=1) as grid:
         messenger = Messenger(grid, timeout=10)
         nodes = messenger.node_ids()
         return PlainAggregator(messenger, nodes).sum("diag_secure_sum", _request(), max_abs=1e9)
@@ -59,7 +60,7 @@ def test_plain_sums_are_bit_identical_whatever_the_arrival_order() -> None:
 
 # -- CKKS sums: the server adds ciphertexts without the secret key -----------------------
 def test_ckks_sum_equals_plain_sum_and_the_server_holds_no_secret_key() -> None:
-    with LocalGrid(build_client_app(), 4) as grid:
+    with LocalGrid(build_client_app(**DIAGNOSTIC_APP), 4) as grid:
         messenger = Messenger(grid, timeout=60)
         nodes = messenger.node_ids()
         ckks = CkksAggregator(messenger, nodes, seed=2)

@@ -60,7 +60,7 @@ def test_protocol_strategy_start_returns_a_flower_result(monkeypatch) -> None:
     from tests.localgrid import LocalGrid
 
     monkeypatch.setenv("FEDREC_CLIENT_MODULES", "examples.item_popularity")
-    with LocalGrid(build_client_app(), 3) as grid:
+    with LocalGrid(build_client_app(policy={"allow-plain": True}), 3) as grid:
         result = ItemPopularity().start(
             grid, train_config=ConfigRecord({"synthetic-users": 60, "synthetic-items": 50,
                                              "aggregator": "plain"}))
@@ -92,7 +92,7 @@ def test_the_documented_protocol_runs_from_two_files(tmp_path, monkeypatch) -> N
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the simulation's node workers
     cfg = {"protocol": "cooc_server:Cooc", "synthetic-users": 60, "synthetic-items": 40,
            "cooc-min-count": "2", "aggregator": "plain", "run-name": "cooc-test"}
-    record = run_in_simulation(cfg, num_nodes=3, quiet=True)
+    record = run_in_simulation(cfg, num_nodes=3, quiet=True, node_policy={"allow-plain": True})
     assert record["config"]["cooc-min-count"] == 2
     data = load_dataset(DatasetSpec.from_config(cfg))
     C = (data.train.T @ data.train).toarray()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 
@@ -15,7 +17,12 @@ from fl_app.recsys.linalg import (
     top_eigvecs_exact,
 )
 from fl_app.recsys.metrics import ranking_sums
-from fl_app.simulation import run_in_simulation
+from fl_app.simulation import run_in_simulation as _run_in_simulation
+
+#: These runs ask for seeded Omega (comparisons with the reference), plain sums and sparse
+#: transport: the simulated nodes' operator opts in explicitly (the default policy refuses).
+OPT_IN = {"allow-plain": True, "allow-seeded-omega": True, "allow-sparse-transport": True}
+run_in_simulation = partial(_run_in_simulation, node_policy=OPT_IN)
 
 # Density 0.15 (6 items per user), because the comparisons below need two properties of
 # the data that the clustered synthetic generator does not give at 90 x 40 with density 0.05

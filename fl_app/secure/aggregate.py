@@ -63,6 +63,7 @@ class SumRecord:
     arrays: dict[str, list[int]]
     nodes: int
     dropped: list[int] = field(default_factory=list)
+    members: list[int] = field(default_factory=list)  # node ids whose inputs the sum holds
 
 
 def flatten(arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, list[tuple[str, tuple]]]:
@@ -90,11 +91,48 @@ def unflatten(vec: np.ndarray, layout: list[tuple[str, tuple]]) -> dict[str, np.
 
 
 def layout_of(reply: RecordDict, label: str) -> list[tuple[str, tuple]]:
-    """The (name, shape) list a node declared in its sum reply; a clear error if absent."""
+    """The (name, shape) list a node declared in its sum reply, checked: names sorted and
+    unique (as :func:`flatten` makes them), shapes lists of non-negative ints. A clear error
+    naming the node and the field otherwise; never the node's values."""
     if SHAPES_KEY not in reply.config_records:
         raise AggregationError(f"{label} answered a sum without '{SHAPES_KEY}' (its handler "
                                "must reply with clients.aggregate.sum_reply)")
-    return [(k, tuple(int(x) for x in v)) for k, v in reply.config_records[SHAPES_KEY].items()]
+    layout: list[tuple[str, tuple]] = []
+    for name, dims in reply.config_records[SHAPES_KEY].items():
+        items = dims if isinstance(dims, list) else [dims]
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in items):
+            raise AggregationError(f"{label}: field '{SHAPES_KEY}.{name}' is not a shape (a "
+                                   "list of non-negative ints)")
+        layout.append((str(name), tuple(int(d) for d in items)))
+    names = [n for n, _ in layout]
+    if names != sorted(set(names)):
+        raise AggregationError(f"{label}: field '{SHAPES_KEY}' names {names} are not sorted "
+                               "and unique")
+    return layout
+
+
+def layout_size(layout: list[tuple[str, tuple]]) -> int:
+    """How many values the flattened arrays of ``layout`` hold (sum of declared shapes)."""
+    return sum(int(np.prod(s)) if s else 1 for _, s in layout)
+
+
+def reply_values(reply: RecordDict, label: str, layout: list[tuple[str, tuple]],
+                 dtypes: tuple[str, ...]) -> np.ndarray:
+    """The value vector of a sum reply, checked against the declared layout: present, 1-D,
+    one of ``dtypes``, exactly :func:`layout_size` values (a short reply must never be
+    broadcast onto every coordinate). Errors name the node and the field, never values."""
+    field = f"{VALUES_KEY}.v"
+    if VALUES_KEY not in reply.array_records or "v" not in reply.array_records[VALUES_KEY]:
+        raise AggregationError(f"{label} answered a sum without field '{field}'")
+    values = reply.array_records[VALUES_KEY]["v"].numpy()
+    n = layout_size(layout)
+    if values.dtype.name not in dtypes:
+        raise AggregationError(f"{label}: field '{field}' has dtype {values.dtype.name}, "
+                               f"expected {' or '.join(dtypes)}")
+    if values.shape != (n,):
+        raise AggregationError(f"{label}: field '{field}' has shape {values.shape}; its "
+                               f"declared arrays {dict(layout)} need ({n},)")
+    return values
 
 
 def in_node_order(replies: Iterable[tuple[int, T]], order: Sequence[int]) -> Iterator[tuple[int, T]]:
@@ -134,6 +172,9 @@ class Aggregator(ABC):
         self.nodes = list(nodes)
         self.sum_id = 0
         self.view: list[SumRecord] = []
+        #: A protocol whose paper forbids sums over different node sets (PriviRec) sets this:
+        #: a dropout then abandons the sum before anything is unmasked or decrypted.
+        self.fixed_set = False
         messenger.aggregators.append(self)  # the run's results list every sum it saw
 
     def setup(self) -> None:
@@ -183,9 +224,12 @@ class Aggregator(ABC):
             raise AggregationError(f"no node answered '{action}'")
 
     def _record(self, phase: str, action: str, layout: list[tuple[str, tuple]], nodes: int,
-                dropped: Iterable[int] = ()) -> None:
-        self.view.append(SumRecord(phase, action, self.kind, self.form,
-                                   {n: list(s) for n, s in layout}, nodes, sorted(dropped)))
+                dropped: Iterable[int] = (), members: Iterable[int] | None = None,
+                form: str | None = None) -> None:
+        members = sorted(self.nodes if members is None else members)
+        self.view.append(SumRecord(phase, action, self.kind, form or self.form,
+                                   {n: list(s) for n, s in layout}, nodes, sorted(dropped),
+                                   members))
 
 
 class PlainAggregator(Aggregator):
@@ -204,8 +248,10 @@ class PlainAggregator(Aggregator):
         requests = self._requests(content, self.nodes, {
             "mode": "plain", "sum-id": self.sum_id, "wire-dtype": wire_dtype})
         total: np.ndarray | None = None
-        for _, reply in self._ordered_replies(action, requests, phase, on_reply):
-            values = reply.array_records[VALUES_KEY]["v"].numpy()
+        for node, reply in self._ordered_replies(action, requests, phase, on_reply):
+            assert self._layout is not None
+            values = reply_values(reply, self.messenger.label(node), self._layout,
+                                  (wire_dtype,))
             if total is None:
                 total = values.astype(np.float64)
             else:
@@ -232,6 +278,7 @@ class CkksAggregator(Aggregator):
         self.seed = seed
         self.public_context: bytes | None = None
         self.decrypter = random.Random(seed).choice(self.nodes)
+        self.slots = 0  # CKKS slots per ciphertext (from the public context, at setup)
 
     def setup(self) -> None:
         from fl_app.secure.relay import relay_secret
@@ -239,6 +286,11 @@ class CkksAggregator(Aggregator):
         result = relay_secret(self.messenger, self.nodes, purpose=CKKS_PURPOSE,
                               seed=self.seed, make="ckks-context")
         self.public_context = result.public_context
+        if self.public_context is None:
+            raise AggregationError("the CKKS context relay returned no public context")
+        from fl_app.secure.he import load_context, slots_of
+
+        self.slots = slots_of(load_context(self.public_context))
 
     def sum_encrypted(self, action: str, content: RecordDict | Mapping[int, RecordDict], *,
                       max_abs: float, phase: str | None = None,
@@ -255,10 +307,27 @@ class CkksAggregator(Aggregator):
             "purpose": CKKS_PURPOSE})
         total = EncryptedSum(self.public_context, "ckks")
         for node, reply in self._ordered_replies(action, requests, phase, on_reply):
-            if CIPHER_KEY not in reply.config_records:
-                raise AggregationError(f"{self.messenger.label(node)} answered a CKKS sum "
-                                       "without ciphertexts")
-            total.add([bytes(b) for b in reply.config_records[CIPHER_KEY]["chunks"]])
+            label = self.messenger.label(node)
+            if CIPHER_KEY not in reply.config_records or \
+                    "chunks" not in reply.config_records[CIPHER_KEY]:
+                raise AggregationError(f"{label} answered a CKKS sum without field "
+                                       f"'{CIPHER_KEY}.chunks'")
+            chunks = reply.config_records[CIPHER_KEY]["chunks"]
+            assert self._layout is not None
+            want = -(-layout_size(self._layout) // self.slots)
+            if not isinstance(chunks, list) or len(chunks) != want or \
+                    not all(isinstance(b, bytes) for b in chunks):
+                got = len(chunks) if isinstance(chunks, list) else "not a list of"
+                raise AggregationError(f"{label}: field '{CIPHER_KEY}.chunks' has {got} "
+                                       f"ciphertext(s); its declared arrays "
+                                       f"{dict(self._layout)} need {want} of {self.slots} "
+                                       "slots")
+            try:
+                total.add([bytes(b) for b in chunks])
+            except Exception as exc:  # noqa: BLE001  (TenSEAL raises assorted types)
+                raise AggregationError(f"{label}: field '{CIPHER_KEY}.chunks' holds no valid "
+                                       f"CKKS ciphertexts of this context "
+                                       f"({type(exc).__name__})") from None
         assert self._layout is not None
         self._record(phase, action, self._layout, len(self.nodes))
         self.messenger.ledger.mark(phase, CIPHER_KEY, "encrypted")
@@ -274,10 +343,7 @@ class CkksAggregator(Aggregator):
         reply = self.messenger.send("aggregate_decrypt", {self.decrypter: req},
                                     phase=f"{phase}:decrypt")[self.decrypter]
         self.messenger.ledger.mark(f"{phase}:decrypt", VALUES_KEY, "decrypted sum")
-        values = reply.array_records[VALUES_KEY]["v"].numpy().astype(np.float64)
-        if values.shape != (n,):
-            raise AggregationError(f"{self.messenger.label(self.decrypter)} decrypted "
-                                   f"{values.shape[0]} values, expected {n}")
+        values = reply_values(reply, self.messenger.label(self.decrypter), layout, ("float64",))
         return unflatten(values, layout)
 
     def sum(self, action: str, content: RecordDict | Mapping[int, RecordDict], *,

@@ -2,7 +2,7 @@
 
 Why: every protocol that adds noise must say which mechanism, with which sensitivity and
 which budget, and the run must report the composed budget. So each mechanism here is a
-plain function of (value, sensitivity, budget, rng) with nothing hidden, and
+plain function of (value, sensitivity, budget) with nothing hidden, and
 :class:`PrivacyLedger` records every release, modelled on Opacus accountants (record, then
 ask for epsilon at a delta).
 
@@ -17,11 +17,24 @@ Calibrations:
   larger than the classical sigma.
 - Laplace: scale b = s1 / eps with s1 the L1 sensitivity (pure eps-DP).
 - Exponential mechanism (McSherry & Talwar 2007): P(i) proportional to exp(eps u_i / (2 s)),
-  sampled exactly and stably as argmax_i (eps u_i / (2 s) + G_i), G_i iid Gumbel(0, 1).
+  sampled as report-noisy-max with Gumbel noise of scale 2 s / eps (equivalent, never
+  exponentiates).
 - Gumbel top-s (Durfee & Rogers 2019): adding Gumbel noise once with per-item budget eps/s
   and keeping the s largest is distributed exactly as s rounds of the exponential mechanism
   without replacement ("peeling"), each eps/s-DP, hence eps-DP in total by basic
   composition.
+
+Sampling (why not numpy): textbook floating-point Laplace/Gaussian samplers leak through
+the set of floats they can output (Mironov 2012: the low bits of x + noise reveal x), and
+numpy's Generator is a seedable statistical PRG. Every mechanism here draws its noise from
+OpenDP's samplers (``opendp.measurements``: make_laplace, make_gaussian, make_noisy_max,
+make_noisy_top_k). They sample exactly from discrete distributions on a fine grid with
+OpenDP's CSPRNG (seeded by the OS) and round without leaking, the constructions of Canonne,
+Kamath & Steinke 2020 and OpenDP's floating-point-safe Laplace/Gaussian. There is therefore
+no ``rng`` argument and no seed: DP noise must be unpredictable to everyone, the server
+included, so it is the one draw the run seed does not reproduce. Cost: OpenDP samples about
+1e4-3e4 floats per second per core (measured on the 2-core test machine), which is ample for
+the noised statistics here (prototypes, sketches) and slow for millions of values.
 
 Accounting: the ledger composes pure-DP entries by summation, and the Gaussian entries
 with Opacus's RDP or PRV accountant from (noise_multiplier = sigma / sensitivity,
@@ -32,6 +45,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
@@ -124,13 +138,37 @@ def classical_gaussian_epsilon(sigma: float, l2_sensitivity: float, delta: float
     return math.sqrt(2 * math.log(1.25 / delta)) * sens / sigma
 
 
-def gaussian_noise_with_sigma(x: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
-    """Return x + N(0, sigma^2 I) (float64), for callers that calibrate sigma themselves."""
+def _opendp():
+    """OpenDP with its ``contrib`` features on (the samplers used here are in contrib)."""
+    import opendp.prelude as odp  # lazy: a native library, only for processes that add noise
+
+    odp.enable_features("contrib")
+    return odp
+
+
+def _float_vector(x: np.ndarray) -> tuple[np.ndarray, list[float]]:
+    arr = np.asarray(x, dtype=np.float64)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{int(np.count_nonzero(~np.isfinite(arr)))} non-finite value(s) "
+                         "cannot be released")
+    return arr, arr.ravel().tolist()
+
+
+def gaussian_noise_with_sigma(x: np.ndarray, sigma: float) -> np.ndarray:
+    """Return x + N(0, sigma^2 I) (float64), for callers that calibrate sigma themselves.
+
+    Noise from OpenDP's floating-point-safe Gaussian sampler (``make_gaussian``).
+    """
     sigma = float(sigma)
     if not (math.isfinite(sigma) and sigma >= 0):
         raise ValueError(f"sigma must be finite and >= 0, got {sigma}")
-    arr = np.asarray(x, dtype=np.float64)
-    return arr + rng.normal(0.0, sigma, size=arr.shape)
+    arr, values = _float_vector(x)
+    if sigma == 0 or arr.size == 0:
+        return arr.copy()
+    odp = _opendp()
+    meas = odp.m.make_gaussian(odp.vector_domain(odp.atom_domain(T=float, nan=False)),
+                               odp.l2_distance(T=float), scale=sigma)
+    return np.asarray(meas(values), dtype=np.float64).reshape(arr.shape)
 
 
 def gaussian_mechanism(
@@ -138,61 +176,79 @@ def gaussian_mechanism(
     l2_sensitivity: float,
     epsilon: float,
     delta: float,
-    rng: np.random.Generator,
     analytic: bool = False,
 ) -> np.ndarray:
     """(epsilon, delta)-DP release of x: x + N(0, sigma^2 I) with sigma from :func:`gaussian_sigma`."""
     sigma = gaussian_sigma(l2_sensitivity, epsilon, delta, analytic=analytic)
-    return gaussian_noise_with_sigma(x, sigma, rng)
+    return gaussian_noise_with_sigma(x, sigma)
 
 
 # ---------------------------------------------------------------------------- Laplace
-def laplace_mechanism(x: np.ndarray, l1_sensitivity: float, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-    """epsilon-DP release of x: x + Laplace(0, l1_sensitivity / epsilon) per coordinate."""
+def laplace_mechanism(x: np.ndarray, l1_sensitivity: float, epsilon: float) -> np.ndarray:
+    """epsilon-DP release of x: x + Laplace(0, l1_sensitivity / epsilon) per coordinate
+    (OpenDP's floating-point-safe ``make_laplace``)."""
     scale = _check_pos("l1_sensitivity", l1_sensitivity) / _check_pos("epsilon", epsilon)
-    arr = np.asarray(x, dtype=np.float64)
-    return arr + rng.laplace(0.0, scale, size=arr.shape)
+    arr, values = _float_vector(x)
+    if arr.size == 0:
+        return arr.copy()
+    odp = _opendp()
+    meas = odp.m.make_laplace(odp.vector_domain(odp.atom_domain(T=float, nan=False)),
+                              odp.l1_distance(T=float), scale=scale)
+    return np.asarray(meas(values), dtype=np.float64).reshape(arr.shape)
 
 
 # ---------------------------------------------------------------------------- selection
-def _utility_scores(utilities: np.ndarray, sensitivity: float, epsilon: float) -> np.ndarray:
+def _utilities(utilities: np.ndarray) -> list[float]:
     u = np.asarray(utilities, dtype=np.float64).ravel()
     if u.size == 0:
         raise ValueError("utilities is empty; nothing to select")
     if not np.all(np.isfinite(u)):
         raise ValueError("utilities must be finite")
-    return _check_pos("epsilon", epsilon) * u / (2 * _check_pos("sensitivity", sensitivity))
+    return u.tolist()
 
 
-def exponential_mechanism(
-    utilities: np.ndarray, sensitivity: float, epsilon: float, rng: np.random.Generator
-) -> int:
+@lru_cache(maxsize=64)
+def _gumbel_top_k(scale: float, k: int) -> Any:
+    """OpenDP's noisy top-k with Gumbel noise of ``scale`` (cached per scale and k).
+
+    OpenDP picks the noise by the output measure: exponential noise (permute-and-flip, a
+    different selection distribution) under max-divergence, Gumbel under zero-concentrated
+    divergence. Gumbel is what makes noisy max *the* exponential mechanism, so the zCDP
+    form is built; the release is accounted as pure eps-DP (McSherry & Talwar; Durfee &
+    Rogers for top-k) by the ledger, not by OpenDP's rho.
+    """
+    odp = _opendp()
+    return odp.m.make_noisy_top_k(odp.vector_domain(odp.atom_domain(T=float, nan=False)),
+                                  odp.linf_distance(T=float, monotonic=False),
+                                  odp.zero_concentrated_divergence(), k=k, scale=scale)
+
+
+def exponential_mechanism(utilities: np.ndarray, sensitivity: float, epsilon: float) -> int:
     """epsilon-DP choice of an index with P(i) proportional to exp(eps u_i / (2 sensitivity)).
 
-    Sampled by the Gumbel-max trick (argmax of scores plus iid Gumbel noise), which is exact
-    and never exponentiates, so large utilities cannot overflow.
+    Report-noisy-max with Gumbel noise of scale 2 sensitivity / eps, which is exactly the
+    exponential mechanism (OpenDP ``make_noisy_top_k`` with k = 1, see
+    :func:`_gumbel_top_k`); it never exponentiates, so large utilities cannot overflow.
     """
-    scores = _utility_scores(utilities, sensitivity, epsilon)
-    return int(np.argmax(scores + rng.gumbel(size=scores.shape)))
+    values = _utilities(utilities)
+    scale = 2 * _check_pos("sensitivity", sensitivity) / _check_pos("epsilon", epsilon)
+    return int(_gumbel_top_k(scale, 1)(values)[0])
 
 
-def gumbel_top_s(
-    utilities: np.ndarray, s: int, sensitivity: float, epsilon: float, rng: np.random.Generator
-) -> np.ndarray:
-    """epsilon-DP selection of s distinct indices (one-shot Gumbel top-s).
+def gumbel_top_s(utilities: np.ndarray, s: int, sensitivity: float, epsilon: float) -> np.ndarray:
+    """epsilon-DP selection of s distinct indices (one-shot Gumbel top-s), best first.
 
-    Each item's score is (eps/s) u_i / (2 sensitivity) plus one Gumbel draw; the s largest
-    are returned, best first. This equals s-fold peeling exponential mechanism with budget
-    eps/s per round, so the whole selection is eps-DP by basic composition (Durfee & Rogers
+    Gumbel noise of scale 2 s sensitivity / eps once, keep the s largest (OpenDP
+    ``make_noisy_top_k``): distributed as s rounds of the exponential mechanism without
+    replacement with budget eps/s each, hence eps-DP by basic composition (Durfee & Rogers
     2019). ``sensitivity`` is the per-item utility sensitivity.
     """
-    scores = _utility_scores(utilities, sensitivity, epsilon)
+    values = _utilities(utilities)
     s = int(s)
-    if not 1 <= s <= scores.size:
-        raise ValueError(f"s must be in [1, {scores.size}], got {s}")
-    noisy = scores / s + rng.gumbel(size=scores.shape)
-    top = np.argpartition(-noisy, s - 1)[:s]
-    return top[np.argsort(-noisy[top], kind="stable")]
+    if not 1 <= s <= len(values):
+        raise ValueError(f"s must be in [1, {len(values)}], got {s}")
+    scale = 2 * s * _check_pos("sensitivity", sensitivity) / _check_pos("epsilon", epsilon)
+    return np.asarray(_gumbel_top_k(scale, s)(values), dtype=np.int64)
 
 
 # ---------------------------------------------------------------------------- clipping

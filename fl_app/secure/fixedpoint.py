@@ -143,7 +143,8 @@ class FixedPoint:
     def encode(self, x: np.ndarray, n_summands: int | None = None) -> np.ndarray:
         """Encode floats as uint64 ring elements (round to nearest, two's complement).
 
-        Raises ``OverflowError`` naming the largest |x| if it exceeds ``max_abs``, and, when
+        Raises ``OverflowError`` naming the declared range and how many values exceed it (never
+        the values: the message may reach the server), and, when
         ``n_summands`` is given, if the sum of that many values could overflow the ring.
         Raises ``ValueError`` on NaN or infinite inputs. Output has the shape of ``x``.
         """
@@ -155,10 +156,10 @@ class FixedPoint:
         if not np.all(np.isfinite(arr)):
             bad = int(np.count_nonzero(~np.isfinite(arr)))
             raise ValueError(f"cannot fixed-point encode {bad} non-finite value(s) (NaN/inf)")
-        peak = float(np.max(np.abs(arr)))
-        if peak > self.max_abs:
+        over = int(np.count_nonzero(np.abs(arr) > self.max_abs))
+        if over:
             raise OverflowError(
-                f"value out of declared range: max |x| = {peak!r} > max_abs = {self.max_abs!r}"
+                f"{over} of {arr.size} value(s) out of declared range max_abs = {self.max_abs!r}"
             )
         ints = np.rint(arr * self.scale).astype(np.int64)
         out = ints.view(np.uint64)

@@ -12,7 +12,8 @@ packing is what keeps traffic manageable: a fresh N=8192 ciphertext is ~330 KB w
 holds 1 value or 4096.
 
 Default CKKS parameters (``CkksParams``): N=8192, coeff_mod_bit_sizes [60, 40, 40, 60]
-(218 bits total, within the 128-bit-security bound for N=8192), global scale 2^40. This
+(200 bits total, within the 218-bit bound for 128-bit security at N=8192), global scale
+2^40. This
 allows ciphertext additions and one ciphertext x plaintext multiplication (which rescales
 to the next level).
 

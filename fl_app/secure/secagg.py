@@ -56,6 +56,7 @@ from fl_app.secure.aggregate import (
     Aggregator,
     Reply,
     layout_of,
+    reply_values,
     unflatten,
 )
 from fl_app.secure.fixedpoint import FixedPoint
@@ -161,8 +162,14 @@ class SecureAggregator(Aggregator):
             RecordDict({SUM_KEY: ConfigRecord({"run-tag": self.run_tag})}),
             self.nodes, phase="secagg_setup",
         )
-        self.s_pks = {node: bytes(reply.config_records["keys"]["s-pk"])
-                      for node, reply in replies.items()}
+        self.s_pks = {}
+        for node, reply in replies.items():
+            keys = reply.config_records.get("keys")
+            pk = keys.get("s-pk") if keys is not None else None
+            if not isinstance(pk, bytes) or len(pk) != 32:
+                raise SecAggError(f"{self.messenger.label(node)}: field 'keys.s-pk' is missing "
+                                  "or not a 32-byte X25519 public key")
+            self.s_pks[node] = pk
         self._share_seeds(first_sum=1)
 
     def _share_seeds(self, first_sum: int) -> None:
@@ -213,11 +220,11 @@ class SecureAggregator(Aggregator):
             if node in self.drop:
                 continue
             shapes = layout_of(reply, label(node))
-            values = reply.array_records[VALUES_KEY]["v"].numpy()
             if layout is None:
                 layout = shapes
             elif shapes != layout:
                 raise SecAggError(f"{label(node)} sent arrays {shapes}, others sent {layout}")
+            values = reply_values(reply, label(node), layout, ("uint64",))
             if total is None:
                 total = values.copy()
             else:
@@ -228,8 +235,18 @@ class SecureAggregator(Aggregator):
         if total is None or layout is None:
             raise SecAggError(f"no node answered '{action}'")
         dropped = set(nodes) - set(arrived)
+        discarded = dropped & self.drop
+        self.messenger.record_dropout(phase, action, discarded,
+                                      "reply discarded by the server (test knob 'drop')")
+        if dropped and self.fixed_set:
+            self._record(phase, action, layout, len(arrived), dropped, members=arrived)
+            raise SecAggError(
+                f"'{phase}': {', '.join(label(n) for n in sorted(dropped))} dropped out; this "
+                "protocol needs the same node set in every sum (sums over different sets "
+                "could be differenced), so the sum is abandoned before unmasking and nothing "
+                "about any input is revealed")
         total = self._unmask(total, set(arrived), dropped, phase)
-        self._record(phase, action, layout, len(arrived), dropped)
+        self._record(phase, action, layout, len(arrived), dropped, members=arrived)
         self.messenger.ledger.mark(phase, VALUES_KEY, "masked")
         self.messenger.ledger.mark(f"{phase}:unmask", "revealed", "unmasking shares")
         return unflatten(codec.decode(total), layout)
@@ -246,8 +263,15 @@ class SecureAggregator(Aggregator):
         b_shares: dict[int, list[bytes]] = {u: [] for u in survivors}
         n = total.shape[0]
         for v, reply in replies.items():
+            if "revealed" not in reply.config_records:
+                raise SecAggError(f"{self.messenger.label(v)} answered the unmasking without "
+                                  "field 'revealed'")
             for key, value in reply.config_records["revealed"].items():
                 kind, _, owner_str = key.partition(":")
+                if kind not in ("b", "k") or not owner_str.lstrip("-").isdigit() or \
+                        not isinstance(value, bytes):
+                    raise SecAggError(f"{self.messenger.label(v)}: field 'revealed.{key}' is "
+                                      "not a share ('b:<node>') or a key ('k:<node>') in bytes")
                 owner = int(owner_str)
                 if kind == "b" and owner in b_shares:
                     b_shares[owner].append(bytes(value))

@@ -1,0 +1,189 @@
+"""A node's own privacy policy: which weaker modes it accepts, decided by its operator.
+
+Why: the server's messages choose the aggregator and a protocol's options (PriviRec's
+``transport`` and ``omega``), so a server that wants more than the protocol reveals only has
+to ask. A node therefore checks every request for a weaker mode against a policy that comes
+from its operator, never from the server, and refuses with an error naming the mode and the
+policy. The defaults are the safe choice: every weaker mode is off.
+
+Where the policy comes from (later sources override earlier ones):
+
+1. built into the ClientApp: ``fl_app.client_app.build_client_app(policy=...)``; a local
+   simulation passes ``run_in_simulation(..., node_policy={...})``. Flower's simulation
+   gives nodes no config beyond ``partition-id`` / ``num-partitions``, and the ClientApp
+   object (with the policy inside) is what the simulation ships to its workers;
+2. the environment of the process that builds the ClientApp: ``FEDREC_NODE_POLICY``, e.g.
+   ``FEDREC_NODE_POLICY="allow-plain=true,allow-seeded-omega=true"`` (also for
+   ``python run_simulation.py ...``);
+3. the node config of a deployed SuperNode:
+   ``flower-supernode --node-config "allow-plain=true ..."``.
+
+Keys (``docs/threat-model.md`` says what each weaker mode reveals):
+
+- ``allow-plain``: answer plain sums (the server sees this node's values).
+- ``allow-ckks``: answer CKKS sums. Off by default: every node holds the CKKS secret key,
+  and the decrypter opens whatever ciphertext the server labels with a sum id, so an
+  actively malicious server can have one node's input decrypted per sum.
+- ``allow-seeded-omega``: PriviRec's Omega rows from the run seed (the server knows Omega;
+  with p >= users it recovers every row of the node exactly).
+- ``allow-sparse-transport``: PriviRec's item-item contribution sent unmasked as a sparse
+  matrix (plain mode at full scale).
+- ``dp-budget``: total epsilon this node spends on noised releases outside a secure sum
+  (``0``: none).
+- ``diagnostics``: build the diagnostic actions into the ClientApp (``clients/diagnostics.py``;
+  oracles by design). Read when the ClientApp is built (sources 1 and 2), never per message.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from flwr.app import ConfigRecord, RecordDict
+
+#: Environment variable read by ``build_client_app`` (comma-separated ``key=value``).
+POLICY_ENV = "FEDREC_NODE_POLICY"
+#: Record in the handshake reply: the node's policy, acknowledged for the results.
+POLICY_RECORD = "policy"
+#: Node state record of the DP budget spent so far.
+_DP_SPENT = "policy.dp-spent"
+
+
+class PolicyError(PermissionError):
+    """A request asks for a mode this node's policy does not allow."""
+
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off", ""}
+
+
+def _as_bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"node policy key '{key}' must be true or false, got {value!r}")
+
+
+@dataclass(frozen=True)
+class NodePolicy:
+    """What this node accepts; every field's default is the safe choice."""
+
+    allow_plain: bool = False
+    allow_ckks: bool = False
+    allow_seeded_omega: bool = False
+    allow_sparse_transport: bool = False
+    dp_budget: float = 0.0
+    diagnostics: bool = False
+
+    @staticmethod
+    def key_of(name: str) -> str:
+        """Config key of a field (``allow_plain`` -> ``allow-plain``)."""
+        return name.replace("_", "-")
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        return tuple(cls.key_of(f.name) for f in fields(cls))
+
+    def merged(self, config: Mapping[str, Any], source: str) -> NodePolicy:
+        """This policy with the policy keys of ``config`` applied.
+
+        An unknown ``allow-*`` key is an error (a misspelt opt-in must not pass silently);
+        other keys (``partition-id``, ``data-dir``, ...) are not the policy's business.
+        """
+        known = {self.key_of(f.name): f for f in fields(self)}
+        updates: dict[str, Any] = {}
+        for key, value in config.items():
+            if key not in known:
+                if str(key).startswith("allow-"):
+                    raise ValueError(f"{source}: unknown node policy key '{key}' (known: "
+                                     f"{', '.join(sorted(known))})")
+                continue
+            f = known[key]
+            if f.type in (bool, "bool"):
+                updates[f.name] = _as_bool(key, value)
+            else:
+                budget = float(value)
+                if not (math.isfinite(budget) and budget >= 0):
+                    raise ValueError(f"{source}: node policy key '{key}' must be a finite "
+                                     f"number >= 0, got {value!r}")
+                updates[f.name] = budget
+        return replace(self, **updates)
+
+    @classmethod
+    def parse(cls, text: str, source: str = POLICY_ENV) -> NodePolicy:
+        """A policy from ``key=value`` pairs separated by commas or spaces."""
+        pairs: dict[str, str] = {}
+        for item in text.replace(",", " ").split():
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError(f"{source}: expected key=value, got {item!r}")
+            pairs[key.strip()] = value.strip()
+        unknown = sorted(set(pairs) - set(cls.keys()))
+        if unknown:
+            raise ValueError(f"{source}: unknown node policy key(s) {unknown} (known: "
+                             f"{', '.join(cls.keys())})")
+        return cls().merged(pairs, source)
+
+    @classmethod
+    def from_env(cls) -> NodePolicy:
+        return cls.parse(os.environ.get(POLICY_ENV, ""))
+
+    @classmethod
+    def coerce(cls, value: NodePolicy | Mapping[str, Any] | None) -> NodePolicy:
+        """A policy from a NodePolicy, a ``{key: value}`` mapping, or None (environment)."""
+        if value is None:
+            return cls.from_env()
+        if isinstance(value, NodePolicy):
+            return value
+        unknown = sorted(set(value) - set(cls.keys()))
+        if unknown:
+            raise ValueError(f"node policy: unknown key(s) {unknown} (known: "
+                             f"{', '.join(cls.keys())})")
+        return cls().merged(value, "node policy")
+
+    def as_config(self) -> dict[str, bool | float]:
+        """The policy as ``{key: value}`` (what a node acknowledges in its handshake)."""
+        return {self.key_of(f.name): getattr(self, f.name) for f in fields(self)}
+
+    def describe(self) -> str:
+        return ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                         for k, v in self.as_config().items())
+
+    # -- checks --------------------------------------------------------------------------
+    def require(self, key: str, mode: str, who: str) -> None:
+        """Refuse ``mode`` unless the boolean policy ``key`` allows it."""
+        if getattr(self, key.replace("-", "_")):
+            return
+        raise PolicyError(
+            f"{who} refuses {mode}: its node policy does not allow it ({key}=false; policy: "
+            f"{self.describe()}). Only the node's operator can opt in: node config "
+            f"'{key}=true' (flower-supernode --node-config \"{key}=true\"), or in a "
+            f"simulation run_in_simulation(..., node_policy={{'{key}': True}}) or "
+            f"{POLICY_ENV}='{key}=true'")
+
+    def charge_dp(self, state: RecordDict, epsilon: float, what: str, who: str) -> float:
+        """Spend ``epsilon`` of the node's DP budget on ``what``; refuse past the budget.
+
+        Returns the budget spent so far. The spent total lives in the node's state, so it
+        accumulates over every release of the run.
+        """
+        epsilon = float(epsilon)
+        if not (math.isfinite(epsilon) and epsilon > 0):
+            raise PolicyError(f"{who} refuses {what}: epsilon must be finite and > 0, got "
+                              f"{epsilon!r}")
+        record = state.config_records.setdefault(_DP_SPENT, ConfigRecord({"epsilon": 0.0}))
+        spent = float(record["epsilon"])
+        if spent + epsilon > self.dp_budget + 1e-12:
+            raise PolicyError(
+                f"{who} refuses {what}: epsilon {epsilon:g} on top of {spent:g} spent exceeds "
+                f"its node policy dp-budget={self.dp_budget:g}. Only the node's operator can "
+                f"raise it (node config 'dp-budget=<epsilon>')")
+        record["epsilon"] = spent + epsilon
+        return spent + epsilon
