@@ -14,6 +14,7 @@ import argparse
 import sys
 from typing import Any
 
+from clients.policy import PolicyError
 from datasets.errors import DataError
 from fl_app.config import CORE_KEYS, ConfigError, key_table, parse_assignments
 from fl_app.messaging import NodeError, NodeTimeoutError
@@ -48,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "<protocol>-<dataset>-<seed>)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any other run-config key (see docs/configuration.md); repeatable")
+    p.add_argument("--node-policy", action="append", default=[], metavar="KEY=VALUE",
+                   help="every simulated node's own privacy policy, e.g. allow-plain=true "
+                        "(needed with --set aggregator=plain); see docs/threat-model.md")
     p.add_argument("--no-compare", action="store_true",
                    help="skip the centralized reference and item-popularity rows")
     p.add_argument("--quiet", action="store_true", help="no results table")
@@ -64,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         overrides.update(parse_assignments(args.set))
+        node_policy = parse_assignments(args.node_policy, "--node-policy")
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -83,8 +88,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         run_in_simulation(overrides, num_nodes=args.nodes, quiet=args.quiet,
-                          verbose_flower=args.verbose_flower, compare=not args.no_compare)
-    except (ConfigError, DataError, FileNotFoundError, NodeTimeoutError, NodeError) as exc:
+                          verbose_flower=args.verbose_flower, compare=not args.no_compare,
+                          node_policy=node_policy or None)
+    except (ConfigError, DataError, FileNotFoundError, NodeTimeoutError, NodeError,
+            PolicyError) as exc:
         # Bad input and node failures are one line; any other error (a bug, a user's own
         # protocol raising) keeps its traceback.
         print(f"error: {exc}", file=sys.stderr)

@@ -114,8 +114,11 @@ def fedmf_stock_train(content: RecordDict, node: NodeContext) -> RecordDict:
     """One full-batch BPR step; reply the updated item factors IN CLEAR (stock FedAvg path).
 
     FedAvg weights the reply by ``num-examples`` = users with training items here, which
-    makes its average exactly the centralized step (``fl_app/recsys/mf.py``).
+    makes its average exactly the centralized step (``fl_app/recsys/mf.py``). The server sees
+    this node's item factors, so the node's policy must allow plain replies.
     """
+    node.policy.require("allow-plain", "Flower's stock train round (the server would see this "
+                        "node's updated item factors in clear)", f"partition {node.partition_id}")
     cfg = content.config_records["config"]
     V = content.array_records["arrays"].to_numpy_ndarrays()[0]
     data = node.data()

@@ -16,7 +16,6 @@ from flwr.serverapp import Grid, ServerApp
 from fl_app.messaging import Messenger
 from fl_app.simulation import simulate
 
-
 #: What the diagnostic tests run with: the diagnostic actions, and plain and CKKS sums opted in
 #: (the comparisons need a plain sum; the node policy's safe defaults refuse both).
 DIAGNOSTIC_APP = {"extra_modules": ["clients.diagnostics"],

@@ -11,7 +11,6 @@ from scipy import stats
 
 from fl_app.secure import dp
 
-
 #: Draws per moment test: OpenDP's exact samplers manage ~1e4-3e4 floats/s on a loaded core.
 DRAWS = 20_000
 

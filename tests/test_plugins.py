@@ -14,7 +14,7 @@ from fl_app.recsys.metrics import ranking_sums
 from fl_app.simulation import run_in_simulation
 
 SMALL = ["--protocol", "fedmf", "--set", "synthetic-users=60", "--set", "synthetic-items=80",
-         "--set", "mf-dim=4",
+         "--set", "mf-dim=4", "--node-policy", "allow-plain=true",
          "--rounds", "2", "--quiet"]
 
 

@@ -140,8 +140,11 @@ PRODUCTION_ACTIONS = {
     "query.privirec_gram": "a sum contribution; sparse transport needs the node's opt-in",
     "query.privirec_power": "a sum contribution; seeded Omega needs the node's opt-in",
     "query.privirec_evaluate": "metric sums of the node's users (a sum contribution)",
-    "train.default": "dispatches to a protocol's train handler (fedmf: local training)",
-    "evaluate.default": "dispatches to a protocol's evaluate handler (fedmf: metric sums)",
+    "query.fedmf_train": "local BPR on the node's users; item deltas as a sum contribution",
+    "query.fedmf_evaluate": "metric sums of the node's users (a sum contribution)",
+    "train.default": "stock Flower train (fedmf): item factors in clear, only with the node's "
+                     "allow-plain opt-in",
+    "evaluate.default": "stock Flower evaluate (fedmf): means of the node's own users' metrics",
 }
 #: Forbidden: decrypts, signs or MACs what the server sends.
 ORACLES = ("query.keys_prove", "query.keys_ckks_selftest", "query.diag_secure_sum")
