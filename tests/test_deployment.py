@@ -118,13 +118,18 @@ def test_deployed_run_equals_simulation(deployment: LocalDeployment, protocol: s
         assert per_round <= ROUND_TARGET_S
 
 
-def _wait_for(path: Path, needle: str, timeout: float) -> None:
+def _count(path: Path, needle: str) -> int:
+    return path.read_text(errors="replace").count(needle) if path.is_file() else 0
+
+
+def _wait_for_new(path: Path, needle: str, seen: int, timeout: float) -> None:
+    """Until ``needle`` occurs in ``path`` more often than the ``seen`` times before."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if path.is_file() and needle in path.read_text(errors="replace"):
+        if _count(path, needle) > seen:
             return
         time.sleep(0.5)
-    raise AssertionError(f"{needle!r} not seen in {path} within {timeout} s")
+    raise AssertionError(f"no new {needle!r} in {path} within {timeout} s")
 
 
 #: Server-side reply timeout for the killed-node run: long enough for the two healthy nodes'
@@ -134,18 +139,20 @@ KILL_TIMEOUT_S = 45.0
 
 
 @pytest.mark.timeout(200)
-def test_killed_supernode_fails_the_run_naming_it(tmp_path: Path) -> None:
+def test_killed_supernode_fails_the_run_naming_it(deployment: LocalDeployment) -> None:
+    """Runs last on the shared deployment (it kills one of its SuperNodes)."""
     from deploy.local_deployment import DeploymentError
 
     cfg = _config("fedmf", {"rounds": 1, "mf-dim": 4, "timeout": KILL_TIMEOUT_S}, "killed-node")
-    with LocalDeployment(3, workdir=tmp_path / "deploy") as dep:
-        run_id = dep.submit(cfg)
-        _wait_for(dep.nodes[2].log_path, "query.hello", 90)
-        dep.kill_node(2)
-        killed = time.monotonic()
-        with pytest.raises(DeploymentError) as err:
-            dep.wait(run_id, timeout=KILL_TIMEOUT_S + 60)
-        failed_after = time.monotonic() - killed
+    dep = deployment
+    seen = _count(dep.nodes[2].log_path, "query.hello")
+    run_id = dep.submit(cfg)
+    _wait_for_new(dep.nodes[2].log_path, "query.hello", seen, 90)
+    dep.kill_node(2)
+    killed = time.monotonic()
+    with pytest.raises(DeploymentError) as err:
+        dep.wait(run_id, timeout=KILL_TIMEOUT_S + 60)
+    failed_after = time.monotonic() - killed
     text = str(err.value)
     assert "finished:failed" in text
     # The node is named by its label: "node <id> (partition 2)" once the handshake has

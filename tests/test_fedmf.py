@@ -16,6 +16,8 @@ from strategies.fedmf import LOSS_CAP
 
 ROUNDS = 6
 NODES = 5
+#: The nodes opt in to plain sums where a test compares them with the reference bit for bit.
+PLAIN_OK = {"allow-plain": True}
 EXACT = {"protocol": "fedmf", "dataset": "synthetic", "synthetic-users": 120,
          "synthetic-items": 150, "rounds": ROUNDS, "seed": 3, "mf-dim": 8, "mf-lr": 0.5,
          "mf-reg": 1e-4, "mf-mode": "exact", "partition": "shards-random",
@@ -24,7 +26,7 @@ EXACT = {"protocol": "fedmf", "dataset": "synthetic", "synthetic-users": 120,
 
 @pytest.fixture(scope="module")
 def exact_plain() -> dict:
-    return run_in_simulation(EXACT, num_nodes=NODES, quiet=True)
+    return run_in_simulation(EXACT, num_nodes=NODES, quiet=True, node_policy=PLAIN_OK)
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +120,7 @@ def test_centralized_reference_is_fedmf_with_one_node() -> None:
 
     cfg = resolve_config({**LOCAL, "rounds": 4, "aggregator": "plain",
                           "synthetic-users": 80, "synthetic-items": 100})
-    with LocalGrid(build_client_app(), 1) as grid:
+    with LocalGrid(build_client_app(policy=PLAIN_OK), 1) as grid:
         record = run_protocol(grid, cfg)
     data = load_dataset(DatasetSpec.from_config(cfg))
     ref = BPRMF(dim=cfg["mf-dim"], lr=cfg["mf-lr"], reg=cfg["mf-reg"], seed=cfg["seed"],
