@@ -25,13 +25,11 @@ Run: ``python benchmarks/messaging.py [--nodes 10 100] [--rounds 30] [--warmup 3
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import statistics
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,6 +44,7 @@ from benchmarks._report import machine_info, write_report  # noqa: E402
 from clients.node import NodeContext  # noqa: E402
 from clients.registry import QUERY_HANDLERS, handler  # noqa: E402
 from fl_app.messaging import DEFAULT_POLL_INTERVAL, Messenger  # noqa: E402
+from fl_app.simulation import simulate  # noqa: E402
 
 ACTION = "bench_echo"
 TARGETS_MS = {10: 120.0, 100: 400.0}
@@ -130,7 +129,6 @@ def measure(grid: Grid, sizes: list[int], rounds: int, warmup: int) -> dict[str,
 
 
 def run(sizes: list[int], rounds: int, warmup: int) -> dict[str, Any]:
-    from flwr.simulation import run_simulation
 
     from fl_app.client_app import build_client_app  # after our handler is registered
 
@@ -141,18 +139,10 @@ def run(sizes: list[int], rounds: int, warmup: int) -> dict[str, Any]:
     def main(grid: Grid, context: Context) -> None:
         box["result"] = measure(grid, sizes, rounds, warmup)
 
-    logging.getLogger("flwr").setLevel(logging.WARNING)
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        run_simulation(
-            server_app=server_app,
-            client_app=build_client_app(),
-            num_supernodes=max(sizes),
-            backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                            "init_args": {"include_dashboard": False}},
-        )
+    simulate(server_app, build_client_app(), max(sizes),
+             {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+              "init_args": {"include_dashboard": False}})
     if "result" not in box:
         raise RuntimeError("the benchmark ServerApp did not finish (see the log above)")
     box["simulation_seconds"] = time.perf_counter() - t0

@@ -23,14 +23,11 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import logging
-import os
 import pstats
 import statistics
 import sys
 import threading
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +47,7 @@ from fl_app.secure.aggregate import Aggregator, PlainAggregator  # noqa: E402
 from fl_app.secure.aggregators import auto_degree  # noqa: E402
 from fl_app.secure.fixedpoint import FixedPoint  # noqa: E402
 from fl_app.secure.secagg import SecureAggregator  # noqa: E402
+from fl_app.simulation import simulate  # noqa: E402
 
 ACTION = "diag_secure_sum"
 TIMED_ACTION = "bench_secure_sum_timed"
@@ -240,7 +238,6 @@ def profile_sums(messenger: Messenger, secure: SecureAggregator, plain: PlainAgg
 
 
 def run_sim(num_nodes: int, floats_list: list[int], repeats: int, profile: bool) -> dict[str, Any]:
-    from flwr.simulation import run_simulation
 
     from fl_app.client_app import build_client_app  # after our handler is registered
 
@@ -255,20 +252,13 @@ def run_sim(num_nodes: int, floats_list: list[int], repeats: int, profile: bool)
         except BaseException as exc:  # report after Flower shuts down
             box["error"] = exc
 
-    logging.getLogger("flwr").setLevel(logging.WARNING)
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     t0 = time.perf_counter()
-    with MemoryWatch() as mem, warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        run_simulation(
-            server_app=server_app,
-            # the diagnostic actions and plain sums (the baseline), opted in for this benchmark
-            client_app=build_client_app(["clients.diagnostics"],
-                                        policy={"allow-plain": True}),
-            num_supernodes=num_nodes,
-            backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                            "init_args": {"include_dashboard": False}},
-        )
+    with MemoryWatch() as mem:
+        # the diagnostic actions and plain sums (the baseline), opted in for this benchmark
+        simulate(server_app,
+                 build_client_app(["clients.diagnostics"], policy={"allow-plain": True}),
+                 num_nodes, {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                             "init_args": {"include_dashboard": False}})
     if "error" in box:
         raise box["error"]
     if "result" not in box:

@@ -24,6 +24,7 @@ from fl_app.messaging import (
     NodeTimeoutError,
     message_nbytes,
 )
+from fl_app.simulation import simulate
 
 try:  # tests/ as a package (tests/__init__.py) or as a rootdir-inserted folder
     from tests.localgrid import LocalGrid
@@ -268,7 +269,6 @@ SIM_NODES = 4
 
 @pytest.mark.timeout(300)
 def test_byte_accounting_in_a_real_simulation(client_app) -> None:
-    from flwr.simulation import run_simulation
 
     box: dict = {}
     server_app = ServerApp()
@@ -282,13 +282,9 @@ def test_byte_accounting_in_a_real_simulation(client_app) -> None:
         box["ids"] = ids
         box["ledger"] = messenger.ledger.to_dict()
 
-    run_simulation(
-        server_app=server_app,
-        client_app=client_app,
-        num_supernodes=SIM_NODES,
-        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                        "init_args": {"include_dashboard": False}},
-    )
+    simulate(server_app, client_app, SIM_NODES,
+             {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+              "init_args": {"include_dashboard": False}})
     assert "ledger" in box, "the ServerApp did not finish (see the log above)"
     assert len(box["ids"]) == SIM_NODES
     for arr in box["replies"].values():
