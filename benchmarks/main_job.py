@@ -82,10 +82,10 @@ def markdown(res: dict[str, Any]) -> str:
         lines.append(f"Every federated filter's NDCG@20 is at least {low[0]:.2f}x item "
                      f"popularity's ({low[1]} lowest).")
     lines.append(
-        f"Wall time: {sec['run_simulation']:.1f} s for the whole job, of which "
-        f"{sec['handshake']:.1f} s is the handshake round (Ray starts its workers, each "
-        f"imports the ClientApp and loads its rows), {sec['federated_protocol']:.1f} s the "
-        f"federated protocol and {sec['centralized'] or 0:.1f} s the centralized reference.")
+        f"Wall time: {sec['run_simulation']:.1f} s for the whole job. The federated run took "
+        f"{sec['federated_protocol']:.1f} s, {sec['handshake']:.1f} s of it in the handshake "
+        f"round (Ray starts its workers, each imports the ClientApp and loads its rows); the "
+        f"centralized reference took {sec['centralized'] or 0:.1f} s.")
     return "\n".join(lines) + "\n"
 
 
