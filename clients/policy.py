@@ -30,6 +30,10 @@ Keys (``docs/threat-model.md`` says what each weaker mode reveals):
   matrix (plain mode at full scale).
 - ``dp-budget``: total epsilon this node spends on noised releases outside a secure sum
   (``0``: none).
+- ``min-survivors`` (default 3): the fewest nodes, itself included, this node masks a secure
+  sum with, shares its mask seeds among and unmasks for. With 2, each of two nodes learns the
+  other's input from the sum; the server's message cannot lower it (nor the Shamir
+  threshold, which the node computes itself).
 - ``diagnostics``: build the diagnostic actions into the ClientApp (``clients/diagnostics.py``;
   oracles by design). Read when the ClientApp is built (sources 1 and 2), never per message.
 """
@@ -81,6 +85,7 @@ class NodePolicy:
     allow_sparse_transport: bool = False
     dp_budget: float = 0.0
     diagnostics: bool = False
+    min_survivors: int = 3
 
     @staticmethod
     def key_of(name: str) -> str:
@@ -108,6 +113,12 @@ class NodePolicy:
             f = known[key]
             if f.type in (bool, "bool"):
                 updates[f.name] = _as_bool(key, value)
+            elif f.type in (int, "int"):
+                count = int(value)
+                if count < 2:
+                    raise ValueError(f"{source}: node policy key '{key}' must be an integer "
+                                     f">= 2, got {value!r}")
+                updates[f.name] = count
             else:
                 budget = float(value)
                 if not (math.isfinite(budget) and budget >= 0):

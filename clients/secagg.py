@@ -24,6 +24,7 @@ from fl_app.secure.secagg import (
     agreement_context,
     pairwise_sum_key,
     self_mask,
+    threshold_for,
 )
 
 _STATE = "secagg.state"  # ConfigRecord with this node's secrets and bookkeeping
@@ -75,10 +76,18 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     cfg = _fields(content, ("neighbours", "threshold", "first-sum", "batch", "s-pks"), node,
                   "secagg_share")
     me = node.context.node_id
-    neighbours = [int(v) for v in cfg["neighbours"]]
-    threshold = int(cfg["threshold"])
+    neighbours = sorted({int(v) for v in cfg["neighbours"]} - {me})
     first, batch = int(cfg["first-sum"]), int(cfg["batch"])
     holders = [me, *neighbours]
+    minimum = node.policy.min_survivors
+    if len(holders) < minimum:
+        raise SecAggError(f"{node.who} refuses to share mask seeds: its neighbourhood has "
+                          f"{len(holders)} node(s) with itself, its node policy's min-survivors "
+                          f"is {minimum}")
+    # The threshold is the node's own (a strict majority of its neighbourhood), never lower
+    # than that whatever the server's message says: a lower one would let fewer colluding
+    # holders rebuild this node's self-mask seed.
+    threshold = max(threshold_for(len(holders)), int(cfg["threshold"]))
     seeds = {first + i: secrets.token_bytes(32) for i in range(batch)}  # 256-bit HKDF keys
     shares = {t: split_secret(seed, threshold, len(holders)) for t, seed in seeds.items()}
     for t, seed in seeds.items():
@@ -149,6 +158,11 @@ def mask_values(node: NodeContext, vec: np.ndarray) -> np.ndarray:
     n = out.shape[0]
     out += self_mask(bytes(seeds[str(sum_id)]), sum_id, n)
     alive = {int(v) for v in cfg["alive"]}
+    members = (alive & {int(v) for v in st["neighbours"]}) | {me}
+    if len(members) < node.policy.min_survivors:
+        raise SecAggError(f"{node.who} refuses sum {sum_id}: only {len(members)} node(s) with "
+                          f"itself would mask it together (the server's alive list), its node "
+                          f"policy's min-survivors is {node.policy.min_survivors}")
     for v, key in _pairwise_keys(st, me, sum_id).items():
         if v in alive:  # the lower id adds the pairwise mask, the higher subtracts it
             if me < v:
@@ -185,6 +199,10 @@ def unmask(content: RecordDict, node: NodeContext) -> RecordDict:
         raise SecAggError(f"node {me} refuses to unmask: only {len(neighbourhood & survivors)} "
                           f"of its {len(neighbourhood)} neighbourhood survive, threshold is "
                           f"{st['threshold']}")
+    if len(survivors) < node.policy.min_survivors:
+        raise SecAggError(f"node {me} refuses to unmask: the sum would cover {len(survivors)} "
+                          f"node(s), its node policy's min-survivors is "
+                          f"{node.policy.min_survivors}")
     revealed = node.state.config_records[_REVEALED]
     if str(sum_id) in revealed:
         raise SecAggError(f"node {me} refuses to unmask sum {sum_id} twice")

@@ -377,3 +377,41 @@ def test_private_omega_is_a_csprng_gaussian() -> None:
     b = omega_rows(np.arange(5), 8, "private", seed=0)
     assert a.shape == (5, 8) and not np.array_equal(a, b)  # fresh OS entropy each call
     assert np.abs(a).max() <= OMEGA_CLIP
+
+
+# -- the node's own minimum and threshold (a server that lies about who takes part) -------
+class _ShrinkingServer(SecureAggregator):
+    """A server that tells one node nobody else is alive, so that node would add no pairwise
+    masks and its input would be unmasked by its self-mask shares alone."""
+
+    victim = -1
+
+    def _requests(self, content: Any, nodes: Any, cfg: Any) -> dict[int, RecordDict]:
+        nodes = list(nodes)
+        if "alive" in cfg and nodes == [self.victim]:
+            cfg = {**cfg, "alive": []}
+        return super()._requests(content, nodes, cfg)
+
+
+def test_a_node_refuses_a_sum_the_server_says_it_masks_alone() -> None:
+    with LocalGrid(build_client_app(**DIAGNOSTIC_APP), 4) as grid:
+        messenger = Messenger(grid, timeout=10)
+        nodes = messenger.node_ids()
+        agg = _ShrinkingServer(messenger, nodes, seed=1)
+        agg.victim = nodes[2]
+        agg.setup()
+        with pytest.raises(NodeError) as err:
+            agg.sum("diag_secure_sum", diag_request(3, {"v": (5,)}), max_abs=10.0)
+    text = str(err.value)
+    assert f"node {nodes[2]}" in text and "min-survivors is 3" in text
+    assert "only 1 node(s)" in text
+
+
+def test_a_federation_below_the_nodes_minimum_gets_no_secure_sum() -> None:
+    with LocalGrid(build_client_app(**DIAGNOSTIC_APP), 2) as grid:
+        messenger = Messenger(grid, timeout=10)
+        with pytest.raises(NodeError, match="min-survivors is 3"):
+            SecureAggregator(messenger, messenger.node_ids(), seed=1).setup()
+    assert NodePolicy().merged({"min-survivors": "2"}, "test").min_survivors == 2
+    with pytest.raises(ValueError, match=">= 2"):
+        NodePolicy().merged({"min-survivors": "1"}, "test")
