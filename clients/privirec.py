@@ -163,6 +163,5 @@ def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
         flt.fit(arrays["item_deg"], P_tilde, arrays.get("S"), arrays.get("eigvals"))
         sums = evaluate_ranking(lambda rows, f=flt: f.score(train[rows]), train, data.test,
                                 k=k, batch_size=512)
-        out[name] = np.array([sums.n_users, sums.recall, sums.ndcg, sums.precision, sums.hit,
-                              sums.map], dtype=np.float64)
+        out[name] = sums.to_vector()
     return sum_reply(node, out)

@@ -292,12 +292,7 @@ class PriviRec(ProtocolStrategy):
         })
         sums = agg.sum("privirec_evaluate", req, max_abs=float(max_users) + 1.0,
                        phase="evaluate")
-        out = {}
-        for name, vec in sums.items():
-            n, recall, ndcg, precision, hit, map_ = (float(x) for x in vec)
-            out[name] = RankingSums(k=self.top_k, n_users=int(round(n)), recall=recall,
-                                    ndcg=ndcg, precision=precision, hit=hit, map=map_)
-        return out
+        return {name: RankingSums.from_vector(self.top_k, vec) for name, vec in sums.items()}
 
     # -- the centralized reference -----------------------------------------------------------
     def reference(self, data: Any) -> dict[str, float]:
