@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from flwr.app import Message, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
 if TYPE_CHECKING:
@@ -34,6 +35,14 @@ SLOW_ROUND_SECONDS = 5.0
 PROGRESS_SECONDS = 2.0
 
 log = logging.getLogger("fedrec")
+
+#: Flower's error codes for "no reply will come" (``flwr.common.constant.ErrorCode``): the
+#: SuperLink writes these replies itself when a node stops sending heartbeats or a message
+#: expires. They mean the node went silent, not that its handler failed, so they count as
+#: missing replies (a dropout where the protocol tolerates one).
+UNAVAILABLE_ERROR_CODES = frozenset({
+    ErrorCode.MESSAGE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE, ErrorCode.NODE_UNAVAILABLE,
+})
 
 
 class NodeTimeoutError(TimeoutError):
@@ -259,6 +268,8 @@ class Messenger:
         self.node_labels: dict[int, str] = {}
         self.last_missing: list[int] = []
         self.last_rejected: list[int] = []
+        #: Of :attr:`last_missing`, the nodes the SuperLink reported unavailable.
+        self.last_unavailable: set[int] = set()
         #: Sealed node-to-node mail (``fl_app.secure.sealed``): once opened, every request
         #: carries the recipient's pending mail and every reply's outgoing mail is queued.
         self.mailroom: Mailroom | None = None
@@ -341,12 +352,16 @@ class Messenger:
         :class:`AccountedGrid` both run on it. It always has a deadline (``timeout``, else the
         Messenger's); when it passes, :attr:`last_missing` lists the silent node ids and the
         iteration ends: the caller decides whether silence is an error. Messages the grid
-        rejects (unknown or offline node) count as silent. The round is recorded in the
+        rejects (unknown or offline node) count as silent, and so do the error replies the
+        SuperLink writes itself for a node that stopped sending heartbeats
+        (:data:`UNAVAILABLE_ERROR_CODES`): whether a dead node is noticed by its heartbeat or
+        by the deadline, the caller sees the same silence. The round is recorded in the
         ledger however the iteration ends.
         """
         timeout = self.timeout if timeout is None else float(timeout)
         t0 = time.perf_counter()
         self.last_missing = []
+        self.last_unavailable = set()
         sizes: dict[str, int] = {}
         down = {m.metadata.dst_node_id: message_nbytes(m, sizes) for m in messages}
         # Key by the id each grid writes into the message: a grid may leave out (in memory)
@@ -365,15 +380,25 @@ class Messenger:
                     node = pending.pop(reply.metadata.reply_to_message_id, None)
                     if node is None:
                         continue
+                    if reply.has_error() and reply.error.code in UNAVAILABLE_ERROR_CODES:
+                        self.last_unavailable.add(node)
+                        continue
                     up[node] = message_nbytes(reply)
                     yield node, reply
                 if pending and not replies:
                     if time.monotonic() > deadline:
                         break
                     time.sleep(self.poll_wait(time.monotonic() - (deadline - timeout)))
-            self.last_missing = sorted(set(pending.values()) | set(self.last_rejected))
+            self.last_missing = sorted(set(pending.values()) | set(self.last_rejected)
+                                       | self.last_unavailable)
         finally:
             self.ledger.record_round(phase, time.perf_counter() - t0, down, up)
+
+    def missing_labels(self) -> list[str]:
+        """Labels of :attr:`last_missing`, saying which ones the SuperLink reported gone."""
+        return [self.label(n) + (" (the SuperLink reports it unavailable)"
+                                 if n in self.last_unavailable else "")
+                for n in self.last_missing]
 
     def iter_replies(
         self,
@@ -420,8 +445,7 @@ class Messenger:
             self.record_dropout(phase, action, self.last_missing,
                                 f"no reply within {timeout:g} s")
         if self.last_missing and not allow_missing:
-            raise NodeTimeoutError(action, [self.label(n) for n in self.last_missing],
-                                   len(contents), timeout)
+            raise NodeTimeoutError(action, self.missing_labels(), len(contents), timeout)
 
     def send(
         self,
@@ -504,7 +528,7 @@ class AccountedGrid(Grid):
         if self.strict:
             silent = self._messenger.last_missing
             if silent:
-                raise NodeTimeoutError(phase, [label(n) for n in silent], len(messages),
+                raise NodeTimeoutError(phase, self._messenger.missing_labels(), len(messages),
                                        self._messenger.timeout if timeout is None
                                        else float(timeout))
             for node, reply in arrived:

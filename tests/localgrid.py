@@ -10,6 +10,8 @@ simulation engine (``flwr/server/superlink/fleet/vce/vce_api.py``).
 Knobs for tests:
 
 - ``silent``: node ids that never answer (their requests vanish), to test timeouts;
+- ``unavailable``: node ids whose requests get the error reply a SuperLink writes for a node
+  that stopped sending heartbeats (``ErrorCode.NODE_UNAVAILABLE``);
 - ``pull_limit``: at most this many replies per ``pull_messages`` call, so replies "arrive"
   one poll after another (to test incremental consumption);
 - ``reverse``: hand replies out in the reverse of the requested order (another arrival
@@ -45,6 +47,7 @@ class LocalGrid(Grid):
         num_nodes: int = 3,
         *,
         silent: Iterable[int] = (),
+        unavailable: Iterable[int] = (),
         pull_limit: int | None = None,
         run_id: int = 1,
         first_node_id: int = 1001,
@@ -66,6 +69,7 @@ class LocalGrid(Grid):
             for i, nid in enumerate(self.ids)
         }
         self.silent = set(silent)
+        self.unavailable = set(unavailable)
         self.pull_limit = pull_limit
         self.reverse = reverse
         self.pushed: list[Message] = []
@@ -147,6 +151,11 @@ class LocalGrid(Grid):
 
     # -- node side -----------------------------------------------------------------------
     def _process(self, msg: Message) -> Message:
+        if msg.metadata.dst_node_id in self.unavailable:
+            reply = Message(Error(code=ErrorCode.NODE_UNAVAILABLE,
+                                  reason="Error: Node Unavailable"), reply_to=msg)
+            reply.metadata.__dict__["_message_id"] = str(uuid4())
+            return reply
         context = self.contexts[msg.metadata.dst_node_id]
         try:
             reply = self.app(msg, context)

@@ -165,6 +165,32 @@ def test_silent_node_times_out_and_is_named(client_app) -> None:
     assert set(messenger.ledger.node_up) == {1001, 1003}
 
 
+def test_node_the_superlink_reports_unavailable_counts_as_silent(client_app) -> None:
+    """A dead SuperNode is noticed by its missed heartbeats or by the deadline, whichever
+    comes first; either way the run reports the same silence (a timeout error naming it,
+    or a recorded dropout where the phase tolerates one), never a handler failure."""
+    with LocalGrid(client_app, 3, unavailable=[1003]) as grid:
+        messenger = Messenger(grid, timeout=30)
+        messenger.node_labels = {nid: f"node {nid} (partition {i})"
+                                 for i, nid in enumerate(grid.ids)}
+        t0 = time.monotonic()
+        with pytest.raises(NodeTimeoutError) as info:
+            messenger.broadcast("msgtest_echo", RecordDict())
+        assert time.monotonic() - t0 < 2.0  # the error reply ends the wait at once
+        assert "1 of 3 node(s) did not answer" in str(info.value)
+        assert info.value.missing == [
+            "node 1003 (partition 2) (the SuperLink reports it unavailable)"]
+        replies = dict(messenger.iter_replies("msgtest_echo",
+                                              {n: RecordDict() for n in grid.ids},
+                                              allow_missing=True))
+        assert set(replies) == {1001, 1002}
+        assert messenger.last_missing == [1003]
+        with pytest.raises(NodeTimeoutError, match="unavailable"):
+            AccountedGrid(grid, messenger).send_and_receive(
+                [grid.create_message(RecordDict(), "query.msgtest_echo", n, "g")
+                 for n in grid.ids])
+
+
 def test_handler_exception_becomes_node_error(client_app) -> None:
     with LocalGrid(client_app, 2) as grid:
         messenger = Messenger(grid, timeout=5)
