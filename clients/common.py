@@ -9,6 +9,7 @@ from clients.policy import POLICY_RECORD
 from clients.registry import handler
 from clients.sealed import KEY_STATE, SEEN_STATE
 from fl_app.secure.keys import NodeKeys
+from fl_app.secure.sealed import MAIL_PURPOSE
 
 
 @handler("hello")
@@ -31,13 +32,18 @@ def hello(content: RecordDict, node: NodeContext) -> RecordDict:
         "n-items": int(data.n_items),
         "n-users": int(len(data.user_ids)),
         "n-train-users": int((data.train.getnnz(axis=1) > 0).sum()),
+        # where the keys this node signs with come from (simulated ones authenticate nothing)
+        "identity": "simulated" if node.identity.simulated else "roster",
     }), POLICY_RECORD: ConfigRecord(node.policy.as_config())})
 
 
 @handler("relay_keys")
 def relay_keys(content: RecordDict, node: NodeContext) -> RecordDict:
-    """Make this run's mail key pair (kept in state) and publish the public key."""
+    """Make this run's mail key pair (kept in state) and publish the public key, signed with
+    this node's identity (``clients/identity.py``) so the server cannot substitute it."""
     keys = NodeKeys()
     node.state.config_records[KEY_STATE] = ConfigRecord({"sk": keys.private_bytes()})
     node.state.config_records[SEEN_STATE] = ConfigRecord()
-    return RecordDict({"relay-key": ConfigRecord({"pk": keys.public_bytes()})})
+    signed = node.identity.sign(MAIL_PURPOSE, node.context.run_id, node.context.node_id,
+                                keys.public_bytes())
+    return RecordDict({"relay-key": ConfigRecord({"pk": signed})})

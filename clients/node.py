@@ -20,6 +20,7 @@ from datasets import DatasetSpec, NodeData, PartitionSpec, load_item_server_data
 from fl_app.records import from_array_record, to_array_record
 
 if TYPE_CHECKING:
+    from clients.identity import NodeIdentity
     from clients.policy import NodePolicy
     from clients.sealed import Mailbox
 
@@ -61,7 +62,16 @@ class NodeContext:
         """Sealed mail from and to other nodes (``clients/sealed.py``) for this call."""
         from clients.sealed import Mailbox
 
-        return Mailbox(self.state, self.request, self.context.node_id, self.context.run_id)
+        return Mailbox(self.state, self.request, self.context.node_id, self.context.run_id,
+                       self.identity)
+
+    @cached_property
+    def identity(self) -> NodeIdentity:
+        """This node's signing key and the roster it checks keys against
+        (``clients/identity.py``)."""
+        from clients.identity import load_identity
+
+        return load_identity(self)
 
     @cached_property
     def policy(self) -> NodePolicy:
@@ -93,6 +103,11 @@ class NodeContext:
     @property
     def num_partitions(self) -> int:
         return int(self.context.node_config["num-partitions"])
+
+    @property
+    def num_partitions_or_zero(self) -> int:
+        """``num-partitions`` if the node config has it (an item server may not), else 0."""
+        return int(self.context.node_config.get("num-partitions", 0))
 
     def _simulated_item_servers(self) -> int:
         """Item servers among the simulated nodes (run config ``item-servers``, sent with the

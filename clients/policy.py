@@ -34,6 +34,11 @@ Keys (``docs/threat-model.md`` says what each weaker mode reveals):
   sum with, shares its mask seeds among and unmasks for. With 2, each of two nodes learns the
   other's input from the sum; the server's message cannot lower it (nor the Shamir
   threshold, which the node computes itself).
+- ``allow-simulated-identity`` (default true): without ``identity-key`` / ``roster`` node
+  config, sign and check keys with the public simulated identities
+  (``fl_app/secure/identity.py``). The one default that is not the safe choice: Flower's
+  simulation cannot hand nodes key files. They authenticate nothing, and results say so
+  (``privacy.identities``); a deployed SuperNode's operator sets it to false.
 - ``diagnostics``: build the diagnostic actions into the ClientApp (``clients/diagnostics.py``;
   oracles by design). Read when the ClientApp is built (sources 1 and 2), never per message.
 """
@@ -77,7 +82,8 @@ def _as_bool(key: str, value: Any) -> bool:
 
 @dataclass(frozen=True)
 class NodePolicy:
-    """What this node accepts; every field's default is the safe choice."""
+    """What this node accepts; every default is the safe choice except
+    ``allow_simulated_identity`` (see the module docstring)."""
 
     allow_plain: bool = False
     allow_ckks: bool = False
@@ -86,6 +92,7 @@ class NodePolicy:
     dp_budget: float = 0.0
     diagnostics: bool = False
     min_survivors: int = 3
+    allow_simulated_identity: bool = True
 
     @staticmethod
     def key_of(name: str) -> str:

@@ -4,19 +4,25 @@ for other nodes (the ``relay_keys`` handler that makes this node's mail key is i
 
 A handler reads mail with ``node.mailbox.receive(purpose)`` and sends with
 ``node.mailbox.send(recipient, purpose, payload)``; the ClientApp puts outgoing mail into
-the reply. The directory of the other nodes' public mail keys arrives once; a later
-directory that changes a node's key is refused (the server must not swap keys mid-run).
+the reply. The directory of the other nodes' public mail keys arrives once; every key must
+carry its publisher's signature under the roster (``clients/identity.py``), no partition may
+appear under two node ids, and a later directory that changes a node's key is refused (the
+server must not swap keys mid-run).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from flwr.app import ConfigRecord, RecordDict
 
+from fl_app.secure.identity import SignedKey
 from fl_app.secure.keys import AuthenticationError, NodeKeys, open_sealed, seal
 from fl_app.secure.sealed import (
     MAIL_DIRECTORY,
     MAIL_IN,
     MAIL_OUT,
+    MAIL_PURPOSE,
     MAIL_ROUND,
     RelayError,
     mail_aad,
@@ -25,8 +31,12 @@ from fl_app.secure.sealed import (
     parse_in_key,
 )
 
+if TYPE_CHECKING:
+    from clients.identity import NodeIdentity
+
 KEY_STATE = "relay.key"  # ConfigRecord in node state: this node's mail private key
 _DIRECTORY = "relay.directory"  # ConfigRecord in node state: node -> public mail key
+_PARTITIONS = "relay.partitions"  # ConfigRecord in node state: partition -> node id
 SEEN_STATE = "relay.seen"  # ConfigRecord in node state: mail already opened (replay guard)
 _INBOX = "relay.inbox"  # ConfigRecord in node state: mail delivered but not opened yet
 
@@ -34,8 +44,11 @@ _INBOX = "relay.inbox"  # ConfigRecord in node state: mail delivered but not ope
 class Mailbox:
     """This node's mail for one handler call: what arrived with the request, what to send."""
 
-    def __init__(self, state: RecordDict, request: RecordDict, me: int, run_id: int) -> None:
+    def __init__(self, state: RecordDict, request: RecordDict, me: int, run_id: int,
+                 identity: NodeIdentity) -> None:
         self.state, self.request, self.me, self.run_id = state, request, int(me), int(run_id)
+        self.identity = identity
+        self._verified: dict[int, bytes] = {}  # peer -> pairwise mail key, signature checked
         self.outgoing: dict[str, bytes] = {}
         self._absorb_directory()
         self._absorb_mail()
@@ -44,12 +57,19 @@ class Mailbox:
         if MAIL_DIRECTORY not in self.request.config_records:
             return
         known = self.state.config_records.setdefault(_DIRECTORY, ConfigRecord())
-        for node, pk in self.request.config_records[MAIL_DIRECTORY].items():
-            if node in known and bytes(known[node]) != bytes(pk):
+        owners = self.state.config_records.setdefault(_PARTITIONS, ConfigRecord())
+        for node, signed in self.request.config_records[MAIL_DIRECTORY].items():
+            partition = SignedKey.from_bytes(bytes(signed), f"node {node}").partition
+            if owners.get(str(partition), int(node)) != int(node):
+                raise RelayError(f"node {self.me} refuses the mail directory: partition "
+                                 f"{partition} appears as node {owners[str(partition)]} and as "
+                                 f"node {node}")
+            owners[str(partition)] = int(node)
+            if node in known and bytes(known[node]) != bytes(signed):
                 raise RelayError(f"node {self.me} refuses a new mail key for node {node}: keys "
                                  "may not change during a run (a key substitution by the "
                                  "server?)")
-            known[node] = bytes(pk)
+            known[node] = bytes(signed)
 
     def _absorb_mail(self) -> None:
         """Keep delivered mail in state until a handler opens it: mail rides on whatever
@@ -68,11 +88,22 @@ class Mailbox:
         return NodeKeys.from_private_bytes(bytes(record["sk"]))
 
     def _peer_key(self, peer: int) -> bytes:
+        """The pairwise mail key with ``peer``, once its mail key's signature checks.
+
+        Signatures are checked here, on first use, not when the directory arrives: a node
+        mails only its few peers (SecAgg+ neighbours), so checking all n keys would cost
+        every node O(n) verifications for nothing.
+        """
+        if peer in self._verified:
+            return self._verified[peer]
         directory = self.state.config_records.get(_DIRECTORY, ConfigRecord())
         if str(peer) not in directory:
             raise RelayError(f"node {self.me} has no mail key for node {peer} (not in the "
                              "directory the server delivered)")
-        return self._keys().shared_key(bytes(directory[str(peer)]), mail_context(self.run_id))
+        _, public = self.identity.check(MAIL_PURPOSE, self.run_id, peer,
+                                        bytes(directory[str(peer)]))
+        self._verified[peer] = self._keys().shared_key(public, mail_context(self.run_id))
+        return self._verified[peer]
 
     @property
     def round(self) -> int:

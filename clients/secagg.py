@@ -19,9 +19,11 @@ from fl_app.secure.fixedpoint import FixedPoint
 from fl_app.secure.keys import NodeKeys, split_secret
 from fl_app.secure.masks import expand_mask
 from fl_app.secure.secagg import (
+    MASK_KEY_PURPOSE,
     SHARES_PURPOSE,
     SecAggError,
     agreement_context,
+    masking_minimum,
     pairwise_sum_key,
     self_mask,
     threshold_for,
@@ -55,7 +57,8 @@ def _state(state: RecordDict) -> ConfigRecord:
 
 @handler("secagg_advertise")
 def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
-    """Round 1: make the s (pairwise mask agreement) key pair; publish its public key."""
+    """Round 1: make the s (pairwise mask agreement) key pair; publish its public key, signed
+    with this node's identity so that the server cannot substitute it."""
     s_keys = NodeKeys()
     node.state.config_records[_STATE] = ConfigRecord({
         "run-tag": bytes(_fields(content, ("run-tag",), node, "secagg_advertise")["run-tag"]),
@@ -65,7 +68,9 @@ def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
     node.state.config_records[_RECEIVED] = ConfigRecord()
     node.state.config_records[_SEEDS] = ConfigRecord()
     node.state.config_records[_REVEALED] = ConfigRecord()
-    return RecordDict({"keys": ConfigRecord({"s-pk": s_keys.public_bytes()})})
+    signed = node.identity.sign(MASK_KEY_PURPOSE, node.context.run_id, node.context.node_id,
+                                s_keys.public_bytes())
+    return RecordDict({"keys": ConfigRecord({"s-pk": signed})})
 
 
 @handler("secagg_share")
@@ -92,8 +97,16 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     shares = {t: split_secret(seed, threshold, len(holders)) for t, seed in seeds.items()}
     for t, seed in seeds.items():
         node.state.config_records[_SEEDS][str(t)] = seed
+    listed = [int(v) for v in cfg["neighbours"]]
+    if len(cfg["s-pks"]) != len(listed):
+        raise SecAggError(f"{node.who}: secagg_share lists {len(listed)} neighbours and "
+                          f"{len(cfg['s-pks'])} mask keys")
+    signed = dict(zip(listed, cfg["s-pks"]))
     st["neighbours"] = neighbours
-    st["s-pks"] = [bytes(b) for b in cfg["s-pks"]]
+    # every neighbour's mask key must carry its signature: a key the server put in its
+    # place would give the server the pairwise masks
+    st["s-pks"] = [node.identity.check(MASK_KEY_PURPOSE, node.context.run_id, v,
+                                       bytes(signed[v]))[1] for v in neighbours]
     st["threshold"] = threshold
     st["batch"] = batch
     for idx, holder in enumerate(holders):
@@ -163,6 +176,14 @@ def mask_values(node: NodeContext, vec: np.ndarray) -> np.ndarray:
         raise SecAggError(f"{node.who} refuses sum {sum_id}: only {len(members)} node(s) with "
                           f"itself would mask it together (the server's alive list), its node "
                           f"policy's min-survivors is {node.policy.min_survivors}")
+    masked_with = alive & {int(v) for v in st["neighbours"]}
+    needed = masking_minimum(len(st["neighbours"]), int(st["threshold"]))
+    if len(masked_with) < needed:
+        raise SecAggError(
+            f"{node.who} refuses sum {sum_id}: the server's alive list leaves "
+            f"{len(masked_with)} of its {len(st['neighbours'])} neighbours to mask with; it "
+            f"needs {needed} (with fewer, the neighbours asked for pairwise keys and those "
+            "asked for self-mask shares could be disjoint and together unmask its input)")
     for v, key in _pairwise_keys(st, me, sum_id).items():
         if v in alive:  # the lower id adds the pairwise mask, the higher subtracts it
             if me < v:

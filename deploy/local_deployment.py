@@ -56,7 +56,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 #: Documented Flower environment settings that shorten a deployed message round, given to
 #: the SuperNodes (and so to the SuperExec and ``flwr-clientapp`` processes they start) unless
-#: ``flower_defaults=True``. docs/deployment.md, section 7, has the measured effect of each.
+#: ``flower_defaults=True``. docs/deployment.md, section 8, has the measured effect of each.
 #:
 #: * ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``: a SuperNode's SuperExec asks it for a pending
 #:   task (a message to run) every 1 s by default, so each message waited 0-1 s (0.5 s on
@@ -205,6 +205,11 @@ class LocalDeployment:
     certs_dir : existing ``ca.crt``/``server.pem``/``server.key`` (default: made with
         ``deploy/make_certs.sh`` in ``<workdir>/certs``).
     data_dirs : optional ``data-dir`` per node (node config), e.g. each holder's own files.
+    identities_dir : node identities (``node-<i>.key`` and ``roster.json``, as
+        ``python -m fl_app.secure.identity keygen`` writes them; default: made in
+        ``<workdir>/identities``). Each SuperNode gets its own key and the roster in its node
+        config and ``allow-simulated-identity=false``, so every key it is relayed must carry
+        the roster's signature.
     node_config : extra node config for every SuperNode, e.g. its privacy policy
         (``{"allow-plain": True}``; ``clients/policy.py``): the operator's choice, not the
         server's.
@@ -228,6 +233,7 @@ class LocalDeployment:
         insecure: bool = False,
         certs_dir: str | Path | None = None,
         data_dirs: Sequence[str | Path | None] | None = None,
+        identities_dir: str | Path | None = None,
         node_config: Mapping[str, Any] | None = None,
         log_dir: str | Path | None = None,
         app_dir: str | Path = REPO,
@@ -247,6 +253,7 @@ class LocalDeployment:
         self.insecure = insecure
         self.certs_dir = Path(certs_dir) if certs_dir else self.workdir / "certs"
         self.data_dirs = list(data_dirs) if data_dirs is not None else [None] * num_nodes
+        self.identities_dir = Path(identities_dir) if identities_dir else None
         self.log_dir = Path(log_dir) if log_dir else self.workdir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.app_dir = Path(app_dir).resolve()
@@ -326,10 +333,13 @@ class LocalDeployment:
         self._wait_for_log(self.superlink, "Application startup complete")
         self._write_cli_config()
 
+        ids = self._identities()
         for i in range(self.num_nodes):
             node_dir = self.workdir / f"supernode-{i}"
-            node_config: dict[str, Any] = {**self.node_config, "partition-id": i,
-                                           "num-partitions": self.num_nodes}
+            node_config: dict[str, Any] = {
+                "allow-simulated-identity": False, **self.node_config, "partition-id": i,
+                "num-partitions": self.num_nodes, "identity-key": str(ids / f"node-{i}.key"),
+                "roster": str(ids / "roster.json")}
             if self.data_dirs[i]:
                 node_config["data-dir"] = str(self.data_dirs[i])
             tls_node = (["--insecure"] if self.insecure
@@ -346,6 +356,20 @@ class LocalDeployment:
             ))
         for node in self.nodes:
             self._wait_for_log(node, "SuperNode ID:")
+
+    def _identities(self) -> Path:
+        """The folder with every node's identity key and the roster (made if not given)."""
+        from fl_app.secure.identity import keygen
+
+        if self.identities_dir is None:
+            self.identities_dir = self.workdir / "identities"
+            keygen(self.num_nodes, self.identities_dir)
+        missing = [f"node-{i}.key" for i in range(self.num_nodes)
+                   if not (self.identities_dir / f"node-{i}.key").is_file()]
+        if missing or not (self.identities_dir / "roster.json").is_file():
+            raise DeploymentError(f"identities_dir {self.identities_dir} lacks "
+                                  f"{', '.join(missing) or 'roster.json'}")
+        return self.identities_dir
 
     def _wait_for_log(self, proc: Proc, needle: str) -> None:
         deadline = time.monotonic() + self.startup_timeout

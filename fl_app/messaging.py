@@ -279,6 +279,8 @@ class Messenger:
         self.node_order: list[int] = []
         #: Each node's privacy policy as it acknowledged it in the handshake (by node id).
         self.node_policies: dict[int, dict[str, Any]] = {}
+        #: Per node: where its signing identity comes from ("roster" or "simulated").
+        self.node_identities: dict[int, str] = {}
         #: Every dropout: nodes silent in a round that tolerates silence, or whose reply a
         #: sum discarded (phase, action, node ids, why), for the results.
         self.dropouts: list[dict[str, Any]] = []
@@ -323,7 +325,8 @@ class Messenger:
         """What the server received, for the results' ``privacy`` section: per phase the
         reply records and their form; every sum (aggregator, form, shapes, nodes, dropouts);
         the sealed mail it carried (endpoints and sizes only); every dropout (which nodes,
-        which phase); the policy each node acknowledged in the handshake."""
+        which phase); the policy each node acknowledged in the handshake; whose keys were
+        signed with simulated identities (which authenticate nothing)."""
         sums = [vars(r) for agg in self.aggregators for r in agg.view]
         mail: dict[str, dict[str, int]] = {}
         for m in (self.mailroom.view if self.mailroom else []):
@@ -335,9 +338,12 @@ class Messenger:
         policies = {self.label(n): p for n, p in sorted(self.node_policies.items())}
         plain_ok = sorted(self.label(n) for n, p in self.node_policies.items()
                           if p.get("allow-plain"))
+        identities: dict[str, list[str]] = {}
+        for n, source in sorted(self.node_identities.items()):
+            identities.setdefault(source, []).append(self.label(n))
         return {"received": self.ledger.privacy(), "sums": sums, "sealed_mail": mail,
                 "dropouts": dropouts, "node_policies": policies,
-                "nodes_allowing_plain": plain_ok}
+                "nodes_allowing_plain": plain_ok, "identities": identities}
 
     def exchange(
         self,

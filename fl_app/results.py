@@ -99,6 +99,8 @@ def _privacy_mode(privacy: Mapping[str, Any]) -> str:
     if not forms:
         return "no sums"
     text = f"{privacy.get('aggregator', '?')} ({', '.join(forms)})"
+    if privacy.get("identities", {}).get("simulated") and "plain" not in forms:
+        text += "; keys signed with simulated identities (no roster)"
     if "plain" not in forms:
         return text
     allowing = privacy.get("nodes_allowing_plain")

@@ -145,6 +145,8 @@ def handshake(messenger: Messenger, cfg: Mapping[str, Any], min_nodes: int = 1,
         messenger.node_labels[node] = f"node {node} ({where})"
         if "policy" in reply.config_records:  # what the node accepts, for the results
             messenger.node_policies[node] = dict(reply.config_records["policy"])
+        if "identity" in info:
+            messenger.node_identities[node] = str(info["identity"])
     item_counts = {i.n_items for i in infos.values()}
     if len(item_counts) != 1:
         detail = ", ".join(f"{messenger.label(n)}: {i.n_items}" for n, i in sorted(infos.items()))

@@ -6,7 +6,7 @@ is tested deployed by adding one line to :data:`PROTOCOLS`.
 
 Slow: Flower 1.41 starts a fresh ``flwr-clientapp`` process for every message on every
 SuperNode and an idle SuperNode polls the SuperLink every 3 s, so one message round costs
-seconds (docs/deployment.md, section 7). The configs keep the number of rounds small.
+seconds (docs/deployment.md, section 8). The configs keep the number of rounds small.
 """
 
 from __future__ import annotations

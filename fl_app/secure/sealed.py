@@ -6,8 +6,10 @@ its creator to every node, and SecAgg+ hands Shamir shares to neighbours. All th
 same guarantee: the server carries the payload but cannot read, alter, redirect or replay it.
 
 How: once per run every node makes an X25519 key pair for mail and publishes the public key
-(``relay_keys``, one round); the server hands each node the directory of public keys with
-its next request. A payload from a to b is sealed with AES-256-GCM under
+signed with its long-term identity (``relay_keys``, one round; ``identity.py``); the server
+hands each node the directory of signed keys with its next request, and each node checks
+every signature against its roster, so the server cannot put a key of its own in the
+middle. A payload from a to b is sealed with AES-256-GCM under
 ``HKDF(X25519(a, b), "fedrec-mail|<run>")`` with associated data binding sender, recipient,
 run, relay round and purpose. A sender puts mail in its reply (``relay.out``); the server
 queues it and attaches it to the recipient's next request (``relay.in``) with the round it
@@ -25,7 +27,9 @@ from flwr.app import ConfigRecord, RecordDict
 #: RecordDict keys of the relay inside protocol messages.
 MAIL_OUT = "relay.out"  # ConfigRecord in replies: "<recipient>|<purpose>" -> sealed blob
 MAIL_IN = "relay.in"  # ConfigRecord in requests: "<sender>|<round>|<purpose>" -> sealed blob
-MAIL_DIRECTORY = "relay.directory"  # ConfigRecord in requests: "<node>" -> mail public key
+MAIL_DIRECTORY = "relay.directory"  # ConfigRecord in requests: "<node>" -> signed mail key
+#: Purpose under which nodes sign their mail keys (``fl_app/secure/identity.py``).
+MAIL_PURPOSE = "mail"
 MAIL_ROUND = "relay.round"  # ConfigRecord in requests: the round this node seals mail in
 
 _KEY_CONTEXT = b"fedrec-mail|"
@@ -78,7 +82,7 @@ class Mailroom:
     """
 
     nodes: list[int]
-    directory: dict[int, bytes] = field(default_factory=dict)
+    directory: dict[int, bytes] = field(default_factory=dict)  # node -> signed mail key
     queues: dict[int, dict[str, bytes]] = field(default_factory=dict)
     informed: set[int] = field(default_factory=set)
     view: list[MailRecord] = field(default_factory=list)
@@ -86,7 +90,7 @@ class Mailroom:
     out_record: str = MAIL_OUT  # the reply record that carries outgoing mail
 
     def add_keys(self, keys: dict[int, bytes]) -> None:
-        """Public mail keys from the ``relay_keys`` round."""
+        """Signed public mail keys from the ``relay_keys`` round (checked by the nodes)."""
         self.directory.update({int(n): bytes(k) for n, k in keys.items()})
         self.informed.clear()  # every node gets the new directory with its next request
 

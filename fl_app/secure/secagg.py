@@ -6,9 +6,11 @@ and the ``secagg_*`` handlers) is ``clients/secagg.py``.
 Key setup, once per run (two synchronous rounds):
 
 1. ``secagg_advertise``: every node makes an X25519 key pair ``s`` (pairwise mask
-   agreement) and publishes the public key; the same round opens the sealed relay
-   (``fl_app/secure/sealed.py``) if the run has none yet.
-2. ``secagg_share``: the server sends each node its neighbours' public ``s`` keys. The node
+   agreement) and publishes the public key signed with its long-term identity
+   (``fl_app/secure/identity.py``); the same round opens the sealed relay
+   (``fl_app/secure/sealed.py``) if the run has none yet, whose mail keys are signed too.
+2. ``secagg_share``: the server sends each node its neighbours' signed ``s`` keys; the node
+   refuses any key its publisher's roster entry did not sign (a key-substituting server). The node
    draws a batch of independent self-mask seeds ``b_u^(t)``, one per upcoming sum t,
    Shamir-splits each among its neighbourhood (itself included) with threshold ``t_u``, and
    mails each holder its shares through the sealed relay, which delivers them with the
@@ -27,13 +29,18 @@ Per sum t (two rounds):
    that dropped, a survivor v reveals the per-sum pairwise key ``k_uv^(t)`` itself, which
    cancels exactly the dangling mask and says nothing about any other sum.
 
-Why every input stays hidden: a node never reveals, for the same sum, both a share of
-``b_u^(t)`` and ``k_uv^(t)`` for the same peer u, refuses sum ids that do not increase, and
-reveals nothing if fewer than the threshold of its neighbourhood survive. A survivor's input
+Why every input stays hidden, even from a server that shows different nodes different
+survivor lists: a node answers one unmasking per sum, so it never reveals, for the same sum,
+both a share of ``b_u^(t)`` and ``k_uv^(t)`` for the same peer u; it refuses sum ids that do
+not increase; it reveals nothing if fewer than the threshold of its neighbourhood survive;
+and it masks only with enough neighbours (:func:`masking_minimum`) that the holders asked for
+its pairwise keys and those asked for its seed shares cannot both be found. The threshold and
+the minimum node count are the node's own (``clients/policy.py``). A survivor's input
 keeps its pairwise masks with other survivors; a node declared dropped (even if its input
 arrives late) keeps its self mask. Revealed material is per sum, so no earlier or later sum
-is exposed. This costs one share round per batch of sums and an unmasking round per sum,
-the price of tolerating dropouts; the paper-000 setting (no dropouts) pays the same rounds.
+is exposed. The unmasking round itself tolerates silent nodes (see ``_unmask``). This costs
+one share round per batch of sums and an unmasking round per sum, the price of tolerating
+dropouts; the paper-000 setting (no dropouts) pays the same rounds.
 
 Plain and CKKS sums have the same interface (``fl_app/secure/aggregate.py``); a test proves
 SecAgg+ and plain sums agree.
@@ -60,11 +67,14 @@ from fl_app.secure.aggregate import (
     unflatten,
 )
 from fl_app.secure.fixedpoint import FixedPoint
+from fl_app.secure.identity import SIGNED_KEY_BYTES
 from fl_app.secure.keys import combine_secret
 from fl_app.secure.masks import derive_sum_key, expand_mask
 
 #: Sealed-relay purpose of a batch of self-mask seed shares (``<purpose>:<first sum>``).
 SHARES_PURPOSE = "secagg-share"
+#: Purpose under which nodes sign their mask-agreement keys (``fl_app/secure/identity.py``).
+MASK_KEY_PURPOSE = "secagg-mask"
 
 
 class SecAggError(AggregationError):
@@ -100,6 +110,21 @@ def threshold_for(neighbourhood_size: int, fraction: float = 0.5) -> int:
     Default: a strict majority, so no minority of colluding neighbours can reconstruct.
     """
     return max(1, min(neighbourhood_size, math.floor(fraction * neighbourhood_size) + 1))
+
+
+def masking_minimum(neighbours: int, threshold: int) -> int:
+    """The fewest neighbours a node adds pairwise masks with in one sum.
+
+    Why: to unmask node u's input the server needs ``k_uv`` from every neighbour v u masked
+    with (set M, asking them as if u dropped) and ``threshold`` shares of u's self-mask seed
+    from other holders (asking them as if u survived). Each node answers one unmasking per
+    sum, so the two groups are disjoint inside u's neighbourhood of ``neighbours + 1``
+    holders; requiring ``|M| + threshold > neighbours + 1`` makes them impossible together,
+    whatever survivor lists the server shows to whom. No extra consistency round is needed
+    for this guarantee (Bonawitz et al.'s round 3 serves the same purpose when the dropped
+    node's secret key, not per-sum pairwise keys, is reconstructed).
+    """
+    return max(0, neighbours + 2 - threshold)
 
 
 def pairwise_sum_key(shared_key: bytes, sum_id: int) -> bytes:
@@ -166,9 +191,9 @@ class SecureAggregator(Aggregator):
         for node, reply in replies.items():
             keys = reply.config_records.get("keys")
             pk = keys.get("s-pk") if keys is not None else None
-            if not isinstance(pk, bytes) or len(pk) != 32:
+            if not isinstance(pk, bytes) or len(pk) != SIGNED_KEY_BYTES:
                 raise SecAggError(f"{self.messenger.label(node)}: field 'keys.s-pk' is missing "
-                                  "or not a 32-byte X25519 public key")
+                                  f"or not a signed public key ({SIGNED_KEY_BYTES} bytes)")
             self.s_pks[node] = pk
         self._share_seeds(first_sum=1)
 
@@ -253,25 +278,41 @@ class SecureAggregator(Aggregator):
 
     def _unmask(self, total: np.ndarray, survivors: set[int], dropped: set[int],
                 phase: str) -> np.ndarray:
-        """Remove survivors' self masks and the masks survivors shared with dropped nodes."""
+        """Remove survivors' self masks and the masks survivors shared with dropped nodes.
+
+        Tolerates nodes that go silent during this round: a survivor's self-mask seed needs
+        only ``threshold`` shares from its neighbourhood. What cannot be replaced is the
+        pairwise key between a silent node and a neighbour that dropped before masking (only
+        those two held it); then the sum is abandoned with an error naming both.
+        """
         askers = sorted(survivors)
         req = RecordDict({SUM_KEY: ConfigRecord({
             "sum-id": self.sum_id, "survivors": askers, "dropped": sorted(dropped),
         })})
-        replies = self.messenger.broadcast("secagg_unmask", req, askers,
-                                           phase=f"{phase}:unmask")
+        action, round_phase = "secagg_unmask", f"{phase}:unmask"
+        replies = dict(self.messenger.iter_replies(
+            action, {v: req for v in askers}, phase=round_phase, allow_missing=True))
+        silent = set(askers) - set(replies)
+        label = self.messenger.label
+        for v in sorted(silent):
+            lost = [u for u in sorted(dropped) if v in self.graph[u]]
+            if lost:
+                raise SecAggError(
+                    f"cannot unmask: {label(v)} went silent in the unmasking and was the only "
+                    f"survivor holding its pairwise key with dropped "
+                    f"{', '.join(label(u) for u in lost)}; the sum is abandoned")
         b_shares: dict[int, list[bytes]] = {u: [] for u in survivors}
         n = total.shape[0]
-        for v, reply in replies.items():
+        for v, reply in sorted(replies.items()):
             if "revealed" not in reply.config_records:
-                raise SecAggError(f"{self.messenger.label(v)} answered the unmasking without "
-                                  "field 'revealed'")
+                raise SecAggError(f"{label(v)} answered the unmasking without field "
+                                  "'revealed'")
             for key, value in reply.config_records["revealed"].items():
                 kind, _, owner_str = key.partition(":")
                 if kind not in ("b", "k") or not owner_str.lstrip("-").isdigit() or \
                         not isinstance(value, bytes):
-                    raise SecAggError(f"{self.messenger.label(v)}: field 'revealed.{key}' is "
-                                      "not a share ('b:<node>') or a key ('k:<node>') in bytes")
+                    raise SecAggError(f"{label(v)}: field 'revealed.{key}' is not a share "
+                                      "('b:<node>') or a key ('k:<node>') in bytes")
                 owner = int(owner_str)
                 if kind == "b" and owner in b_shares:
                     b_shares[owner].append(bytes(value))
@@ -285,7 +326,7 @@ class SecureAggregator(Aggregator):
         for u, shares in b_shares.items():
             seed = self._combine(u, shares, "self-mask seed")
             total -= self_mask(seed, self.sum_id, n)
-        self.alive -= dropped
+        self.alive -= dropped | silent
         return total
 
     def _combine(self, owner: int, shares: list[bytes], what: str) -> bytes:
@@ -299,5 +340,5 @@ class SecureAggregator(Aggregator):
         return combine_secret(shares[:t])
 
 
-__all__ = ["SHARES_PURPOSE", "SecAggError", "SecureAggregator", "neighbour_graph",
+__all__ = ["MASK_KEY_PURPOSE", "SHARES_PURPOSE", "masking_minimum", "SecAggError", "SecureAggregator", "neighbour_graph",
            "threshold_for"]

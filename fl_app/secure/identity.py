@@ -1,0 +1,218 @@
+"""Node identity: long-term Ed25519 signing keys and the federation roster.
+
+Why: the server relays every public key the nodes agree keys with (the sealed relay's mail
+keys, SecAgg+'s mask keys). Unsigned, it could hand each node a key of its own and stand in
+the middle of every pairwise secret. So each node signs the keys it publishes with a
+long-term Ed25519 key, and every node checks the keys it receives against a roster
+(partition id -> public signing key) that reaches it out of band, never through the server.
+
+What is signed (:func:`key_statement`): purpose, run id, the publishing node's Flower node id,
+its partition id and the public key. A signature therefore cannot be moved to another run,
+purpose or node id, and one partition cannot be claimed by two node ids.
+
+Where identities come from:
+
+- deployment: ``python -m fl_app.secure.identity keygen --partitions N --out DIR`` writes one
+  private key per partition (``node-<i>.key``, PEM, mode 0600) and ``roster.json``; each
+  SuperNode gets ``--node-config "identity-key='DIR/node-<i>.key' roster='DIR/roster.json'"``
+  (its own key file only) and its policy ``allow-simulated-identity=false``;
+- simulation: Flower's simulation gives nodes no files, so a node without ``identity-key``
+  uses the *simulated* identity of its partition, derived from a public constant. The
+  checks run the same way, but anyone can compute these keys: they authenticate nothing,
+  and runs that use them say so in their results (``privacy.identities``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+
+#: Roster file format version.
+ROSTER_VERSION = 1
+#: Bytes of a :class:`SignedKey` (partition int32 | public key | signature).
+SIGNED_KEY_BYTES = 4 + 32 + 64
+_SIMULATED = b"fedrec-privacy/simulated-identity/v1|"
+
+
+class IdentityError(PermissionError):
+    """A key fails its signature check, or identities are misconfigured; names the node."""
+
+
+def key_statement(purpose: str, run_id: int, node_id: int, partition: int,
+                  public_key: bytes) -> bytes:
+    """The bytes a node signs when it publishes ``public_key`` (see the module docstring)."""
+    return (f"fedrec-key|v1|{purpose}|run={int(run_id)}|node={int(node_id)}|"
+            f"partition={int(partition)}|").encode() + bytes(public_key)
+
+
+@dataclass(frozen=True)
+class SignedKey:
+    """A published public key with the publisher's partition and signature (100 bytes)."""
+
+    partition: int
+    public_key: bytes
+    signature: bytes
+
+    def to_bytes(self) -> bytes:
+        return int(self.partition).to_bytes(4, "big", signed=True) + self.public_key + \
+            self.signature
+
+    @classmethod
+    def from_bytes(cls, blob: bytes, who: str) -> SignedKey:
+        blob = bytes(blob)
+        if len(blob) != SIGNED_KEY_BYTES:
+            raise IdentityError(f"the key published for {who} is not signed ({len(blob)} "
+                                f"bytes, a signed key has {SIGNED_KEY_BYTES})")
+        return cls(int.from_bytes(blob[:4], "big", signed=True), blob[4:36], blob[36:])
+
+
+class SigningIdentity:
+    """A node's long-term Ed25519 key."""
+
+    def __init__(self, private_key: Ed25519PrivateKey) -> None:
+        self._key = private_key
+
+    @classmethod
+    def generate(cls) -> SigningIdentity:
+        return cls(Ed25519PrivateKey.generate())
+
+    @classmethod
+    def simulated(cls, partition: int) -> SigningIdentity:
+        """The public, deterministic identity of a simulated partition (authenticates
+        nothing: see the module docstring)."""
+        seed = hashlib.sha256(_SIMULATED + str(int(partition)).encode()).digest()
+        return cls(Ed25519PrivateKey.from_private_bytes(seed))
+
+    @classmethod
+    def load(cls, path: str | Path) -> SigningIdentity:
+        """A PEM (PKCS#8) private key file, as ``keygen`` writes it."""
+        path = Path(path)
+        try:
+            key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        except (OSError, ValueError, TypeError) as exc:
+            raise IdentityError(f"identity key {path}: cannot read an unencrypted PEM "
+                                f"private key ({type(exc).__name__})") from None
+        if not isinstance(key, Ed25519PrivateKey):
+            raise IdentityError(f"identity key {path}: not an Ed25519 private key")
+        return cls(key)
+
+    def save(self, path: str | Path) -> None:
+        """Write the private key as PEM, readable by its owner only."""
+        pem = self._key.private_bytes(serialization.Encoding.PEM,
+                                      serialization.PrivateFormat.PKCS8,
+                                      serialization.NoEncryption())
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(pem)
+
+    def public_bytes(self) -> bytes:
+        return self._key.public_key().public_bytes(serialization.Encoding.Raw,
+                                                   serialization.PublicFormat.Raw)
+
+    def sign_key(self, purpose: str, run_id: int, node_id: int, partition: int,
+                 public_key: bytes) -> SignedKey:
+        """Sign ``public_key`` as published by this node (``node_id``, ``partition``)."""
+        statement = key_statement(purpose, run_id, node_id, partition, public_key)
+        return SignedKey(int(partition), bytes(public_key), self._key.sign(statement))
+
+
+class Roster:
+    """The federation's public signing keys by partition id, handed to nodes out of band."""
+
+    def __init__(self, keys: Mapping[int, bytes], source: str) -> None:
+        self.keys = {int(p): bytes(k) for p, k in keys.items()}
+        self.source = source
+
+    @classmethod
+    def simulated(cls, partitions: Iterable[int]) -> Roster:
+        return cls({p: _simulated_public(p) for p in partitions}, "simulated")
+
+    @classmethod
+    def load(cls, path: str | Path) -> Roster:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+            if data.get("version") != ROSTER_VERSION:
+                raise ValueError(f"'version' is {data.get('version')!r}, expected "
+                                 f"{ROSTER_VERSION}")
+            keys = {int(p): bytes.fromhex(k) for p, k in data["nodes"].items()}
+        except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
+            raise IdentityError(f"roster {path}: expected JSON {{\"version\": "
+                                f"{ROSTER_VERSION}, \"nodes\": {{\"<partition>\": "
+                                f"\"<hex Ed25519 public key>\"}}}} ({exc})") from None
+        bad = [p for p, k in keys.items() if len(k) != 32]
+        if bad:
+            raise IdentityError(f"roster {path}: the key of partition {bad[0]} is not 32 bytes")
+        return cls(keys, str(path))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(
+            {"version": ROSTER_VERSION,
+             "nodes": {str(p): k.hex() for p, k in sorted(self.keys.items())}}, indent=2) + "\n")
+
+    def verify(self, purpose: str, run_id: int, node_id: int, signed: SignedKey) -> bytes:
+        """The public key ``node_id`` published, if its signature checks; else an error
+        naming the node (the server substituted or forged it)."""
+        who = f"node {node_id} (partition {signed.partition})"
+        signing_key = self.keys.get(signed.partition)
+        if signing_key is None:
+            raise IdentityError(f"the key published for {who} claims a partition that is not "
+                                f"in the roster ({self.source})")
+        statement = key_statement(purpose, run_id, node_id, signed.partition, signed.public_key)
+        try:
+            Ed25519PublicKey.from_public_bytes(signing_key).verify(signed.signature, statement)
+        except InvalidSignature:
+            raise IdentityError(f"the {purpose} key published for {who} does not carry that "
+                                f"partition's signature (roster {self.source}): substituted "
+                                "or forged on the way; refusing it") from None
+        return signed.public_key
+
+
+@lru_cache(maxsize=4096)
+def _simulated_public(partition: int) -> bytes:
+    """Cached: a simulated node rebuilds the roster for every message it handles."""
+    return SigningIdentity.simulated(partition).public_bytes()
+
+
+def keygen(partitions: int, out: str | Path) -> Roster:
+    """One identity per partition in ``out`` (``node-<i>.key``) and the ``roster.json``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    keys = {}
+    for p in range(partitions):
+        identity = SigningIdentity.generate()
+        identity.save(out / f"node-{p}.key")
+        keys[p] = identity.public_bytes()
+    roster = Roster(keys, str(out / "roster.json"))
+    roster.save(out / "roster.json")
+    return roster
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m fl_app.secure.identity",
+                                     description="Make node identities and the roster.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("keygen", help="one Ed25519 key per partition, plus roster.json")
+    gen.add_argument("--partitions", type=int, required=True)
+    gen.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    roster = keygen(args.partitions, args.out)
+    print(f"wrote {len(roster.keys)} node keys and {roster.source}: give SuperNode i only "
+          f"node-<i>.key, every SuperNode the roster")
+
+
+if __name__ == "__main__":
+    main()

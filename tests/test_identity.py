@@ -1,0 +1,288 @@
+"""Node identities and signed keys: a server that substitutes a public key is refused, and
+SecAgg+ holds against a server that shows different nodes different survivor lists.
+
+Every run is on the in-process grid with the real ClientApp (diagnostic actions added).
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from flwr.app import ConfigRecord, RecordDict
+
+from fl_app.client_app import build_client_app
+from fl_app.messaging import Messenger, NodeError
+from fl_app.secure.identity import (
+    IdentityError,
+    Roster,
+    SignedKey,
+    SigningIdentity,
+    keygen,
+    main,
+)
+from fl_app.secure.keys import NodeKeys
+from fl_app.secure.relay import relay_secret
+from fl_app.secure.sealed import MAIL_PURPOSE, open_mailroom
+from fl_app.secure.secagg import (
+    MASK_KEY_PURPOSE,
+    SecAggError,
+    SecureAggregator,
+    masking_minimum,
+    threshold_for,
+)
+from tests.localgrid import LocalGrid
+from tests.simutil import DIAGNOSTIC_APP, diag_expected, diag_request
+
+SHAPES = {"v": (6,)}
+
+
+# -- signatures and the roster -------------------------------------------------------------
+def test_a_signed_key_checks_only_for_its_run_purpose_node_and_partition(tmp_path: Path) -> None:
+    roster = keygen(3, tmp_path)
+    me = SigningIdentity.load(tmp_path / "node-1.key")
+    pk = NodeKeys().public_bytes()
+    signed = me.sign_key(MAIL_PURPOSE, run_id=7, node_id=1001, partition=1, public_key=pk)
+    blob = signed.to_bytes()
+    assert roster.verify(MAIL_PURPOSE, 7, 1001, SignedKey.from_bytes(blob, "x")) == pk
+    assert Roster.load(tmp_path / "roster.json").keys == roster.keys
+    for purpose, run, node in [(MASK_KEY_PURPOSE, 7, 1001), (MAIL_PURPOSE, 8, 1001),
+                               (MAIL_PURPOSE, 7, 1002)]:
+        with pytest.raises(IdentityError, match="does not carry that partition's signature"):
+            roster.verify(purpose, run, node, signed)
+    # the same signature claimed for another partition, or a key the server signed itself
+    with pytest.raises(IdentityError, match=r"node 1001 \(partition 2\)"):
+        roster.verify(MAIL_PURPOSE, 7, 1001, SignedKey(2, pk, signed.signature))
+    forged = SigningIdentity.generate().sign_key(MAIL_PURPOSE, 7, 1001, 1, pk)
+    with pytest.raises(IdentityError, match="substituted or forged"):
+        roster.verify(MAIL_PURPOSE, 7, 1001, forged)
+    with pytest.raises(IdentityError, match="not in the roster"):
+        roster.verify(MAIL_PURPOSE, 7, 1001, SignedKey(9, pk, signed.signature))
+    with pytest.raises(IdentityError, match="is not signed"):
+        SignedKey.from_bytes(pk, "node 1001")
+    assert (tmp_path / "node-0.key").stat().st_mode & 0o077 == 0  # owner-only key file
+
+
+def test_bad_identity_files_are_clear_errors(tmp_path: Path, capsys) -> None:
+    (tmp_path / "roster.json").write_text('{"nodes": {}}')
+    with pytest.raises(IdentityError, match=r"roster .*roster.json: expected JSON"):
+        Roster.load(tmp_path / "roster.json")
+    (tmp_path / "k.key").write_text("not a key")
+    with pytest.raises(IdentityError, match=r"k.key: cannot read"):
+        SigningIdentity.load(tmp_path / "k.key")
+    main(["keygen", "--partitions", "2", "--out", str(tmp_path / "ids")])
+    assert "wrote 2 node keys" in capsys.readouterr().out
+    assert sorted(Roster.load(tmp_path / "ids" / "roster.json").keys) == [0, 1]
+
+
+def _hello(grid: LocalGrid, messenger: Messenger) -> list[int]:
+    nodes = messenger.node_ids()
+    data = RecordDict({"data": ConfigRecord({"dataset": "synthetic", "synthetic-users": 30,
+                                             "synthetic-items": 20, "seed": 1,
+                                             "partition": "shards-contiguous"})})
+    messenger.broadcast("hello", data, nodes)
+    messenger.node_labels = {n: f"node {n} (partition {i})" for i, n in enumerate(nodes)}
+    return nodes
+
+
+def _deployed_configs(tmp_path: Path, n: int, **extra: Any) -> dict[int, dict[str, Any]]:
+    keygen(n, tmp_path)
+    return {i: {"identity-key": str(tmp_path / f"node-{i}.key"),
+                "roster": str(tmp_path / "roster.json"), **extra} for i in range(n)}
+
+
+def test_nodes_with_roster_files_run_a_secure_sum(tmp_path: Path) -> None:
+    configs = _deployed_configs(tmp_path, 3, **{"allow-simulated-identity": "false"})
+    with LocalGrid(build_client_app(**DIAGNOSTIC_APP), 3, node_configs=configs) as grid:
+        messenger = Messenger(grid, timeout=10)
+        nodes = _hello(grid, messenger)
+        agg = SecureAggregator(messenger, nodes, seed=1)
+        agg.setup()
+        got = agg.sum("diag_secure_sum", diag_request(2, SHAPES), max_abs=10.0)
+    np.testing.assert_allclose(got["v"], diag_expected(2, SHAPES, [0, 1, 2])["v"], atol=1e-6)
+
+
+@pytest.mark.parametrize("fault", ["no roster", "another's key", "no simulated identity"])
+def test_identity_config_errors_fail_the_handshake_naming_the_node(tmp_path: Path,
+                                                                   fault: str) -> None:
+    configs = _deployed_configs(tmp_path, 3)
+    if fault == "no roster":
+        configs[1] = {"identity-key": configs[1]["identity-key"]}
+        expected = "sets 'identity-key' but not 'roster'"
+    elif fault == "another's key":
+        configs[1]["identity-key"] = configs[0]["identity-key"]
+        expected = "is not the key the roster"
+    else:
+        configs[1] = {"allow-simulated-identity": "false"}
+        expected = "allow-simulated-identity=false"
+    with LocalGrid(build_client_app(**DIAGNOSTIC_APP), 3, node_configs=configs) as grid:
+        messenger = Messenger(grid, timeout=10)
+        with pytest.raises(NodeError) as err:
+            _hello(grid, messenger)
+    assert expected in str(err.value) and "partition 1" in str(err.value)
+
+
+def test_the_results_say_which_nodes_signed_with_simulated_identities(tmp_path: Path) -> None:
+    from strategies.base import handshake
+
+    configs = _deployed_configs(tmp_path, 3)
+    del configs[2]
+    with LocalGrid(build_client_app(**DIAGNOSTIC_APP), 3, node_configs=configs) as grid:
+        messenger = Messenger(grid, timeout=10)
+        handshake(messenger, {"dataset": "synthetic", "synthetic-users": 30,
+                                    "synthetic-items": 20, "seed": 1,
+                                    "partition": "shards-contiguous"})
+        report = messenger.privacy_report()["identities"]
+    assert len(report["roster"]) == 2 and report["simulated"] == [
+        f"node {grid.ids[2]} (partition 2)"]
+
+
+# -- a server in the middle ------------------------------------------------------------------
+def _substitute(blob: bytes, node: int, partition: int, purpose: str) -> bytes:
+    """The server's own key in place of ``node``'s, signed with a key the roster lacks."""
+    fake = SigningIdentity.generate()
+    return fake.sign_key(purpose, 1, node, partition, NodeKeys().public_bytes()).to_bytes()
+
+
+@pytest.mark.parametrize("how", ["forged", "another-node's"])
+def test_a_substituted_mail_key_is_refused(tmp_path: Path, how: str) -> None:
+    configs = _deployed_configs(tmp_path, 3)
+    with LocalGrid(build_client_app(**DIAGNOSTIC_APP), 3, node_configs=configs) as grid:
+        messenger = Messenger(grid, timeout=10)
+        nodes = _hello(grid, messenger)
+        room = open_mailroom(messenger, nodes)
+        victim = nodes[1]
+        room.directory[victim] = (_substitute(room.directory[victim], victim, 1, MAIL_PURPOSE)
+                                  if how == "forged" else room.directory[nodes[2]])
+        with pytest.raises(NodeError) as err:  # node 0 makes a secret and mails every peer
+            relay_secret(messenger, nodes, purpose="test-secret", owner=nodes[0])
+        sealed_for_victim = [r for r in room.view if r.recipient == victim]
+    text = str(err.value)
+    assert f"node {nodes[0]} (partition 0) failed" in text
+    if how == "forged":
+        assert f"node {victim}" in text and "substituted or forged" in text
+    else:  # the server copied node 2's genuine signed key: it is signed for node 2 only
+        assert "partition 2 appears as node" in text
+        assert f"node {nodes[2]}" in text and f"node {victim}" in text
+    assert not sealed_for_victim  # nothing was sealed under the server's key
+
+
+def test_a_substituted_mask_key_aborts_key_setup(tmp_path: Path) -> None:
+    """The server swaps one node's SecAgg+ mask key in the share round: its neighbours refuse
+    before any seed share is made or mailed."""
+
+    class MiddleServer(SecureAggregator):
+        def _share_seeds(self, first_sum: int) -> None:
+            victim = self.nodes[2]
+            self.s_pks[victim] = _substitute(self.s_pks[victim], victim, 2, MASK_KEY_PURPOSE)
+            super()._share_seeds(first_sum)
+
+    configs = _deployed_configs(tmp_path, 4)
+    with LocalGrid(build_client_app(**DIAGNOSTIC_APP), 4, node_configs=configs) as grid:
+        messenger = Messenger(grid, timeout=10)
+        nodes = _hello(grid, messenger)
+        with pytest.raises(NodeError) as err:
+            MiddleServer(messenger, nodes, seed=1).setup()
+        room = messenger.mailroom
+        shares = [r for r in room.view if r.purpose.startswith("secagg-share")]
+    assert f"node {nodes[2]} (partition 2)" in str(err.value)
+    assert "secagg-mask key" in str(err.value) and "substituted or forged" in str(err.value)
+    assert not shares  # the first node to see the swapped key refused before sharing
+
+
+# -- survivor lists that differ from node to node -----------------------------------------
+def _attack_succeeds(d: int, t: int, masked: int) -> bool:
+    """Can the server split u's neighbourhood (``d`` neighbours + u) into a group that gives
+    ``t`` seed shares (u itself may be one) and a disjoint group holding all ``masked``
+    pairwise keys? Exhaustive over which neighbours u masked with and how the rest split."""
+    holders = list(range(d))  # u's neighbours; u is the extra holder
+    for mask_set in itertools.combinations(holders, masked):
+        rest = [h for h in holders if h not in mask_set]
+        if len(rest) + 1 >= t:  # u's own share plus every neighbour outside the mask set
+            return True
+    return False
+
+
+def test_masking_minimum_is_exactly_what_blocks_the_split_survivor_attack() -> None:
+    for d in range(2, 12):
+        t = threshold_for(d + 1)
+        need = masking_minimum(d, t)
+        assert not _attack_succeeds(d, t, need), (d, t, need)
+        assert need == 0 or _attack_succeeds(d, t, need - 1), (d, t, need)
+
+
+class _SplitServer(SecureAggregator):
+    """Shows the victim an alive list with too few neighbours: the first half of a split
+    survivor attack (the neighbours it masked with are later told it dropped)."""
+
+    victim = -1
+
+    def _requests(self, content: Any, nodes: Any, cfg: Any) -> dict[int, RecordDict]:
+        nodes = list(nodes)
+        if "alive" in cfg and nodes == [self.victim]:
+            others = [v for v in cfg["alive"] if v != self.victim]
+            cfg = {**cfg, "alive": others[:2]}
+        return super()._requests(content, nodes, cfg)
+
+
+def test_a_node_refuses_to_mask_with_too_few_neighbours() -> None:
+    with LocalGrid(build_client_app(**DIAGNOSTIC_APP), 5) as grid:
+        messenger = Messenger(grid, timeout=10)
+        nodes = _hello(grid, messenger)
+        agg = _SplitServer(messenger, nodes, seed=1)
+        agg.victim = nodes[3]
+        agg.setup()
+        with pytest.raises(NodeError) as err:
+            agg.sum("diag_secure_sum", diag_request(3, SHAPES), max_abs=10.0)
+    text = str(err.value)
+    assert f"node {nodes[3]}" in text and "leaves 2 of its 4 neighbours to mask with" in text
+    assert "it needs 3" in text
+
+
+# -- dropouts during the unmasking --------------------------------------------------------------
+class _SilentInUnmask(SecureAggregator):
+    """A node answers its masked input, then goes silent before the unmasking round."""
+
+    quiet: tuple[int, ...] = ()
+    grid: LocalGrid | None = None
+
+    def _unmask(self, total: Any, survivors: Any, dropped: Any, phase: str) -> Any:
+        self.grid.silent.update(self.quiet)
+        try:
+            return super()._unmask(total, survivors, dropped, phase)
+        finally:
+            self.grid.silent.difference_update(self.quiet)
+
+
+def test_the_unmasking_tolerates_silent_nodes_up_to_the_threshold() -> None:
+    with LocalGrid(build_client_app(**DIAGNOSTIC_APP), 5) as grid:
+        messenger = Messenger(grid, timeout=0.5)
+        nodes = _hello(grid, messenger)
+        agg = _SilentInUnmask(messenger, nodes, seed=1)
+        agg.grid, agg.quiet = grid, (nodes[1], nodes[4])  # 3 of 5 answer; threshold 3
+        agg.setup()
+        got = agg.sum("diag_secure_sum", diag_request(4, SHAPES), max_abs=10.0)
+        # their inputs arrived, so they are in the sum; they are out of the later ones
+        np.testing.assert_allclose(got["v"], diag_expected(4, SHAPES, list(range(5)))["v"],
+                                   atol=1e-6)
+        assert agg.alive == {nodes[0], nodes[2], nodes[3]}
+        dropouts = messenger.privacy_report()["dropouts"]
+        assert [d["node_ids"] for d in dropouts] == [[nodes[1], nodes[4]]]
+        assert dropouts[0]["phase"].endswith(":unmask")
+
+
+def test_a_silent_node_holding_a_dropped_nodes_pairwise_key_abandons_the_sum() -> None:
+    with LocalGrid(build_client_app(**DIAGNOSTIC_APP), 6) as grid:
+        messenger = Messenger(grid, timeout=0.5)
+        nodes = _hello(grid, messenger)
+        agg = _SilentInUnmask(messenger, nodes, seed=1)
+        agg.grid, agg.quiet, agg.drop = grid, (nodes[1],), {nodes[0]}
+        agg.setup()
+        with pytest.raises(SecAggError) as err:
+            agg.sum("diag_secure_sum", diag_request(4, SHAPES), max_abs=10.0)
+    text = str(err.value)
+    assert f"node {nodes[1]} (partition 1) went silent" in text
+    assert f"dropped node {nodes[0]} (partition 0)" in text and "abandoned" in text
