@@ -9,13 +9,12 @@ checks every key it is handed, so a key the server substitutes is refused.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
+from clients.policy import NodePolicy
 from fl_app.secure.identity import IdentityError, Roster, SignedKey, SigningIdentity
-
-if TYPE_CHECKING:
-    from clients.node import NodeContext
 
 #: Node config keys of a deployed node's identity.
 IDENTITY_KEY, ROSTER_KEY = "identity-key", "roster"
@@ -42,24 +41,25 @@ class NodeIdentity:
         return signed.partition, self.roster.verify(purpose, run_id, node_id, signed)
 
 
-def load_identity(node: NodeContext) -> NodeIdentity:
-    """This node's identity from its node config, else the simulated one (policy allowing)."""
-    cfg = node.context.node_config
+def load_identity(cfg: Mapping[str, Any], policy: NodePolicy, who: str) -> NodeIdentity:
+    """This node's identity from its node config ``cfg``, else the simulated one (if
+    ``policy`` allows); ``who`` names the node in errors."""
     partition = int(cfg.get("partition-id", -1))
     key_path, roster_path = cfg.get(IDENTITY_KEY), cfg.get(ROSTER_KEY)
     if bool(key_path) != bool(roster_path):
         missing = ROSTER_KEY if key_path else IDENTITY_KEY
-        raise IdentityError(f"{node.who}: node config sets "
+        raise IdentityError(f"{who}: node config sets "
                             f"'{IDENTITY_KEY if key_path else ROSTER_KEY}' but not "
                             f"'{missing}'; a node needs both its key and the roster")
     if key_path:
         signer, roster = SigningIdentity.load(str(key_path)), Roster.load(str(roster_path))
         if roster.keys.get(partition) != signer.public_bytes():
-            raise IdentityError(f"{node.who}: its identity key {key_path} is not the key the "
+            raise IdentityError(f"{who}: its identity key {key_path} is not the key the "
                                 f"roster {roster_path} lists for partition {partition}")
         return NodeIdentity(signer, roster, partition, simulated=False)
-    node.policy.require("allow-simulated-identity", "simulated identities (public "
+    policy.require("allow-simulated-identity", "simulated identities (public "
                         "deterministic signing keys; node config has no 'identity-key' and "
-                        "'roster')", node.who)
-    roster = Roster.simulated([-1, *range(max(node.num_partitions_or_zero, partition + 1))])
+                        "'roster')", who)
+    known = max(int(cfg.get("num-partitions", 0)), partition + 1)
+    roster = Roster.simulated([-1, *range(known)])
     return NodeIdentity(SigningIdentity.simulated(partition), roster, partition, simulated=True)

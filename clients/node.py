@@ -71,7 +71,7 @@ class NodeContext:
         (``clients/identity.py``)."""
         from clients.identity import load_identity
 
-        return load_identity(self)
+        return load_identity(self.context.node_config, self.policy, self.who)
 
     @cached_property
     def policy(self) -> NodePolicy:
@@ -103,11 +103,6 @@ class NodeContext:
     @property
     def num_partitions(self) -> int:
         return int(self.context.node_config["num-partitions"])
-
-    @property
-    def num_partitions_or_zero(self) -> int:
-        """``num-partitions`` if the node config has it (an item server may not), else 0."""
-        return int(self.context.node_config.get("num-partitions", 0))
 
     def _simulated_item_servers(self) -> int:
         """Item servers among the simulated nodes (run config ``item-servers``, sent with the
