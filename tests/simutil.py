@@ -57,3 +57,23 @@ def diag_expected(seed: int, shapes: dict[str, tuple[int, ...]],
 
     return {name: sum(diagnostic_vector(seed + i, p, shape) for p in partitions)
             for i, (name, shape) in enumerate(sorted(shapes.items()))}
+
+
+def run_in_process(overrides: dict[str, Any], num_nodes: int = 4, *,
+                   node_policy: dict[str, Any] | None = None, quiet: bool = True,
+                   **_: Any) -> dict[str, Any]:
+    """The record :func:`fl_app.simulation.run_in_simulation` returns, from the same
+    ServerApp code (``run_protocol``) and the real ClientApp on the in-process
+    :class:`tests.localgrid.LocalGrid` instead of Ray: the protocol's messages and
+    arithmetic are the same, without seconds of Ray start-up per run. Each protocol keeps
+    at least one test on a real Flower simulation."""
+    from fl_app.client_app import build_client_app
+    from fl_app.registry import load_strategy_class, resolve_config
+    from fl_app.server_app import run_protocol
+    from tests.localgrid import LocalGrid
+
+    cfg = resolve_config(overrides)
+    extra = [m for m in [getattr(load_strategy_class(str(cfg["protocol"])), "clients", "")]
+             if m]
+    with LocalGrid(build_client_app(extra, policy=node_policy or {}), num_nodes) as grid:
+        return run_protocol(grid, cfg)

@@ -13,6 +13,7 @@ from fl_app.recsys.mf import BPRMF
 from fl_app.secure.fixedpoint import FixedPoint
 from fl_app.simulation import run_in_simulation
 from strategies.fedmf import LOSS_CAP
+from tests.simutil import run_in_process
 
 ROUNDS = 6
 NODES = 5
@@ -26,7 +27,9 @@ EXACT = {"protocol": "fedmf", "dataset": "synthetic", "synthetic-users": 120,
 
 @pytest.fixture(scope="module")
 def exact_plain() -> dict:
-    return run_in_simulation(EXACT, num_nodes=NODES, quiet=True, node_policy=PLAIN_OK)
+    # the exact-mode comparisons run the ServerApp and ClientApp code in process; local mode
+    # (below) runs on a real Flower simulation
+    return run_in_process(EXACT, num_nodes=NODES, quiet=True, node_policy=PLAIN_OK)
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +58,8 @@ def test_exact_mode_plain_matches_centralized_gradient_descent(exact_plain, exac
 
 def test_exact_mode_secagg_matches_within_fixed_point_resolution(exact_reference):
     ref, _ = exact_reference
-    record = run_in_simulation({**EXACT, "aggregator": "secagg+",
-                                "run-name": "test-fedmf-exact-secagg"}, num_nodes=NODES,
-                               quiet=True)
+    record = run_in_process({**EXACT, "aggregator": "secagg+",
+                             "run-name": "test-fedmf-exact-secagg"}, num_nodes=NODES)
     # The declared range is max users per node x max(mf-factor-bound, loss cap); SecAgg+
     # picks frac_bits for it, and each decoded sum is within NODES * resolution / 2 of the
     # exact one. V moves by lr / N times that per round (N >= 100 users), and the errors of

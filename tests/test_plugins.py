@@ -12,6 +12,7 @@ import run_simulation
 from datasets import DatasetSpec, load_dataset
 from fl_app.recsys.metrics import ranking_sums
 from fl_app.simulation import run_in_simulation
+from tests.simutil import run_in_process
 
 SMALL = ["--protocol", "fedmf", "--set", "synthetic-users=60", "--set", "synthetic-items=80",
          "--set", "mf-dim=4", "--node-policy", "allow-plain=true",
@@ -42,7 +43,7 @@ def test_new_protocol_with_own_client_handlers(monkeypatch) -> None:
     monkeypatch.setenv("FEDREC_CLIENT_MODULES", "examples.item_popularity")
     cfg = {"protocol": "examples.item_popularity:ItemPopularity", "synthetic-users": 80,
            "synthetic-items": 60, "run-name": "popularity-test"}
-    record = run_in_simulation(cfg, num_nodes=4, quiet=True)
+    record = run_in_process(cfg, num_nodes=4)  # the Ray path: the documented protocol below
     data = load_dataset(DatasetSpec.from_config(cfg))
     deg = np.asarray(data.train.sum(axis=0)).ravel()
     want = ranking_sums(np.tile(deg, (data.n_users, 1)), data.train, data.test, k=20).means()

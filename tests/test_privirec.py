@@ -18,11 +18,15 @@ from fl_app.recsys.linalg import (
 )
 from fl_app.recsys.metrics import ranking_sums
 from fl_app.simulation import run_in_simulation as _run_in_simulation
+from tests.simutil import run_in_process as _run_in_process
 
 #: These runs ask for seeded Omega (comparisons with the reference), plain sums and sparse
 #: transport: the simulated nodes' operator opts in explicitly (the default policy refuses).
 OPT_IN = {"allow-plain": True, "allow-seeded-omega": True, "allow-sparse-transport": True}
+#: The secure run (the module fixture) is a real Flower simulation; the other runs use the
+#: same ServerApp and ClientApp code on the in-process grid (no Ray start-up per run).
 run_in_simulation = partial(_run_in_simulation, node_policy=OPT_IN)
+run_in_process = partial(_run_in_process, node_policy=OPT_IN)
 
 # Density 0.15 (6 items per user), because the comparisons below need two properties of
 # the data that the clustered synthetic generator does not give at 90 x 40 with density 0.05
@@ -99,7 +103,7 @@ def test_full_rank_iteration_gives_exact_truncated_projector() -> None:
     cfg = {**BASE, "protocol": "privirec", "aggregator": "plain", "privirec-rank": 40,
            "privirec-filter-rank": 6, "privirec-ritz": "true", "privirec-filters": "gf-cf",
            "run-name": "test-privirec-full"}
-    record = run_in_simulation(cfg, num_nodes=3, quiet=True)
+    record = run_in_process(cfg, num_nodes=3, quiet=True)
     R_tilde, _, _ = normalize_interactions(_binary_train(cfg), 0.5)
     vecs, _ = top_eigvecs_exact(item_item_matrix(R_tilde), 6)
     S = record["extra"]["S"][:, :6]
@@ -109,11 +113,11 @@ def test_full_rank_iteration_gives_exact_truncated_projector() -> None:
 def test_privirec_k_runs_and_rejects_bad_rank() -> None:
     cfg = {**BASE, "protocol": "privirec-k", "aggregator": "plain", "privirec-k": 20,
            "privirec-filter-rank": 6, "privirec-filters": "gf-cf", "run-name": "test-pk"}
-    record = run_in_simulation(cfg, num_nodes=3, quiet=True)
+    record = run_in_process(cfg, num_nodes=3, quiet=True)
     assert 0.0 < record["metrics"]["gf-cf/ndcg@20"] <= 1.0
     assert record["extra"]["P"] == {}
     with pytest.raises(Exception, match="larger than the number of items"):
-        run_in_simulation({**cfg, "privirec-k": 500}, num_nodes=3, quiet=True)
+        run_in_process({**cfg, "privirec-k": 500}, num_nodes=3, quiet=True)
 
 
 def test_cold_items_and_users_without_training_rows_are_handled() -> None:
@@ -125,7 +129,7 @@ def test_cold_items_and_users_without_training_rows_are_handled() -> None:
     data = load_dataset(DatasetSpec.from_config(cfg))
     assert len(data.cold_items) > 0 and len(data.cold_users) > 0
     assert (np.asarray(data.train.sum(axis=0)).ravel() == 0).any()
-    record = run_in_simulation(cfg, num_nodes=3, quiet=True)
+    record = run_in_process(cfg, num_nodes=3, quiet=True)
     for name in ("gf-cf", "turbo-cf"):
         assert np.isfinite(record["metrics"][f"{name}/ndcg@20"])
     assert np.all(np.isfinite(record["extra"]["S"]))
@@ -141,11 +145,11 @@ def test_float32_wire_halves_bytes_and_keeps_results() -> None:
     cfg = {**BASE, "protocol": "privirec-k", "aggregator": "plain", "privirec-k": 24,
            "privirec-omega": "seeded", "privirec-filter-rank": 6,
            "privirec-filters": "gf-cf,bspm-em", "run-name": "test-pk64"}
-    r64 = run_in_simulation(cfg, num_nodes=3, quiet=True)
-    again = run_in_simulation({**cfg, "run-name": "test-pk64-again"}, num_nodes=3, quiet=True)
+    r64 = run_in_process(cfg, num_nodes=3, quiet=True)
+    again = run_in_process({**cfg, "run-name": "test-pk64-again"}, num_nodes=3, quiet=True)
     assert np.array_equal(again["extra"]["S"], r64["extra"]["S"])
     assert again["metrics"] == r64["metrics"]
-    r32 = run_in_simulation({**cfg, "privirec-wire-dtype": "float32", "run-name": "test-pk32"},
+    r32 = run_in_process({**cfg, "privirec-wire-dtype": "float32", "run-name": "test-pk32"},
                             num_nodes=3, quiet=True)
     np.testing.assert_allclose(_projector(r32["extra"]["S"][:, :6]),
                                _projector(r64["extra"]["S"][:, :6]), atol=1e-4)
@@ -156,5 +160,5 @@ def test_float32_wire_halves_bytes_and_keeps_results() -> None:
     up64 = r64["communication"]["bytes_per_node"]["mean_up"]
     assert up32 < 0.7 * up64, (up32, up64)
     with pytest.raises(Exception, match="float32 needs aggregator"):
-        run_in_simulation({**cfg, "aggregator": "secagg+", "privirec-wire-dtype": "float32"},
+        run_in_process({**cfg, "aggregator": "secagg+", "privirec-wire-dtype": "float32"},
                           num_nodes=3, quiet=True)
