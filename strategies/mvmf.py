@@ -37,9 +37,9 @@ from flwr.serverapp import Grid
 from fl_app.config import ConfigError, Key
 from fl_app.messaging import Messenger
 from fl_app.recsys.mvmf import (
+    MVMF,
     P_UPDATES,
     WEIGHTINGS,
-    MVMF,
     MVMFConfig,
     attribute_dim,
     attribute_matrix,
