@@ -99,6 +99,9 @@ def attack(users: int, sweep_users: int, epochs: int, data_dir: str) -> dict[str
         result[scenario] = {"rating": float(acc[0]), "attribute": float(acc[1]),
                             "baseline_rating": base_r, "baseline_attribute": base_x,
                             "solver": A.SOLVERS[scenario]}
+        if weighting == "inclunc":  # all-unrated guess: InclUnc accuracy counts the zeros
+            result[scenario]["majority_rating"] = float(np.mean(
+                [np.mean(data.train[u].toarray() == 0) for u in sample]))
         log(f"attack {scenario}: rating {acc[0]:.3f} attribute {acc[1]:.3f} "
             f"({time.perf_counter() - t0:.1f} s)")
         bs = [0.0, 0.5, 2.0] + ([10.0, 1e4] if weighting == "inclunc" else [])
@@ -131,6 +134,8 @@ def attack(users: int, sweep_users: int, epochs: int, data_dir: str) -> dict[str
     acc = np.mean(accs, axis=0)
     result["privmvmf"] = {"rating": float(acc[0]), "attribute": float(acc[1]),
                           "baseline_rating": 1 / 6, "baseline_attribute": 0.5,
+                          "majority_rating": float(np.mean(
+                              [np.mean(data.train[u].toarray() == 0) for u in sample])),
                           "what": "SemiALS-InclUnc attack on the decrypted sum over all users "
                                   "(the only gradient the PrivMVMF server sees)"}
     log(f"attack on privmvmf's sum: rating {acc[0]:.3f} attribute {acc[1]:.3f}")
