@@ -20,10 +20,14 @@ from clients.registry import handler
 from fl_app.records import to_array_record
 from fl_app.secure.aggregate import (
     CIPHER_KEY,
+    CONTRIB_KEY,
     SHAPES_KEY,
+    SIGNED_KEY,
     SUM_KEY,
     VALUES_KEY,
     AggregationError,
+    contribution_digest,
+    contribution_purpose,
     flatten,
 )
 
@@ -61,7 +65,11 @@ def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
         values = mask_values(node, vec.astype(np.float64, copy=False))
         reply[VALUES_KEY] = to_array_record({"v": values})
     elif mode == "ckks":
-        reply[CIPHER_KEY] = ConfigRecord({"chunks": _encrypt(node, vec, cfg)})
+        chunks = _encrypt(node, vec, cfg)
+        sum_id = int(cfg["sum-id"])
+        signed = node.identity.sign(contribution_purpose(sum_id), node.context.run_id,
+                                    node.context.node_id, contribution_digest(sum_id, chunks))
+        reply[CIPHER_KEY] = ConfigRecord({"chunks": chunks, "signed-digest": signed})
     else:
         raise AggregationError(f"unknown sum mode {mode!r} (secagg+, plain or ckks)")
     for key, record in (extra or {}).items():
@@ -99,19 +107,72 @@ def _encrypt(node: NodeContext, vec: np.ndarray, cfg: ConfigRecord) -> list[byte
     return encrypt_packed(ctx, vec.astype(np.float64, copy=False))
 
 
+def _signed_sum(node: NodeContext, content: RecordDict, sum_id: int, ctx) -> list:
+    """The decrypter's own sum of the signed contributions it was sent (as TenSEAL vectors).
+
+    Every contribution must carry its node's signature (checked against this node's roster)
+    over the digest of exactly these ciphertexts under this run and sum id, and there must be
+    at least this node's ``min-survivors`` distinct partitions: a single node's ciphertext,
+    a forged or re-labelled one, or too small a set is refused.
+    """
+    import tenseal as ts
+
+    refuse = f"{node.who} refuses to decrypt sum {sum_id}"
+    if CONTRIB_KEY not in content.config_records or SIGNED_KEY not in content.config_records:
+        raise AggregationError(f"{refuse}: the request carries no signed contributions "
+                               f"('{CONTRIB_KEY}', '{SIGNED_KEY}'), so it cannot check that it "
+                               "opens a sum")
+    contribs, sigs = content.config_records[CONTRIB_KEY], content.config_records[SIGNED_KEY]
+    partitions: dict[int, int] = {}
+    total: list = []
+    for key in sorted(contribs, key=int):
+        sender = int(key)
+        chunks = [bytes(b) for b in contribs[key]]
+        if key not in sigs:
+            raise AggregationError(f"{refuse}: the contribution of node {sender} is unsigned")
+        digest = contribution_digest(sum_id, chunks)
+        try:
+            partition, signed = node.identity.check(contribution_purpose(sum_id),
+                                                    node.context.run_id, sender,
+                                                    bytes(sigs[key]))
+        except PermissionError as exc:
+            raise AggregationError(f"{refuse}: {exc}") from None
+        if signed != digest:
+            raise AggregationError(f"{refuse}: node {sender}'s ciphertexts are not the ones it "
+                                   "signed for this sum")
+        if partition in partitions:
+            raise AggregationError(f"{refuse}: partition {partition} contributes twice (nodes "
+                                   f"{partitions[partition]} and {sender})")
+        partitions[partition] = sender
+        vecs = [ts.ckks_vector_from(ctx, blob) for blob in chunks]
+        if total and len(vecs) != len(total):
+            raise AggregationError(f"{refuse}: node {sender} sent {len(vecs)} ciphertexts, "
+                                   f"others {len(total)}")
+        if not total:
+            total = vecs
+        else:
+            for acc, vec in zip(total, vecs):
+                acc.add_(vec)
+    need = node.policy.min_survivors
+    if len(partitions) < need:
+        raise AggregationError(f"{refuse}: it holds {len(partitions)} signed contribution(s), "
+                               f"fewer than its policy's min-survivors={need} (it never opens "
+                               "a single node's or a too small set's ciphertexts)")
+    return total
+
+
 @handler("aggregate_decrypt")
 def decrypt(content: RecordDict, node: NodeContext) -> RecordDict:
-    """The CKKS decrypter: open the summed ciphertexts of a sum this node contributed to.
+    """The CKKS decrypter: open a sum this node contributed to, summed by itself.
 
-    Refuses a sum id it did not encrypt for, or one it decrypted already: a decrypter opens
-    each sum once, never arbitrary ciphertexts on request.
+    Refuses a sum id it did not encrypt for, one it decrypted already, and any request whose
+    signed contributions do not check or come from fewer than its ``min-survivors`` nodes
+    (:func:`_signed_sum`): a decrypter opens each sum once, never arbitrary ciphertexts.
     """
     from clients.keyrelay import get_shared_context
-    from fl_app.secure.he import decrypt_packed
 
-    if SUM_KEY not in content.config_records or CIPHER_KEY not in content.config_records:
-        raise AggregationError(f"{node.who}: decrypt request needs records '{SUM_KEY}' and "
-                               f"'{CIPHER_KEY}'")
+    if SUM_KEY not in content.config_records:
+        raise AggregationError(f"{node.who}: decrypt request needs record '{SUM_KEY}'")
     cfg = content.config_records[SUM_KEY]
     missing = [k for k in ("sum-id", "purpose", "n") if k not in cfg]
     if missing:
@@ -123,8 +184,13 @@ def decrypt(content: RecordDict, node: NodeContext) -> RecordDict:
     if sum_id not in contributed or sum_id in done:
         raise AggregationError(f"partition {node.partition_id} refuses to decrypt sum {sum_id}: "
                                "it decrypts once each sum it contributed to, nothing else")
-    done[sum_id] = True
     ctx = get_shared_context(node.state, str(cfg["purpose"]))
-    chunks = [bytes(b) for b in content.config_records[CIPHER_KEY]["chunks"]]
-    values = decrypt_packed(ctx, chunks, int(cfg["n"]))
+    total = _signed_sum(node, content, int(sum_id), ctx)
+    done[sum_id] = True
+    n = int(cfg["n"])
+    values = np.concatenate([np.asarray(v.decrypt(), np.float64) for v in total]) if total \
+        else np.zeros(0)
+    if values.size != n:
+        raise AggregationError(f"{node.who}: the contributions hold {values.size} values, the "
+                               f"request declares {n}")
     return RecordDict({VALUES_KEY: to_array_record({"v": np.asarray(values, np.float64)})})

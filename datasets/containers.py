@@ -78,6 +78,8 @@ class NodeData:
     n_users_total: int
     item_features: np.ndarray | None = None
     user_attributes: dict[str, np.ndarray] = field(default_factory=dict)
+    #: An item server's new (cold-start) items: catalogue metadata, no user data.
+    cold_items: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def holds(self) -> tuple[str, ...]:

@@ -123,7 +123,8 @@ def load_node_data(spec: DatasetSpec, part: PartitionSpec, partition_id: int) ->
 
 
 def load_item_server_data(spec: DatasetSpec) -> NodeData:
-    """What an item server holds: the catalogue's item features, no user rows."""
+    """What an item server holds: the catalogue's item features and which items are new
+    (cold-start items), no user rows."""
     key, files = _key_and_files(spec)
     data = _load_by_key(key, spec, files)
     empty = data.train[:0]
@@ -136,4 +137,5 @@ def load_item_server_data(spec: DatasetSpec) -> NodeData:
         n_items=data.n_items,
         n_users_total=data.n_users,
         item_features=None if data.item_features is None else data.item_features.copy(),
+        cold_items=data.cold_items.copy(),
     )

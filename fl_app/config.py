@@ -89,7 +89,8 @@ CORE_KEYS: tuple[Key, ...] = (
         used_by="all"),
     Key("seed", 0, "seeds every public random draw (data, split, partition, model init, "
         "negatives, public graphs); secrets never come from it", used_by="all"),
-    Key("rounds", 20, "training rounds", min=1, used_by="fedmf"),
+    Key("rounds", 20, "training rounds (FedMVMF/PrivMVMF: epochs)", min=1,
+        used_by="fedmf, fedmvmf, privmvmf"),
     Key("timeout", 120.0, "seconds a node may take to answer one request; a silent node then "
         "fails the run with an error naming it (secure sums treat it as a dropout)",
         min=0.001, used_by="all"),

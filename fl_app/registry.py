@@ -39,6 +39,10 @@ BUILTIN: tuple[Registration, ...] = (
                  "PriviRec (paper 000): graph filters from secure sums and a power method"),
     Registration("privirec-k", "strategies.privirec:PriviRecK", "clients.privirec",
                  "PriviRec-k (paper 000): the low-rank variant, no item-item sum"),
+    Registration("fedmvmf", "strategies.mvmf:FedMVMF", "clients.mvmf",
+                 "FedMVMF (paper 004): multi-view MF with an item server, sums by the aggregator"),
+    Registration("privmvmf", "strategies.mvmf:PrivMVMF", "clients.mvmf",
+                 "PrivMVMF (paper 004): FedMVMF with CKKS-encrypted gradient sums"),
 )
 
 #: Node-side modules every protocol may use (handshake, secure sums, relay).

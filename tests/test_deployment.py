@@ -33,7 +33,16 @@ pytestmark = pytest.mark.skipif(shutil.which("openssl") is None,
 TINY = {"dataset": "synthetic", "synthetic-users": 60, "synthetic-items": 80, "seed": 2}
 #: The nodes' policy opts in to what _PRIVIREC asks (plain sums, sparse transport, seeded
 #: Omega): the deployed SuperNodes get it as --node-config, the simulation as node_policy.
-NODE_POLICY = {"allow-plain": True, "allow-sparse-transport": True, "allow-seeded-omega": True}
+NODE_POLICY = {"allow-plain": True, "allow-sparse-transport": True, "allow-seeded-omega": True,
+               "allow-ckks": True}
+#: SuperNodes of the shared deployment: 4, so that PrivMVMF has 3 user nodes (the decrypter
+#: opens only sums of >= min-survivors = 3 nodes) beside its item server. The MVMF lines make
+#: the last partition the item server with the run config's ``item-servers = 1`` (node config
+#: ``role`` is the deployed way; the shared SuperNodes serve every protocol, so the run
+#: config decides here); the other protocols use all 4 as user nodes.
+NUM_NODES = 4
+#: FedMVMF/PrivMVMF on tiny data: one epoch, explicit ratings, an item server.
+_MVMF = {"implicit": False, "rounds": 1, "item-servers": 1, "synthetic-clusters": 4}
 #: PriviRec on tiny data: seeded Omega (deterministic), no SecAgg, one power round.
 _PRIVIREC = {"aggregator": "plain", "privirec-omega": "seeded", "privirec-filter-rank": 4,
              "privirec-filters": "gf-cf", "privirec-L": 1}
@@ -45,6 +54,9 @@ PROTOCOLS: list[tuple[str, dict[str, Any], float]] = [
     ("fedmf", {"rounds": 1, "mf-dim": 4, "aggregator": "plain"}, 1e-9),
     ("privirec", {**_PRIVIREC, "privirec-rank": 8}, 1e-9),
     ("privirec-k", {**_PRIVIREC, "privirec-k": 12}, 1e-9),
+    ("fedmvmf", {**_MVMF, "aggregator": "plain"}, 1e-9),
+    # CKKS: the deployed and simulated encryptions differ (fresh randomness), ~1e-7 absolute
+    ("privmvmf", _MVMF, 1e-5),
 ]
 
 #: Target for one deployed message round (3 SuperNodes, TLS, one machine). Asserted only
@@ -79,8 +91,8 @@ def test_clientapp_import_is_cheap() -> None:
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDeployment]:
-    """One SuperLink + 3 SuperNodes (TLS) shared by every protocol's run."""
-    with LocalDeployment(3, workdir=tmp_path_factory.mktemp("deploy"),
+    """One SuperLink + NUM_NODES SuperNodes (TLS) shared by every protocol's run."""
+    with LocalDeployment(NUM_NODES, workdir=tmp_path_factory.mktemp("deploy"),
                          node_config=NODE_POLICY) as dep:
         yield dep
 
@@ -97,13 +109,14 @@ def test_deployed_run_equals_simulation(deployment: LocalDeployment, protocol: s
 
     assert record["deployment"]["status"] == "finished:completed"
     assert record["deployment"]["tls"] is True
-    assert record["num_nodes"] == 3
+    assert record["num_nodes"] == NUM_NODES
     assert Path(record["deployment"]["results_path"]).is_file()
     logs = Path(record["deployment"]["log_dir"])
     assert {p.name for p in logs.glob("*.log")} >= {
-        "superlink.log", "supernode-0.log", "supernode-1.log", "supernode-2.log", "flwr-cli.log"}
+        "superlink.log", "flwr-cli.log", *(f"supernode-{i}.log" for i in range(NUM_NODES))}
 
-    sim = run_in_simulation(_config(protocol, extra, f"simulated-{protocol}"), num_nodes=3,
+    sim = run_in_simulation(_config(protocol, extra, f"simulated-{protocol}"),
+                            num_nodes=NUM_NODES,
                             quiet=True, node_policy=NODE_POLICY)
     assert record["communication"]["total_rounds"] == sim["communication"]["total_rounds"]
     assert set(record["metrics"]) == set(sim["metrics"])
@@ -157,5 +170,5 @@ def test_killed_supernode_fails_the_run_naming_it(deployment: LocalDeployment) -
     assert "finished:failed" in text
     # The node is named by its label: "node <id> (partition 2)" once the handshake has
     # finished, "node <id>" if it died during the handshake itself.
-    assert "1 of 3 node(s) did not answer" in text
+    assert f"1 of {NUM_NODES} node(s) did not answer" in text
     assert failed_after < KILL_TIMEOUT_S + 30

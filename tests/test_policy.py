@@ -135,8 +135,14 @@ PRODUCTION_ACTIONS = {
     "query.secagg_unmask": "reveals shares/keys of one sum under the refusal rules",
     "query.keys_create_secret": "creates a fresh secret, sealed to peers; returns a hash",
     "query.keys_receive_secret": "stores a sealed secret; returns its hash",
-    "query.aggregate_decrypt": "CKKS decrypter: opens once each sum it contributed to "
+    "query.aggregate_decrypt": "CKKS decrypter: opens once each sum it contributed to, "
+                               "summed by itself from >= min-survivors signed contributions "
                                "(residual risk in docs/threat-model.md)",
+    "query.mvmf_train": "MVMF user gradients summed over the node's users (a sum contribution)",
+    "query.mvmf_evaluate": "metric sums of the node's users (a sum contribution)",
+    "query.mvmf_item_gradient": "item server only: sum_d f(j,d) in clear (item features are "
+                                "public in paper 004)",
+    "query.mvmf_item_cold": "item server only: its new items' eq. 17 factors in clear",
     "query.privirec_degrees": "a sum contribution (SecAgg+ unless the node allows more)",
     "query.privirec_gram": "a sum contribution; sparse transport needs the node's opt-in",
     "query.privirec_power": "a sum contribution; seeded Omega needs the node's opt-in",

@@ -12,7 +12,11 @@ formed; the run config's ``aggregator`` key picks the implementation
 - ``ckks`` (:class:`CkksAggregator`): nodes encrypt under a CKKS context one node created and
   relayed sealed to the others; the server adds ciphertexts with the public context only and
   never holds the secret key; decryption is a separate step (:meth:`CkksAggregator.decrypt`)
-  by one decrypter node, as in PrivMVMF (paper 004).
+  by one decrypter node, as in PrivMVMF (paper 004). Each node signs a hash of its
+  ciphertexts (:func:`contribution_digest`); the decrypter receives every signed
+  contribution, checks the signatures against its roster, requires at least its policy's
+  ``min-survivors`` distinct nodes, adds them itself and decrypts only that sum, so it is not
+  a decryption oracle for the server.
 
 A sum request carries a ``secagg`` ConfigRecord (mode, sum id, declared range); a node
 answers with ``clients.aggregate.sum_reply``. What each sum showed the server is recorded in
@@ -43,6 +47,26 @@ CIPHER_KEY = "secagg.cipher"  # ConfigRecord in replies: CKKS chunks
 SHAPES_KEY = "secagg.shapes"  # ConfigRecord in replies: name -> shape, in order
 #: Relay purpose of the CKKS secret context the ckks aggregator uses.
 CKKS_PURPOSE = "aggregate-ckks"
+#: ConfigRecords of a decrypt request: every contribution's chunks and signed digest by node.
+CONTRIB_KEY = "secagg.contributions"
+SIGNED_KEY = "secagg.signatures"
+
+
+def contribution_purpose(sum_id: int) -> str:
+    """What a node's signature on its CKKS contribution is bound to (with run and node)."""
+    return f"ckks-contribution:{int(sum_id)}"
+
+
+def contribution_digest(sum_id: int, chunks: Sequence[bytes]) -> bytes:
+    """SHA-256 over the sum id and the length-prefixed ciphertext chunks (32 bytes, what a
+    node signs as its contribution)."""
+    import hashlib
+
+    h = hashlib.sha256(f"fedrec-ckks-contribution|v1|{int(sum_id)}|{len(chunks)}|".encode())
+    for blob in chunks:
+        h.update(len(blob).to_bytes(8, "big"))
+        h.update(bytes(blob))
+    return h.digest()
 
 T = TypeVar("T")
 Reply = Callable[[int, RecordDict], None]
@@ -268,6 +292,16 @@ class CkksAggregator(Aggregator):
     nodes (``fl_app.secure.relay.relay_secret``); the server keeps only the public context.
     The decrypter is drawn from the nodes with ``seed``. Accuracy: CKKS scale 2^40 gives
     about 1e-7 absolute error on sums of values of order 1 (``fl_app/secure/he.py``).
+
+    No decryption oracle: every reply carries the node's Ed25519 signature over
+    :func:`contribution_digest` (sum id, ciphertexts; the signed statement binds run and node
+    id too). The server keeps each node's ciphertexts of the latest sums and
+    :meth:`decrypt` sends them all, with their signatures, to the decrypter, which verifies
+    each against its roster, refuses fewer than its policy's ``min-survivors`` distinct
+    partitions (so never a single node's ciphertext), adds them itself and opens that sum,
+    once per sum id. Cost: the decrypter downloads every contribution (n x the ciphertext
+    size per sum) and does n signature checks and n - 1 additions; the server holds the
+    contributions of a sum until its decryption (docs/secure-aggregation.md).
     """
 
     kind = "ckks"
@@ -279,6 +313,9 @@ class CkksAggregator(Aggregator):
         self.public_context: bytes | None = None
         self.decrypter = random.Random(seed).choice(self.nodes)
         self.slots = 0  # CKKS slots per ciphertext (from the public context, at setup)
+        #: sum id -> node -> (ciphertext chunks, signed digest) of the latest sum, kept
+        #: until its decryption
+        self.contributions: dict[int, dict[int, tuple[list[bytes], bytes]]] = {}
 
     def setup(self) -> None:
         from fl_app.secure.relay import relay_secret
@@ -306,6 +343,7 @@ class CkksAggregator(Aggregator):
             "mode": "ckks", "sum-id": self.sum_id, "max-abs": float(max_abs),
             "purpose": CKKS_PURPOSE})
         total = EncryptedSum(self.public_context, "ckks")
+        self.contributions = {self.sum_id: {}}  # only the latest sum is ever decrypted
         for node, reply in self._ordered_replies(action, requests, phase, on_reply):
             label = self.messenger.label(node)
             if CIPHER_KEY not in reply.config_records or \
@@ -322,6 +360,13 @@ class CkksAggregator(Aggregator):
                                        f"ciphertext(s); its declared arrays "
                                        f"{dict(self._layout)} need {want} of {self.slots} "
                                        "slots")
+            signed = reply.config_records[CIPHER_KEY].get("signed-digest")
+            if not isinstance(signed, bytes):
+                raise AggregationError(f"{label} answered a CKKS sum without field "
+                                       f"'{CIPHER_KEY}.signed-digest' (its signature over "
+                                       "its ciphertexts)")
+            self.contributions.setdefault(self.sum_id, {})[node] = (
+                [bytes(b) for b in chunks], signed)
             try:
                 total.add([bytes(b) for b in chunks])
             except Exception as exc:  # noqa: BLE001  (TenSEAL raises assorted types)
@@ -335,11 +380,17 @@ class CkksAggregator(Aggregator):
 
     def decrypt(self, chunks: list[bytes], layout: list[tuple[str, tuple]], *,
                 phase: str) -> dict[str, np.ndarray]:
-        """The explicit decryption step: the decrypter node opens the summed ciphertexts."""
+        """The explicit decryption step: the decrypter node opens the latest sum.
+
+        ``chunks`` (the server's encrypted total) does not travel: the decrypter recomputes
+        the sum from the signed contributions it is sent (class docstring).
+        """
         n = sum(int(np.prod(s)) if s else 1 for _, s in layout)
+        contributions = self.contributions.pop(self.sum_id, {})
         req = RecordDict({SUM_KEY: ConfigRecord({
             "mode": "ckks", "sum-id": self.sum_id, "n": n, "purpose": CKKS_PURPOSE}),
-            CIPHER_KEY: ConfigRecord({"chunks": list(chunks)})})
+            CONTRIB_KEY: ConfigRecord({str(u): c for u, (c, _) in contributions.items()}),
+            SIGNED_KEY: ConfigRecord({str(u): sig for u, (_, sig) in contributions.items()})})
         reply = self.messenger.send("aggregate_decrypt", {self.decrypter: req},
                                     phase=f"{phase}:decrypt")[self.decrypter]
         self.messenger.ledger.mark(f"{phase}:decrypt", VALUES_KEY, "decrypted sum")

@@ -1,0 +1,136 @@
+"""FedMVMF / PrivMVMF nodes (paper 004): user nodes and the item server.
+
+A user node keeps its users' ratings, attributes and factors p_i; its summed gradients
+leave only as a share of a sum (``clients.aggregate.sum_reply``: masked, CKKS-encrypted or,
+with the node's ``allow-plain``, clear). SGD factors stay in the node state between epochs.
+The item server answers sum_d f(j,d) and the eq. 17 factors of its new items in clear (the
+paper's Alg. 2: item features are not private). Math: ``fl_app/recsys/mvmf.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from flwr.app import RecordDict
+
+from clients.aggregate import sum_reply
+from clients.node import NodeContext
+from clients.registry import handler
+from fl_app.records import to_array_record
+from fl_app.recsys.mvmf import (
+    MVMFConfig,
+    attribute_matrix,
+    check_attributes,
+    check_item_features,
+    cold_item_factors,
+    item_server_step,
+    rating_ranking_sums,
+    user_factors_for_scoring,
+    users_step,
+)
+
+_FACTORS = "mvmf.factors"  # node state: SGD users' ids and factors
+
+
+def _model(cfg: dict[str, Any]) -> MVMFConfig:
+    return MVMFConfig(dim=int(cfg["dim"]), lam1=float(cfg["lam1"]), lam2=float(cfg["lam2"]),
+                      alpha=float(cfg["alpha"]), rho=float(cfg["rho"]),
+                      weighting=str(cfg["weighting"]), p_update=str(cfg["p-update"]),
+                      lr=float(cfg["lr"]), beta1=float(cfg["beta1"]), beta2=float(cfg["beta2"]),
+                      seed=int(cfg["seed"]))
+
+
+def _require(node: NodeContext, role: str, action: str) -> None:
+    if node.role != role:
+        raise PermissionError(f"{node.who} has role {node.role!r}; '{action}' is for a "
+                              f"{role} node")
+
+
+def _user_inputs(node: NodeContext, model: MVMFConfig) -> tuple[Any, np.ndarray, np.ndarray,
+                                                                np.ndarray]:
+    """This node's rows, dummy attributes and the request's Q and U, checked."""
+    data = node.data()
+    dcfg = node.data_config()
+    X = check_attributes(attribute_matrix(data.user_attributes, str(dcfg["dataset"]),
+                                          int(dcfg.get("synthetic-clusters", 10)), node.who),
+                         node.who)
+    arrays = node.arrays()
+    Q, U = arrays["Q"], arrays["U"]
+    if Q.shape != (data.n_items, model.dim) or U.shape != (X.shape[1], model.dim):
+        raise ValueError(f"{node.who}: the request's Q {Q.shape} / U {U.shape} do not fit "
+                         f"{data.n_items} items, {X.shape[1]} attributes and K={model.dim}")
+    return data, X, Q, U
+
+
+def _factors(node: NodeContext) -> dict[int, np.ndarray]:
+    stored = node.load_arrays(_FACTORS)
+    if stored is None:
+        return {}
+    return {int(u): p for u, p in zip(stored["ids"], stored["P"])}
+
+
+@handler("mvmf_train")
+def mvmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
+    """One epoch of this node's users; their summed gradients as a share of a sum."""
+    _require(node, "user", "mvmf_train")
+    cfg = node.config()
+    model = _model(cfg)
+    data, X, Q, U = _user_inputs(node, model)
+    step = users_step(data.train, X, data.user_ids, Q, U, model, int(cfg["epoch"]),
+                      _factors(node))
+    if model.p_update == "sgd" and step.factors:
+        ids = np.array(sorted(step.factors), dtype=np.int64)
+        node.store_arrays(_FACTORS, {"ids": ids,
+                                     "P": np.stack([step.factors[int(u)] for u in ids])})
+    return sum_reply(node, {"gQ": step.grad_Q, "gU": step.grad_U,
+                            "loss": np.array([step.loss]),
+                            "users": np.array([float(step.n_users)])})
+
+
+@handler("mvmf_evaluate")
+def mvmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
+    """Ranking sums of this node's users (new users' p from eq. 15) as a share of a sum."""
+    _require(node, "user", "mvmf_evaluate")
+    cfg = node.config()
+    model = _model(cfg)
+    data, X, Q, U = _user_inputs(node, model)
+    P = user_factors_for_scoring(data.train, X, data.user_ids, Q, U, model, int(cfg["epoch"]),
+                                 _factors(node))
+    sums = rating_ranking_sums(P @ Q.T, data.train, data.test, int(cfg["top-k"]),
+                               float(cfg["threshold"]))
+    return sum_reply(node, {"ranking": sums})
+
+
+def _item_inputs(node: NodeContext, action: str) -> tuple[Any, np.ndarray, np.ndarray]:
+    _require(node, "item-server", action)
+    data = node.data()
+    Y = check_item_features(data.item_features, data.n_items, node.who)
+    Q = node.arrays()["Q"]
+    if Q.shape[0] != data.n_items:
+        raise ValueError(f"{node.who}: the request's Q has {Q.shape[0]} rows for "
+                         f"{data.n_items} items")
+    return data, Y, Q
+
+
+@handler("mvmf_item_gradient")
+def mvmf_item_gradient(content: RecordDict, node: NodeContext) -> RecordDict:
+    """The item server: V (eq. 11) for the broadcast Q, and sum_d f(j,d) in clear."""
+    model = _model(node.config())
+    _, Y, Q = _item_inputs(node, "mvmf_item_gradient")
+    _, term, loss = item_server_step(Y, Q, model.lam1, model.lam2)
+    return RecordDict({"arrays": to_array_record({"item-term": term,
+                                                  "loss": np.array([loss])})})
+
+
+@handler("mvmf_item_cold")
+def mvmf_item_cold(content: RecordDict, node: NodeContext) -> RecordDict:
+    """The item server: its new items and their factors from eq. 17 (V from the final Q)."""
+    model = _model(node.config())
+    data, Y, Q = _item_inputs(node, "mvmf_item_cold")
+    V, _, _ = item_server_step(Y, Q, model.lam1, model.lam2)
+    cold = np.asarray(data.cold_items, dtype=np.int64)
+    rows = cold_item_factors(Y[cold], V, model.lam1, model.lam2) if cold.size else \
+        np.zeros((0, Q.shape[1]))
+    return RecordDict({"arrays": to_array_record({"cold-items": cold.astype(np.float64),
+                                                  "cold-factors": rows})})

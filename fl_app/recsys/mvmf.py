@@ -1,0 +1,477 @@
+"""Multi-view matrix factorization (paper 004, PrivMVMF): R ~ P Q^T, X ~ P U^T, Y ~ Q V^T.
+
+One module for the math every party runs, so the federated protocols (``strategies/mvmf.py``,
+``clients/mvmf.py``) and the centralized reference (:class:`MVMF`) call the same code:
+
+- user i (a node): its ratings r_i, dummy attributes x_i and factor p_i; p_i by the SemiALS
+  closed form (eq. 8/38) or one SGD step (eqs. 9-10); the gradients f(i,j) = c_ij (r_ij -
+  p_i q_j) p_i (eq. 7) and f(i,d) = (x_id - p_i u_d) p_i (eq. 5);
+- the item server: V by its closed form (eq. 11) and sum_d f(j,d) = (Y - Q V^T) V;
+- the FL server: Adam on Q and U (eqs. 4-7) with the summed gradients;
+- cold start: eq. 15 for a new user, eq. 17 for a new item.
+
+Weights c_ij (eq. 3 and eq. 36): ``obsonly`` (1 rated, 0 else), ``inclunc`` (1 rated, alpha
+else), ``sampled`` (1 rated, alpha on rho |O_i| unrated items drawn uniformly, 0 else).
+
+Decisions on the paper's gaps (docs/protocols/mvmf.md lists them all):
+
+- the U gradient carries the factor lambda1 the derivative of eq. 3 has (the paper omits it;
+  equal for its lambda1 = 1);
+- the eq. 14 regulariser is lambda2 ||p_i||^2 (the closed form eq. 15 implies it);
+- an epoch is one round: the item server and every user compute their terms from the same
+  (Q, U), the server takes one Adam step on each; the paper's |iter| = 10 is not modelled;
+- the sampled unrated items are redrawn every epoch, uniformly, from the public run seed,
+  the epoch and the user id (so a federation and the reference draw the same items);
+- SGD order: in epoch t a user sends its gradients at p^t, then steps p^{t+1} = p^t -
+  gamma dJ/dp at (Q^t, U^t) (the paper's eqs. 25-32 assume exactly this);
+- Q and U start N(0, 0.1^2) from the run seed; an SGD user's p starts N(0, 0.1^2) from
+  (seed, user id);
+- a user with no training ratings is a cold-start user: training skips it (it has no rating
+  term) and it gets p from eq. 15.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from fl_app.recsys.mf import Adam
+
+WEIGHTINGS = ("obsonly", "inclunc", "sampled")
+P_UPDATES = ("semials", "sgd")
+#: Random streams (default_rng([seed, stream, ...])): separate per purpose.
+_STREAM_INIT, _STREAM_P, _STREAM_SAMPLE = 40, 41, 42
+#: MovieLens-100K user attributes as dummies (u.user): 7 equal-width age groups over the
+#: published age range, gender, the 21 occupations of u.occupation, 11 US ZIP regions
+#: (first digit 0-9 of a numeric ZIP; anything else, e.g. Canadian codes, is "other").
+ML100K_AGE_RANGE = (7, 73)
+ML100K_AGE_GROUPS = 7
+ML100K_OCCUPATIONS = (
+    "administrator", "artist", "doctor", "educator", "engineer", "entertainment", "executive",
+    "healthcare", "homemaker", "lawyer", "librarian", "marketing", "none", "other",
+    "programmer", "retired", "salesman", "scientist", "student", "technician", "writer")
+ML100K_REGIONS = 11
+
+
+@dataclass(frozen=True)
+class MVMFConfig:
+    """Hyperparameters; defaults are the paper's Table 2 (K, beta1, beta2, eps, gamma,
+    alpha, lambda1, lambda2, rho)."""
+
+    dim: int = 6
+    lam1: float = 1.0
+    lam2: float = 10.0
+    alpha: float = 0.1
+    rho: float = 1.0
+    weighting: str = "sampled"
+    p_update: str = "semials"
+    lr: float = 0.05
+    beta1: float = 0.5
+    beta2: float = 0.99
+    eps: float = 1e-8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.weighting not in WEIGHTINGS:
+            raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
+        if self.p_update not in P_UPDATES:
+            raise ValueError(f"p update must be one of {P_UPDATES}, got {self.p_update!r}")
+        if self.dim < 1:
+            raise ValueError(f"dim must be >= 1, got {self.dim}")
+        if not (self.lam1 > 0 and self.lam2 > 0):
+            raise ValueError("lambda1 and lambda2 must be > 0 (eqs. 11, 15 and 17 divide by "
+                             "lambda1; lambda2 keeps the closed forms invertible)")
+        if not 0 <= self.alpha <= 1:
+            raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
+        if self.rho < 0:
+            raise ValueError(f"rho must be >= 0, got {self.rho}")
+
+    def adam(self) -> Adam:
+        return Adam(self.lr, self.beta1, self.beta2, self.eps)
+
+
+# ---------------------------------------------------------------------------- side data
+def attribute_dim(dataset: str, synthetic_clusters: int = 10) -> int:
+    """l_x, the number of dummy user attributes of a dataset (public: the schema)."""
+    if dataset == "ml-100k":
+        return ML100K_AGE_GROUPS + 2 + len(ML100K_OCCUPATIONS) + ML100K_REGIONS
+    if dataset == "synthetic":
+        return int(synthetic_clusters)
+    raise ValueError(f"MVMF has no user-attribute schema for dataset {dataset!r} (it needs "
+                     "dummy user attributes: ml-100k u.user or the synthetic clusters)")
+
+
+def _one_hot(codes: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros((len(codes), n))
+    out[np.arange(len(codes)), codes] = 1.0
+    return out
+
+
+def attribute_matrix(attrs: Mapping[str, np.ndarray], dataset: str,
+                     synthetic_clusters: int = 10, who: str = "this node") -> np.ndarray:
+    """The dummy attribute rows X (users x l_x) of ``attrs`` (``NodeData.user_attributes``).
+
+    ML-100K: age group, gender, occupation, ZIP region; synthetic: the taste cluster.
+    A value outside the schema is a ValueError naming the attribute and the user's local
+    row (never the value).
+    """
+    if dataset == "synthetic":
+        if "cluster" not in attrs:
+            raise ValueError(f"{who}: synthetic user attributes lack 'cluster'")
+        cl = np.asarray(attrs["cluster"], dtype=np.int64)
+        bad = np.flatnonzero((cl < 0) | (cl >= synthetic_clusters))
+        if bad.size:
+            raise ValueError(f"{who}: attribute 'cluster' of local user row {int(bad[0])} is "
+                             f"outside 0..{synthetic_clusters - 1}")
+        return _one_hot(cl, synthetic_clusters)
+    if dataset != "ml-100k":
+        attribute_dim(dataset)  # raises the schema error
+    missing = [k for k in ("age", "gender", "occupation", "zip") if k not in attrs]
+    if missing:
+        raise ValueError(f"{who}: ML-100K user attributes lack {missing} (is u.user there?)")
+    age = np.asarray(attrs["age"], dtype=np.float64)
+    lo, hi = ML100K_AGE_RANGE
+    bad = np.flatnonzero(~((age >= lo) & (age <= hi)))
+    if bad.size:
+        raise ValueError(f"{who}: attribute 'age' of local user row {int(bad[0])} is outside "
+                         f"the schema's range {lo}..{hi}")
+    groups = np.minimum(((age - lo) / ((hi - lo) / ML100K_AGE_GROUPS)).astype(np.int64),
+                        ML100K_AGE_GROUPS - 1)
+    gender = np.asarray(attrs["gender"]).astype(str)
+    bad = np.flatnonzero(~np.isin(gender, ("F", "M")))
+    if bad.size:
+        raise ValueError(f"{who}: attribute 'gender' of local user row {int(bad[0])} is not "
+                         "F or M")
+    occ = np.asarray(attrs["occupation"]).astype(str)
+    known = np.isin(occ, ML100K_OCCUPATIONS)
+    if not known.all():
+        raise ValueError(f"{who}: attribute 'occupation' of local user row "
+                         f"{int(np.flatnonzero(~known)[0])} is not one of u.occupation's 21")
+    occ_codes = np.searchsorted(np.array(ML100K_OCCUPATIONS), occ)
+    zips = np.asarray(attrs["zip"]).astype(str)
+    region = np.array([int(z[0]) if len(z) == 5 and z.isdigit() else 10 for z in zips],
+                      dtype=np.int64)
+    return np.hstack([_one_hot(groups, ML100K_AGE_GROUPS),
+                      _one_hot((gender == "M").astype(np.int64), 2),
+                      _one_hot(occ_codes, len(ML100K_OCCUPATIONS)),
+                      _one_hot(region, ML100K_REGIONS)])
+
+
+def check_attributes(X: np.ndarray, who: str = "this node") -> np.ndarray:
+    """X as float64, every entry a dummy in [0, 1] (eq. 43 and the attack assume it)."""
+    X = np.asarray(X, dtype=np.float64)
+    bad = np.argwhere(~((X >= 0) & (X <= 1)))
+    if bad.size:
+        raise ValueError(f"{who}: user attribute column {int(bad[0][1])} of local user row "
+                         f"{int(bad[0][0])} is outside [0, 1] (MVMF takes dummy attributes)")
+    return X
+
+
+def check_item_features(Y: np.ndarray | None, n_items: int, who: str = "item server") -> np.ndarray:
+    """Y as float64 with one finite row per item; a clear error naming the first bad row."""
+    if Y is None:
+        raise ValueError(f"{who} holds no item features (the dataset has none)")
+    Y = np.asarray(Y, dtype=np.float64)
+    if Y.ndim != 2 or Y.shape[0] != n_items:
+        raise ValueError(f"{who}: item features have shape {Y.shape}, one row per item "
+                         f"needs ({n_items}, l_y): an item-feature row is missing")
+    bad = np.flatnonzero(~np.isfinite(Y).all(axis=1))
+    if bad.size:
+        raise ValueError(f"{who}: item-feature row of item {int(bad[0])} is missing "
+                         "(non-finite values)")
+    return Y
+
+
+# ---------------------------------------------------------------------------- factors
+def init_server_factors(n_items: int, n_attrs: int, dim: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Q (items x K) and U (attributes x K), N(0, 0.1^2) from the public run seed."""
+    rng = np.random.default_rng([seed, _STREAM_INIT])
+    return 0.1 * rng.normal(size=(n_items, dim)), 0.1 * rng.normal(size=(n_attrs, dim))
+
+
+def init_user_factor(user_id: int, dim: int, seed: int) -> np.ndarray:
+    """An SGD user's starting p_i, N(0, 0.1^2) from (seed, user id)."""
+    return 0.1 * np.random.default_rng([seed, _STREAM_P, int(user_id)]).normal(size=dim)
+
+
+def item_weights(rated: np.ndarray, n_items: int, cfg: MVMFConfig, epoch: int,
+                 user_id: int) -> np.ndarray:
+    """c_i (dense, one per item) for a user who rated ``rated`` (eq. 3 / eq. 36)."""
+    rated = np.asarray(rated, dtype=np.int64)
+    if rated.size == 0:
+        raise ValueError(f"user {int(user_id)} has no training ratings: it has no rating term "
+                         "to train (a cold-start user gets p from eq. 15)")
+    c = np.zeros(n_items)
+    if cfg.weighting == "inclunc":
+        c[:] = cfg.alpha
+    elif cfg.weighting == "sampled":
+        free = np.ones(n_items, dtype=bool)
+        free[rated] = False
+        unrated = np.flatnonzero(free)
+        size = min(len(unrated), int(round(cfg.rho * len(rated))))
+        rng = np.random.default_rng([cfg.seed, _STREAM_SAMPLE, int(epoch), int(user_id)])
+        c[rng.choice(unrated, size=size, replace=False)] = cfg.alpha
+    c[rated] = 1.0
+    return c
+
+
+def semials_user(r: np.ndarray, c: np.ndarray, x: np.ndarray, Q: np.ndarray, U: np.ndarray,
+                 lam1: float, lam2: float) -> np.ndarray:
+    """Eq. 8: p = (r C Q + lam1 x U)(Q^T C Q + lam1 U^T U + lam2 I)^-1."""
+    K = Q.shape[1]
+    s = np.flatnonzero(c)  # only items with a weight enter (ObsOnly / sampled: few)
+    Qs = Q[s]
+    A = Qs.T @ (c[s, None] * Qs) + lam1 * (U.T @ U) + lam2 * np.eye(K)
+    return np.linalg.solve(A, (r[s] * c[s]) @ Qs + lam1 * (x @ U))
+
+
+def p_gradient(p: np.ndarray, r: np.ndarray, c: np.ndarray, x: np.ndarray, Q: np.ndarray,
+               U: np.ndarray, lam1: float, lam2: float) -> np.ndarray:
+    """Eq. 10 (sum over j, the paper's Sigma_i is a typo): dJ/dp_i."""
+    return (-2.0 * (c * (r - Q @ p)) @ Q - 2.0 * lam1 * (x - U @ p) @ U + 2.0 * lam2 * p)
+
+
+def user_gradients(p: np.ndarray, r: np.ndarray, c: np.ndarray, x: np.ndarray, Q: np.ndarray,
+                   U: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """f(i,j) = c_ij (r_ij - p q_j) p for every item (zero where c = 0) and f(i,d) = (x_d -
+    p u_d) p for every attribute: what user i sends."""
+    return (c * (r - Q @ p))[:, None] * p[None, :], (x - U @ p)[:, None] * p[None, :]
+
+
+def user_loss(p: np.ndarray, r: np.ndarray, c: np.ndarray, x: np.ndarray, Q: np.ndarray,
+              U: np.ndarray, lam1: float, lam2: float) -> float:
+    """User i's terms of eq. 3."""
+    return float(c @ (r - Q @ p) ** 2 + lam1 * np.sum((x - U @ p) ** 2) + lam2 * p @ p)
+
+
+@dataclass
+class UserStep:
+    """What one user (or a node, summed over its users) produces in one epoch."""
+
+    grad_Q: np.ndarray  # sum of f(i,j), items x K
+    grad_U: np.ndarray  # sum of f(i,d), attributes x K
+    loss: float
+    n_users: int
+    factors: dict[int, np.ndarray] = field(default_factory=dict)  # p_i used (for SGD: next)
+    per_user: list[tuple[int, np.ndarray, np.ndarray]] = field(default_factory=list)
+
+
+def users_step(R: sp.csr_matrix, X: np.ndarray, user_ids: np.ndarray, Q: np.ndarray,
+               U: np.ndarray, cfg: MVMFConfig, epoch: int,
+               factors: Mapping[int, np.ndarray] | None = None,
+               keep_per_user: bool = False) -> UserStep:
+    """One epoch of every user with training ratings among ``user_ids`` (rows of ``R``, ``X``).
+
+    SemiALS: p from eq. 8, then the gradients at p. SGD: the gradients at the stored p
+    (``factors``, else the seeded start), then p steps to the next epoch's value (returned in
+    ``factors``). Users without training ratings are skipped (cold start).
+    """
+    R = sp.csr_matrix(R)
+    n_items, K = Q.shape
+    gQ, gU = np.zeros_like(Q), np.zeros_like(U)
+    loss, n = 0.0, 0
+    out: dict[int, np.ndarray] = {}
+    per_user = []
+    for row, uid in enumerate(np.asarray(user_ids, dtype=np.int64)):
+        lo, hi = R.indptr[row], R.indptr[row + 1]
+        if hi == lo:
+            continue
+        r = np.zeros(n_items)
+        r[R.indices[lo:hi]] = R.data[lo:hi]
+        c = item_weights(R.indices[lo:hi], n_items, cfg, epoch, int(uid))
+        x = X[row]
+        if cfg.p_update == "semials":
+            p = semials_user(r, c, x, Q, U, cfg.lam1, cfg.lam2)
+            out[int(uid)] = p
+        else:
+            p = factors[int(uid)] if factors and int(uid) in factors else \
+                init_user_factor(int(uid), K, cfg.seed)
+            out[int(uid)] = p - cfg.lr * p_gradient(p, r, c, x, Q, U, cfg.lam1, cfg.lam2)
+        fq, fu = user_gradients(p, r, c, x, Q, U)
+        if keep_per_user:
+            per_user.append((int(uid), fq, fu))
+        gQ += fq
+        gU += fu
+        loss += user_loss(p, r, c, x, Q, U, cfg.lam1, cfg.lam2)
+        n += 1
+    return UserStep(gQ, gU, loss, n, out, per_user)
+
+
+def item_server_step(Y: np.ndarray, Q: np.ndarray, lam1: float,
+                     lam2: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """Eq. 11: V = Y^T Q (Q^T Q + lam2/lam1 I)^-1; sum_d f(j,d) = (Y - Q V^T) V; its eq. 3
+    terms (lam1 ||Y - Q V^T||^2 + lam2 ||V||^2)."""
+    K = Q.shape[1]
+    V = np.linalg.solve(Q.T @ Q + (lam2 / lam1) * np.eye(K), Q.T @ Y).T
+    E = Y - Q @ V.T
+    return V, E @ V, float(lam1 * np.sum(E * E) + lam2 * np.sum(V * V))
+
+
+def server_gradients(Q: np.ndarray, U: np.ndarray, sum_fQ: np.ndarray, sum_fU: np.ndarray,
+                     item_term: np.ndarray, lam1: float,
+                     lam2: float) -> tuple[np.ndarray, np.ndarray]:
+    """Eqs. 5 and 7: dJ/dQ = -2 sum f(i,j) - 2 lam1 sum f(j,d) + 2 lam2 Q; dJ/dU = -2 lam1
+    sum f(i,d) + 2 lam2 U (with the lam1 the paper's eq. 5 drops)."""
+    return (-2.0 * sum_fQ - 2.0 * lam1 * item_term + 2.0 * lam2 * Q,
+            -2.0 * lam1 * sum_fU + 2.0 * lam2 * U)
+
+
+# ---------------------------------------------------------------------------- cold start
+def cold_user_factors(X: np.ndarray, U: np.ndarray, lam1: float, lam2: float) -> np.ndarray:
+    """Eq. 15 for rows of X: p = x U (U^T U + lam2/lam1 I)^-1."""
+    K = U.shape[1]
+    return np.linalg.solve(U.T @ U + (lam2 / lam1) * np.eye(K), (X @ U).T).T
+
+
+def cold_item_factors(Y: np.ndarray, V: np.ndarray, lam1: float, lam2: float) -> np.ndarray:
+    """Eq. 17 for rows of Y: q = y V (V^T V + lam2/lam1 I)^-1."""
+    return cold_user_factors(Y, V, lam1, lam2)
+
+
+def user_factors_for_scoring(R: sp.csr_matrix, X: np.ndarray, user_ids: np.ndarray,
+                             Q: np.ndarray, U: np.ndarray, cfg: MVMFConfig, epoch: int,
+                             factors: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
+    """p of every user for scoring: the trained one (SemiALS closed form at the final Q, U;
+    SGD: the stored p), eq. 15 for users without training ratings."""
+    R = sp.csr_matrix(R)
+    P = cold_user_factors(X, U, cfg.lam1, cfg.lam2) if len(user_ids) else \
+        np.zeros((0, Q.shape[1]))
+    warm = np.flatnonzero(np.diff(R.indptr) > 0)
+    if cfg.p_update == "semials":
+        for row in warm:
+            lo, hi = R.indptr[row], R.indptr[row + 1]
+            r = np.zeros(Q.shape[0])
+            r[R.indices[lo:hi]] = R.data[lo:hi]
+            c = item_weights(R.indices[lo:hi], Q.shape[0], cfg, epoch, int(user_ids[row]))
+            P[row] = semials_user(r, c, X[row], Q, U, cfg.lam1, cfg.lam2)
+    else:
+        for row in warm:
+            uid = int(user_ids[row])
+            P[row] = (factors or {}).get(uid, init_user_factor(uid, Q.shape[1], cfg.seed))
+    return P
+
+
+# ---------------------------------------------------------------------------- evaluation
+#: Layout of :func:`rating_ranking_sums`.
+RANK_FIELDS = ("ndcg_users", "ndcg", "prf_users", "precision", "recall")
+
+
+def rating_ranking_sums(scores: np.ndarray, train: sp.csr_matrix, test: sp.csr_matrix,
+                        k: int = 10, threshold: float = 4.0) -> np.ndarray:
+    """Sums over users of the paper's App. .2 metrics (a node's share of a sum).
+
+    Candidates are the user's test-rated items (the explicit-rating convention of
+    ``fl_app.recsys.metrics.rating_topk_prf``, whose P/R these sums reproduce); NDCG@k is
+    graded, sum_i (2^{r_i} - 1) / log2(i + 1) over the top k by score, divided by the ideal
+    (the paper's printed limit 5 and 2^{r-1} are typos). Relevant: rating >= threshold.
+    Returns ``[users with a test item, NDCG sum, users with a relevant item, P sum, R sum]``.
+    """
+    test = sp.csr_matrix(test)
+    train = sp.csr_matrix(train)
+    out = np.zeros(len(RANK_FIELDS))
+    for row in range(test.shape[0]):
+        lo, hi = test.indptr[row], test.indptr[row + 1]
+        items, ratings = test.indices[lo:hi], test.data[lo:hi]
+        keep = ~np.isin(items, train.indices[train.indptr[row]:train.indptr[row + 1]])
+        items, ratings = items[keep], ratings[keep]
+        if items.size == 0:
+            continue
+        order = np.argsort(-scores[row, items], kind="stable")[:k]
+        top = ratings[order]
+        disc = 1.0 / np.log2(np.arange(2, top.size + 2))
+        ideal = np.sort(ratings)[::-1][:k]
+        idcg = float(((2.0 ** ideal - 1.0) * disc[:ideal.size]).sum())
+        out[0] += 1
+        out[1] += float(((2.0 ** top - 1.0) * disc).sum()) / idcg if idcg > 0 else 0.0
+        n_rel = int((ratings >= threshold).sum())
+        if n_rel:
+            hits = int((top >= threshold).sum())
+            out[2] += 1
+            out[3] += hits / min(k, items.size)
+            out[4] += hits / n_rel
+    return out
+
+
+def rating_ranking_means(sums: np.ndarray, k: int = 10) -> dict[str, float]:
+    """NDCG@k, Precision/Recall/F1@k from :func:`rating_ranking_sums` (summed over nodes);
+    F1 from the averaged P and R (the paper's table recomputes that way)."""
+    n_ndcg, ndcg, n_prf, p, r = (float(v) for v in sums)
+    P = p / n_prf if n_prf else 0.0
+    Rc = r / n_prf if n_prf else 0.0
+    return {f"ndcg@{k}": ndcg / n_ndcg if n_ndcg else 0.0, f"precision@{k}": P,
+            f"recall@{k}": Rc, f"f1@{k}": 2 * P * Rc / (P + Rc) if P + Rc else 0.0,
+            "evaluated-users": float(round(n_ndcg))}  # a count (CKKS sums carry ~1e-9)
+
+
+# ---------------------------------------------------------------------------- reference
+@dataclass
+class MVMF:
+    """Centralized multi-view MF: the same per-user, item-server and server code the
+    federation runs, over all users at once (the protocols' reference)."""
+
+    cfg: MVMFConfig
+    Q: np.ndarray | None = None
+    U: np.ndarray | None = None
+    V: np.ndarray | None = None
+    factors: dict[int, np.ndarray] = field(default_factory=dict)
+    losses: list[float] = field(default_factory=list)
+    epoch: int = 0
+    #: Called after every epoch with (epoch, per-user gradients) when set (the attack).
+    on_epoch: Callable[[int, UserStep, MVMF], None] | None = None
+
+    def fit(self, R: sp.csr_matrix, X: np.ndarray, Y: np.ndarray, epochs: int,
+            groups: Iterable[np.ndarray] | None = None) -> MVMF:
+        """``epochs`` epochs on ratings R (users x items), attributes X, item features Y.
+
+        ``groups``: user index sets summed first and then added in order (a federation's
+        nodes), so the float64 sums run in the federation's order.
+        """
+        cfg = self.cfg
+        R = sp.csr_matrix(R)
+        X = check_attributes(X, "reference")
+        Y = check_item_features(Y, R.shape[1], "reference")
+        if self.Q is None or self.U is None:
+            self.Q, self.U = init_server_factors(R.shape[1], X.shape[1], cfg.dim, cfg.seed)
+        parts = [np.arange(R.shape[0])] if groups is None else [np.asarray(g) for g in groups]
+        optQ, optU = cfg.adam(), cfg.adam()
+        for _ in range(epochs):
+            self.epoch += 1
+            Q, U = self.Q, self.U
+            _, item_term, item_loss = item_server_step(Y, Q, cfg.lam1, cfg.lam2)
+            gQ, gU, loss = np.zeros_like(Q), np.zeros_like(U), item_loss
+            steps = []
+            for users in parts:
+                step = users_step(R[users], X[users], users, Q, U, cfg, self.epoch,
+                                  self.factors, keep_per_user=self.on_epoch is not None)
+                gQ += step.grad_Q
+                gU += step.grad_U
+                loss += step.loss
+                self.factors.update(step.factors)
+                steps.append(step)
+            if self.on_epoch is not None:
+                merged = UserStep(gQ, gU, loss, sum(s.n_users for s in steps),
+                                  per_user=[u for s in steps for u in s.per_user])
+                self.on_epoch(self.epoch, merged, self)
+            dQ, dU = server_gradients(Q, U, gQ, gU, item_term, cfg.lam1, cfg.lam2)
+            self.Q, self.U = optQ.step(Q, dQ), optU.step(U, dU)
+            self.losses.append(loss)
+        self.V = item_server_step(Y, self.Q, cfg.lam1, cfg.lam2)[0]
+        return self
+
+    def user_factors(self, R: sp.csr_matrix, X: np.ndarray) -> np.ndarray:
+        """p of every user for scoring (trained, or eq. 15 for users without ratings)."""
+        assert self.Q is not None and self.U is not None
+        return user_factors_for_scoring(R, X, np.arange(R.shape[0]), self.Q, self.U, self.cfg,
+                                        self.epoch, self.factors)
+
+    def item_factors(self, Y: np.ndarray, cold_items: np.ndarray) -> np.ndarray:
+        """Q with the rows of ``cold_items`` from eq. 17 (new items have no trained q)."""
+        assert self.Q is not None and self.V is not None
+        Q = self.Q.copy()
+        if len(cold_items):
+            Q[cold_items] = cold_item_factors(Y[cold_items], self.V, self.cfg.lam1,
+                                              self.cfg.lam2)
+        return Q

@@ -1,0 +1,248 @@
+"""FedMVMF and PrivMVMF (paper 004, "PrivMVMF: Privacy-Preserving Multi-View Matrix
+Factorization"): multi-view MF with an item server, plaintext or CKKS-encrypted gradients.
+
+Parties (math in ``fl_app/recsys/mvmf.py``, node handlers in ``clients/mvmf.py``, decisions in
+``docs/protocols/mvmf.md``):
+
+- user nodes (role ``user``) hold their users' explicit ratings, dummy attributes and user
+  factors p_i; each epoch they compute p_i (SemiALS closed form, or an SGD step) and answer
+  the summed gradients sum_i f(i,j), sum_i f(i,d) as a share of a sum;
+- the item server (role ``item-server``) holds the item features Y and V; each epoch it
+  answers sum_d f(j,d) for the broadcast Q in clear (paper Alg. 2: its data are not private);
+  at the end it answers eq. 17's factors of the new (cold-start) items;
+- the server (this strategy) holds Q, U and their Adam state.
+
+``fedmvmf`` forms the user sums with the run's ``aggregator`` (``plain`` with one user per
+node, ``partition = user``, is the paper's FedMVMF: the server sees every user's gradients;
+the default ``secagg+`` already hides them). ``privmvmf`` always uses CKKS (TenSEAL, instead
+of the paper's Paillier): one user node makes the context, the secret key reaches the other
+user nodes sealed, the server adds ciphertexts with the public context, and the decrypter
+node (drawn with the seed) opens only a sum of at least its ``min-survivors`` signed
+contributions (``fl_app/secure/aggregate.py``). Dense packing hides which items a user sent.
+
+Rounds per epoch: the item server's term, the users' sum (privmvmf: plus its decryption).
+At the end: the item server's cold-start factors and the metric sum (plus its decryption).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from flwr.serverapp import Grid
+
+from fl_app.config import ConfigError, Key
+from fl_app.messaging import Messenger
+from fl_app.recsys.mvmf import (
+    MVMF,
+    P_UPDATES,
+    WEIGHTINGS,
+    MVMFConfig,
+    attribute_dim,
+    attribute_matrix,
+    init_server_factors,
+    rating_ranking_means,
+    rating_ranking_sums,
+    server_gradients,
+)
+from fl_app.secure.aggregate import Aggregator, CkksAggregator
+from fl_app.secure.aggregators import make_aggregator
+from strategies.base import Federation, ProtocolStrategy, RoleNeed, RunOutcome, handshake
+
+log = logging.getLogger("fedrec")
+
+MVMF_KEYS: tuple[Key, ...] = (
+    Key("mvmf-dim", 6, "K, the latent dimension (paper Table 2: 6)", min=1),
+    Key("mvmf-lambda1", 1.0, "lambda1: weight of the attribute and item-feature views",
+        min=1e-12),
+    Key("mvmf-lambda2", 10.0, "lambda2: L2 regularisation of every factor", min=1e-12),
+    Key("mvmf-weighting", "sampled", "weights of unrated items: `obsonly` (0), `inclunc` "
+        "(alpha on all), `sampled` (alpha on rho x |rated| items drawn per epoch, paper eq. 36)",
+        choices=WEIGHTINGS),
+    Key("mvmf-alpha", 0.1, "alpha: weight of an unrated (or sampled) item", min=0.0, max=1.0),
+    Key("mvmf-rho", 1.0, "rho: sampled unrated items per rated item (`sampled`)", min=0.0),
+    Key("mvmf-p-update", "semials", "user factors by the SemiALS closed form (eq. 8) or one "
+        "SGD step per epoch (eqs. 9-10)", choices=P_UPDATES),
+    Key("mvmf-lr", 0.05, "gamma: the server's Adam learning rate (and the SGD step of p)",
+        min=1e-12),
+    Key("mvmf-beta1", 0.5, "Adam beta1 (paper Table 2)", min=0.0, max=0.999999),
+    Key("mvmf-beta2", 0.99, "Adam beta2 (paper Table 2)", min=0.0, max=0.999999),
+    Key("mvmf-max-abs", 1e6, "declared bound of every value a user node sends in a sum "
+        "(its summed gradients and loss); nodes refuse values beyond it", min=1e-9),
+    Key("mvmf-top-k", 10, "length of the recommendation lists (paper: 10)", min=1),
+    Key("mvmf-threshold", 4.0, "a test rating >= this is relevant (paper: 4)", min=0.0),
+)
+
+
+def model_config(cfg: Mapping[str, Any]) -> MVMFConfig:
+    """The model hyperparameters of a run config (public: they travel to every node)."""
+    return MVMFConfig(dim=int(cfg["mvmf-dim"]), lam1=float(cfg["mvmf-lambda1"]),
+                      lam2=float(cfg["mvmf-lambda2"]), alpha=float(cfg["mvmf-alpha"]),
+                      rho=float(cfg["mvmf-rho"]), weighting=str(cfg["mvmf-weighting"]),
+                      p_update=str(cfg["mvmf-p-update"]), lr=float(cfg["mvmf-lr"]),
+                      beta1=float(cfg["mvmf-beta1"]), beta2=float(cfg["mvmf-beta2"]),
+                      seed=int(cfg["seed"]))
+
+
+def node_config(model: MVMFConfig, epoch: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """What every node needs for one request (public hyperparameters and the schema)."""
+    return {"dim": model.dim, "lam1": model.lam1, "lam2": model.lam2, "alpha": model.alpha,
+            "rho": model.rho, "weighting": model.weighting, "p-update": model.p_update,
+            "lr": model.lr, "beta1": model.beta1, "beta2": model.beta2, "seed": model.seed,
+            "epoch": int(epoch), "top-k": int(cfg["mvmf-top-k"]),
+            "threshold": float(cfg["mvmf-threshold"])}
+
+
+class FedMVMF(ProtocolStrategy):
+    """Federated multi-view MF: user sums through the run's aggregator, an item server."""
+
+    clients = "clients.mvmf"
+    config_keys = MVMF_KEYS
+    federation = (RoleNeed(("user",), min=1, holds=("rows", "user-attributes")),
+                  RoleNeed(("item-server",), min=1, max=1, holds=("item-features",)))
+    name = "fedmvmf"
+
+    def __init__(self, model: MVMFConfig, epochs: int = 20, dataset: str = "synthetic",
+                 clusters: int = 10, top_k: int = 10, threshold: float = 4.0) -> None:
+        self.model, self.epochs = model, int(epochs)
+        self.dataset, self.clusters = dataset, int(clusters)
+        self.top_k, self.threshold = int(top_k), float(threshold)
+
+    @classmethod
+    def from_run_config(cls, cfg: Mapping[str, Any]) -> FedMVMF:
+        if cfg.get("implicit", True):
+            raise ConfigError(f"{cls.name} factorizes explicit ratings: set implicit = false")
+        return cls(model_config(cfg), int(cfg["rounds"]), str(cfg["dataset"]),
+                   int(cfg["synthetic-clusters"]), int(cfg["mvmf-top-k"]),
+                   float(cfg["mvmf-threshold"]))
+
+    # -- the parts a subclass changes ------------------------------------------------------
+    def aggregator(self, messenger: Messenger, users: list[int],
+                   cfg: Mapping[str, Any]) -> Aggregator:
+        """The run's aggregator over the user nodes (the item server sends in clear)."""
+        return make_aggregator(str(cfg["aggregator"]), messenger, users, seed=int(cfg["seed"]),
+                               degree=int(cfg["secagg-degree"]) or None)
+
+    # -- reference ---------------------------------------------------------------------------
+    def attributes(self, data: Any) -> np.ndarray:
+        """The dummy attribute rows of ``data``'s users (the run's schema)."""
+        return attribute_matrix(data.user_attributes, self.dataset, self.clusters, "reference")
+
+    def reference_model(self, data: Any, groups: Any = None) -> MVMF:
+        """The centralized model of this run's budget: the same per-party code on all users
+        (``groups``: the federation's user sets, so sums run in its order)."""
+        return MVMF(self.model).fit(data.train, self.attributes(data), data.item_features,
+                                    self.epochs, groups)
+
+    def reference(self, data: Any) -> dict[str, float]:
+        """Metrics of :meth:`reference_model` (keys as the federated run's)."""
+        model = self.reference_model(data)
+        P = model.user_factors(data.train, self.attributes(data))
+        Q = model.item_factors(data.item_features, data.cold_items)
+        sums = rating_ranking_sums(P @ Q.T, data.train, data.test, self.top_k, self.threshold)
+        return {**rating_ranking_means(sums, self.top_k), "train-loss": model.losses[-1]}
+
+    # -- the protocol --------------------------------------------------------------------------
+    def _sum(self, fed: Federation, action: str, arrays: Mapping[str, np.ndarray],
+             config: Mapping[str, Any], max_abs: float, phase: str,
+             seconds: dict[str, float]) -> dict[str, np.ndarray]:
+        """A user sum; under CKKS the decryption is timed as its own phase (Table 5)."""
+        t0 = time.perf_counter()
+        agg = fed.aggregator
+        if isinstance(agg, CkksAggregator):
+            chunks, layout = agg.sum_encrypted(action, fed.request(arrays, config),
+                                               max_abs=max_abs, phase=phase)
+            t1 = time.perf_counter()
+            out = agg.decrypt(chunks, layout, phase=phase)
+            seconds["decryption"] = seconds.get("decryption", 0.0) + time.perf_counter() - t1
+            seconds["aggregation"] = seconds.get("aggregation", 0.0) + t1 - t0
+            return out
+        out = fed.sum(action, arrays, config, max_abs=max_abs, phase=phase)
+        seconds["aggregation"] = seconds.get("aggregation", 0.0) + time.perf_counter() - t0
+        return out
+
+    def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
+        if cfg.get("implicit", True):
+            raise ConfigError(f"{self.name} factorizes explicit ratings: set implicit = false")
+        infos = handshake(messenger, cfg, needs=self.federation, protocol=self.name)
+        users = [n for n, i in infos.items() if i.role == "user"]
+        item_server = next(n for n, i in infos.items() if i.role == "item-server")
+        agg = self.aggregator(messenger, users, cfg)
+        fed = Federation(messenger, cfg, infos, agg)
+        model, max_abs = self.model, float(cfg["mvmf-max-abs"])
+        n_attrs = attribute_dim(str(cfg["dataset"]), int(cfg["synthetic-clusters"]))
+        Q, U = init_server_factors(fed.n_items, n_attrs, model.dim, model.seed)
+        optQ, optU = model.adam(), model.adam()
+        history: list[dict[str, Any]] = []
+        seconds: dict[str, float] = {"item-server": 0.0, "aggregation": 0.0,
+                                     "server-update": 0.0}
+        for epoch in range(1, self.epochs + 1):
+            node_cfg = node_config(model, epoch, cfg)
+            t0 = time.perf_counter()
+            reply = fed.broadcast("mvmf_item_gradient", {"Q": Q}, node_cfg,
+                                  nodes=[item_server], phase="item-server")[item_server]
+            item = _arrays(reply, messenger.label(item_server))
+            seconds["item-server"] += time.perf_counter() - t0
+            total = self._sum(fed, "mvmf_train", {"Q": Q, "U": U}, node_cfg, max_abs, "train",
+                              seconds)
+            t1 = time.perf_counter()
+            if total["users"][0] < 0.5:
+                raise ValueError(f"epoch {epoch}: no user node has a user with training "
+                                 "ratings")
+            dQ, dU = server_gradients(Q, U, total["gQ"], total["gU"], item["item-term"],
+                                      model.lam1, model.lam2)
+            Q, U = optQ.step(Q, dQ), optU.step(U, dU)
+            seconds["server-update"] += time.perf_counter() - t1
+            history.append({"epoch": epoch, "loss": float(total["loss"][0] + item["loss"][0]),
+                            "users": int(round(float(total["users"][0])))})
+            messenger.ledger.summarize(force=False)
+        node_cfg = node_config(model, self.epochs, cfg)
+        reply = fed.broadcast("mvmf_item_cold", {"Q": Q}, node_cfg, nodes=[item_server],
+                              phase="cold-items")[item_server]
+        cold = _arrays(reply, messenger.label(item_server))
+        Q_eval = Q.copy()
+        idx = cold["cold-items"].astype(np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= fed.n_items):
+            raise ValueError(f"{messenger.label(item_server)} named cold items outside the "
+                             f"catalogue of {fed.n_items}")
+        Q_eval[idx] = cold["cold-factors"]
+        k = int(cfg["mvmf-top-k"])
+        sums = self._sum(fed, "mvmf_evaluate", {"Q": Q_eval, "U": U}, node_cfg,
+                         float(fed.max_users) + 1.0, "evaluate", {})
+        metrics = {**rating_ranking_means(sums["ranking"], k), "train-loss": history[-1]["loss"]}
+        epochs = max(self.epochs, 1)
+        privacy = {"item-server": "sends sum_d f(j,d) (items x K) for the broadcast Q in clear "
+                   "every epoch, and the eq. 17 factors of its new items (paper Alg. 2)",
+                   "user-sums": agg.kind}
+        if isinstance(agg, CkksAggregator):
+            privacy["decrypter"] = messenger.label(agg.decrypter)
+        return RunOutcome(metrics=metrics, history=history,
+                          extra={"Q": Q, "U": U, "cold_items": idx,
+                                 "epoch_seconds": {k2: v / epochs for k2, v in seconds.items()}},
+                          privacy=privacy)
+
+
+class PrivMVMF(FedMVMF):
+    """PrivMVMF: the users' gradients only as a CKKS sum, opened by one decrypter node."""
+
+    name = "privmvmf"
+
+    def aggregator(self, messenger: Messenger, users: list[int],
+                   cfg: Mapping[str, Any]) -> Aggregator:
+        """Always CKKS (the run config's ``aggregator`` is not read): the paper's scheme."""
+        if str(cfg["aggregator"]) not in ("ckks", "secagg+"):
+            log.info("privmvmf sums with CKKS; run config aggregator = %s is not used",
+                     cfg["aggregator"])
+        return make_aggregator("ckks", messenger, users, seed=int(cfg["seed"]))
+
+
+def _arrays(reply: Any, label: str) -> dict[str, np.ndarray]:
+    """The ``arrays`` record of an item-server reply; an error naming the node otherwise."""
+    from fl_app.records import from_array_record
+
+    if "arrays" not in reply.array_records:
+        raise ValueError(f"{label} answered without its 'arrays' record")
+    return from_array_record(reply.array_records["arrays"])
