@@ -1,8 +1,9 @@
 """Deployment: a real SuperLink and real SuperNodes (processes on 127.0.0.1, TLS on).
 
 Every registered protocol runs on tiny data against ONE local deployment (runs submitted one
-after another, as an operator would) and must give the simulation's metrics. A new protocol
-is tested deployed by adding one line to :data:`PROTOCOLS`.
+after another, as an operator would) and must give the metrics of the same run in one
+process (``tests.simutil.run_in_process``: the same ServerApp and ClientApp code). A new
+protocol is tested deployed by adding one line to :data:`PROTOCOLS`.
 
 Slow: Flower 1.41 starts a fresh ``flwr-clientapp`` process for every message on every
 SuperNode and an idle SuperNode polls the SuperLink every 3 s, so one message round costs
@@ -31,16 +32,18 @@ pytestmark = pytest.mark.skipif(shutil.which("openssl") is None,
                                 reason="openssl not found (needed to make TLS certificates)")
 
 TINY = {"dataset": "synthetic", "synthetic-users": 60, "synthetic-items": 80, "seed": 2}
-#: The nodes' policy opts in to what _PRIVIREC asks (plain sums, sparse transport, seeded
-#: Omega): the deployed SuperNodes get it as --node-config, the simulation as node_policy.
+#: The nodes' policy opts in to what the tiny runs ask (plain and CKKS sums, sparse transport,
+#: seeded Omega) and lowers min-survivors to 2, because PrivMVMF's CKKS decrypter opens only
+#: sums of at least min-survivors nodes and here 2 of the 3 SuperNodes hold users (a test
+#: federation; the default 3 would need a fourth SuperNode and slow every line). The deployed
+#: SuperNodes get it as --node-config, the reference run as node_policy.
 NODE_POLICY = {"allow-plain": True, "allow-sparse-transport": True, "allow-seeded-omega": True,
-               "allow-ckks": True}
-#: SuperNodes of the shared deployment: 4, so that PrivMVMF has 3 user nodes (the decrypter
-#: opens only sums of >= min-survivors = 3 nodes) beside its item server. The MVMF lines make
-#: the last partition the item server with the run config's ``item-servers = 1`` (node config
-#: ``role`` is the deployed way; the shared SuperNodes serve every protocol, so the run
-#: config decides here); the other protocols use all 4 as user nodes.
-NUM_NODES = 4
+               "allow-ckks": True, "min-survivors": 2}
+#: SuperNodes of the shared deployment. The MVMF lines make the last partition the item
+#: server with the run config's ``item-servers = 1`` (node config ``role`` is the deployed
+#: way; the shared SuperNodes serve every protocol, so the run config decides here); the
+#: other protocols use all of them as user nodes.
+NUM_NODES = 3
 #: FedMVMF/PrivMVMF on tiny data: one epoch, explicit ratings, an item server.
 _MVMF = {"implicit": False, "rounds": 1, "item-servers": 1, "synthetic-clusters": 4}
 #: PriviRec on tiny data: seeded Omega (deterministic), no SecAgg, one power round.
@@ -101,7 +104,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDeploy
 @pytest.mark.parametrize(("protocol", "extra", "tol"), PROTOCOLS, ids=[p for p, _, _ in PROTOCOLS])
 def test_deployed_run_equals_simulation(deployment: LocalDeployment, protocol: str,
                                         extra: dict[str, Any], tol: float) -> None:
-    from fl_app.simulation import run_in_simulation
+    from tests.simutil import run_in_process
 
     t0 = time.monotonic()
     record = deployment.run(_config(protocol, extra, f"deployed-{protocol}"), timeout=240)
@@ -115,9 +118,10 @@ def test_deployed_run_equals_simulation(deployment: LocalDeployment, protocol: s
     assert {p.name for p in logs.glob("*.log")} >= {
         "superlink.log", "flwr-cli.log", *(f"supernode-{i}.log" for i in range(NUM_NODES))}
 
-    sim = run_in_simulation(_config(protocol, extra, f"simulated-{protocol}"),
-                            num_nodes=NUM_NODES,
-                            quiet=True, node_policy=NODE_POLICY)
+    # The reference: the same ServerApp and ClientApp code in one process (the Ray simulation
+    # of each protocol is tested in its own test file; here it would add ~20 s per line)
+    sim = run_in_process(_config(protocol, extra, f"simulated-{protocol}"),
+                         num_nodes=NUM_NODES, node_policy=NODE_POLICY)
     assert record["communication"]["total_rounds"] == sim["communication"]["total_rounds"]
     assert set(record["metrics"]) == set(sim["metrics"])
     for key, value in sim["metrics"].items():
