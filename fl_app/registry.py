@@ -39,6 +39,12 @@ BUILTIN: tuple[Registration, ...] = (
                  "PriviRec (paper 000): graph filters from secure sums and a power method"),
     Registration("privirec-k", "strategies.privirec:PriviRecK", "clients.privirec",
                  "PriviRec-k (paper 000): the low-rank variant, no item-item sum"),
+    Registration("fedpower", "strategies.fedsvd:FedPower", "clients.fedsvd",
+                 "FedPower (paper 002, Alg. 1): federated power iteration, local + central noise"),
+    Registration("fedsvd-utility", "strategies.fedsvd:FedSvdUtility", "clients.fedsvd",
+                 "paper 002, Alg. 2: SecAgg+ and HE removal of all nodes' noise but one"),
+    Registration("fedsvd-privacy", "strategies.fedsvd:FedSvdPrivacy", "clients.fedsvd",
+                 "paper 002, Alg. 3: clipping, Gaussian noise every iteration, SecAgg+"),
 )
 
 #: Node-side modules every protocol may use (handshake, secure sums, relay).

@@ -33,10 +33,15 @@ pytestmark = pytest.mark.skipif(shutil.which("openssl") is None,
 TINY = {"dataset": "synthetic", "synthetic-users": 60, "synthetic-items": 80, "seed": 2}
 #: The nodes' policy opts in to what _PRIVIREC asks (plain sums, sparse transport, seeded
 #: Omega): the deployed SuperNodes get it as --node-config, the simulation as node_policy.
-NODE_POLICY = {"allow-plain": True, "allow-sparse-transport": True, "allow-seeded-omega": True}
+NODE_POLICY = {"allow-plain": True, "allow-sparse-transport": True, "allow-seeded-omega": True,
+               "allow-noise-removal": True}
 #: PriviRec on tiny data: seeded Omega (deterministic), no SecAgg, one power round.
 _PRIVIREC = {"aggregator": "plain", "privirec-omega": "seeded", "privirec-filter-rank": 4,
              "privirec-filters": "gf-cf", "privirec-L": 1}
+
+#: Federated SVD on tiny data: no noise, one synchronization, plain sums where allowed.
+_FEDSVD = {"aggregator": "plain", "fedsvd-k": 2, "fedsvd-rank": 2, "fedsvd-iterations": 1,
+           "fedsvd-sync-every": 1, "fedsvd-sigma": 0.0, "fedsvd-sigma-server": 0.0}
 
 #: One line per registered protocol: (protocol, tiny run config, metric tolerance).
 #: Deployed and simulated runs do the same arithmetic on the same rows in the same order
@@ -45,6 +50,11 @@ PROTOCOLS: list[tuple[str, dict[str, Any], float]] = [
     ("fedmf", {"rounds": 1, "mf-dim": 4, "aggregator": "plain"}, 1e-9),
     ("privirec", {**_PRIVIREC, "privirec-rank": 8}, 1e-9),
     ("privirec-k", {**_PRIVIREC, "privirec-k": 12}, 1e-9),
+    # no noise (deterministic), T = p: one synchronization round (two for the HE step)
+    ("fedpower", _FEDSVD, 1e-9),
+    ("fedsvd-privacy", _FEDSVD, 1e-9),
+    # CKKS decryption differs by ~1e-9 from run to run; a near-tied score may swap
+    ("fedsvd-utility", {**_FEDSVD, "aggregator": "secagg+"}, 1e-2),
 ]
 
 #: Target for one deployed message round (3 SuperNodes, TLS, one machine). Asserted only
