@@ -24,6 +24,11 @@ Keys (``docs/threat-model.md`` says what each weaker mode reveals):
 - ``allow-ckks``: answer CKKS sums. Off by default: every node holds the CKKS secret key,
   and the decrypter opens whatever ciphertext the server labels with a sum id, so an
   actively malicious server can have one node's input decrypted per sum.
+- ``allow-noise-removal``: fedsvd-utility's homomorphic step: multiply this node's own
+  Gaussian noise into the server's encrypted selection value. The server then learns every
+  node's noise but one (it is meant to subtract them); a server that sets every selection
+  value to 1 learns the noise-free aggregate. Answered only after this node's update went
+  into a masked sum.
 - ``allow-seeded-omega``: PriviRec's Omega rows from the run seed (the server knows Omega;
   with p >= users it recovers every row of the node exactly).
 - ``allow-sparse-transport``: PriviRec's item-item contribution sent unmasked as a sparse
@@ -87,6 +92,7 @@ class NodePolicy:
 
     allow_plain: bool = False
     allow_ckks: bool = False
+    allow_noise_removal: bool = False
     allow_seeded_omega: bool = False
     allow_sparse_transport: bool = False
     dp_budget: float = 0.0

@@ -33,12 +33,14 @@ pytestmark = pytest.mark.skipif(shutil.which("openssl") is None,
 
 TINY = {"dataset": "synthetic", "synthetic-users": 60, "synthetic-items": 80, "seed": 2}
 #: The nodes' policy opts in to what the tiny runs ask (plain and CKKS sums, sparse transport,
-#: seeded Omega) and lowers min-survivors to 2, because PrivMVMF's CKKS decrypter opens only
-#: sums of at least min-survivors nodes and here 2 of the 3 SuperNodes hold users (a test
-#: federation; the default 3 would need a fourth SuperNode and slow every line). The deployed
-#: SuperNodes get it as --node-config, the reference run as node_policy.
+#: seeded Omega, FedSVD's noise removal) and lowers min-survivors to 2, because PrivMVMF's
+#: CKKS decrypter opens only sums of at least min-survivors nodes and here 2 of the 3
+#: SuperNodes hold users (a test federation; the default 3 would need a fourth SuperNode and
+#: slow every line). The deployed SuperNodes get it as --node-config, the reference run as
+#: node_policy.
 NODE_POLICY = {"allow-plain": True, "allow-sparse-transport": True, "allow-seeded-omega": True,
-               "allow-ckks": True, "min-survivors": 2}
+               "allow-ckks": True, "allow-noise-removal": True,
+               "min-survivors": 2}
 #: SuperNodes of the shared deployment. The MVMF lines make the last partition the item
 #: server with the run config's ``item-servers = 1`` (node config ``role`` is the deployed
 #: way; the shared SuperNodes serve every protocol, so the run config decides here); the
@@ -50,6 +52,10 @@ _MVMF = {"implicit": False, "rounds": 1, "item-servers": 1, "synthetic-clusters"
 _PRIVIREC = {"aggregator": "plain", "privirec-omega": "seeded", "privirec-filter-rank": 4,
              "privirec-filters": "gf-cf", "privirec-L": 1}
 
+#: Federated SVD on tiny data: no noise, one synchronization, plain sums where allowed.
+_FEDSVD = {"aggregator": "plain", "fedsvd-k": 2, "fedsvd-rank": 2, "fedsvd-iterations": 1,
+           "fedsvd-sync-every": 1, "fedsvd-sigma": 0.0, "fedsvd-sigma-server": 0.0}
+
 #: One line per registered protocol: (protocol, tiny run config, metric tolerance).
 #: Deployed and simulated runs do the same arithmetic on the same rows in the same order
 #: (records carry float64 arrays bit for bit), so the metrics agree to rounding noise.
@@ -57,6 +63,11 @@ PROTOCOLS: list[tuple[str, dict[str, Any], float]] = [
     ("fedmf", {"rounds": 1, "mf-dim": 4, "aggregator": "plain"}, 1e-9),
     ("privirec", {**_PRIVIREC, "privirec-rank": 8}, 1e-9),
     ("privirec-k", {**_PRIVIREC, "privirec-k": 12}, 1e-9),
+    # no noise (deterministic), T = p: one synchronization round (two for the HE step)
+    ("fedpower", _FEDSVD, 1e-9),
+    ("fedsvd-privacy", _FEDSVD, 1e-9),
+    # CKKS decryption differs by ~1e-9 from run to run; a near-tied score may swap
+    ("fedsvd-utility", {**_FEDSVD, "aggregator": "secagg+"}, 1e-2),
     ("fedmvmf", {**_MVMF, "aggregator": "plain"}, 1e-9),
     # CKKS: the deployed and simulated encryptions differ (fresh randomness), ~1e-7 absolute
     ("privmvmf", _MVMF, 1e-5),

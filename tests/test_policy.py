@@ -149,6 +149,12 @@ PRODUCTION_ACTIONS = {
     "query.privirec_evaluate": "metric sums of the node's users (a sum contribution)",
     "query.fedmf_train": "local BPR on the node's users; item deltas as a sum contribution",
     "query.fedmf_evaluate": "metric sums of the node's users (a sum contribution)",
+    "query.fedsvd_sync": "local power iterations; the noisy update as a sum contribution "
+                         "(plain: charged to dp-budget for fedsvd-privacy)",
+    "query.fedsvd_noise_product": "own noise times the server's encrypted selection value; "
+                                  "needs allow-noise-removal, once per sync, masked sums only",
+    "query.fedsvd_output": "output rule: the aligned local basis as a sum contribution",
+    "query.fedsvd_evaluate": "metric sums of the node's users (a sum contribution)",
     "train.default": "stock Flower train (fedmf): item factors in clear, only with the node's "
                      "allow-plain opt-in",
     "evaluate.default": "stock Flower evaluate (fedmf): means of the node's own users' metrics",

@@ -59,6 +59,8 @@ __all__ = [
     "make_bfv_context",
     "encrypt_bits",
     "decrypt_ints",
+    "pad_ciphertext",
+    "unpad_ciphertext",
 ]
 
 Scheme = Literal["ckks", "bfv"]
@@ -292,3 +294,32 @@ def decrypt_ints(ctx: ts.Context, chunks: list[bytes], n: int) -> np.ndarray:
     if not ctx.has_secret_key():
         raise ValueError("this context holds no secret key: it cannot decrypt")
     return _decrypt_chunks(ctx, chunks, n, _bfv_slots(ctx), ts.bfv_vector_from, np.int64, "BFV")
+
+
+# ---------------------------------------------------------------------------- fixed sizes
+def padded_size(poly_modulus_degree: int = 8192, levels: int = 3) -> int:
+    """A public length every serialized ciphertext of these parameters fits in: two
+    polynomials of ``levels`` 64-bit residues per coefficient, plus headroom for headers."""
+    return 16 * poly_modulus_degree * levels + 65536
+
+
+def pad_ciphertext(blob: bytes, size: int | None = None) -> bytes:
+    """``blob`` framed to exactly ``size`` bytes (4-byte length, blob, zeros).
+
+    Why: SEAL compresses what it serializes, so a ciphertext's length varies with its
+    contents; a receiver must not be able to tell two encryptions apart by length (the
+    federated-SVD selection values Enc(0) and Enc(1)).
+    """
+    size = padded_size() if size is None else int(size)
+    if len(blob) + 4 > size:
+        raise ValueError(f"ciphertext of {len(blob)} bytes does not fit the padded size {size}")
+    return len(blob).to_bytes(4, "big") + blob + bytes(size - 4 - len(blob))
+
+
+def unpad_ciphertext(framed: bytes) -> bytes:
+    """Inverse of :func:`pad_ciphertext`; a clear error for a malformed frame."""
+    framed = bytes(framed)
+    n = int.from_bytes(framed[:4], "big") if len(framed) >= 4 else -1
+    if n < 0 or 4 + n > len(framed):
+        raise ValueError(f"malformed padded ciphertext ({len(framed)} bytes)")
+    return framed[4:4 + n]

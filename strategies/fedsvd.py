@@ -1,0 +1,250 @@
+"""Federated SVD (paper 002, Liu, Pejo, Tang 2023): FedPower (Algorithm 1) and its utility-
+and privacy-enhanced schemes (Algorithms 2 and 3) over horizontally partitioned rows.
+
+One strategy class per scheme, sharing :class:`FedSvd` (math in ``fl_app/recsys/fedsvd.py``,
+node side ``clients/fedsvd.py``, decisions in ``docs/protocols/fedsvd.md``). Each
+synchronization is ONE message round of work for the nodes: the server sends the common
+basis, each node runs its p - 1 local power iterations and its part of the synchronization
+and answers its weighted noisy update through the run's aggregator (SecAgg+ by default), so
+the server learns only the weighted sum. Then:
+
+- ``fedpower``: the server adds central noise N(0, max_i ||Z D||_max^2 sigma'^2) (each node
+  reports its ||Z D||_max in clear beside its masked update, as Alg. 1 step 8 needs) and
+  orthonormalizes.
+- ``fedsvd-utility``: one more round removes every node's noise but one (Alg. 2 steps 8-13):
+  the server holds a CKKS key pair, sends each node a fresh encryption of its selection
+  value (0 for one node j drawn from the OS CSPRNG, 1 for the others, replicated over the
+  slots), each node multiplies its own weighted noise into it and re-randomizes, the server
+  adds the products and decrypts the sum only: sum_{i != j} w_i N_i, which it subtracts.
+- ``fedsvd-privacy``: no alignment; noise at every iteration; the server clips orth(Y).
+
+The result Z_bar is evaluated as a recommender (each node scores its users by r_u Z Z^T,
+learned as sums) and reported with the per-synchronization history and the DP accounting.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import ConfigRecord, RecordDict
+from flwr.serverapp import Grid
+
+from fl_app.config import ConfigError, Key
+from fl_app.messaging import Messenger
+from fl_app.recsys import fedsvd as svd
+from fl_app.recsys.metrics import evaluate_ranking
+from strategies.base import Federation, ProtocolStrategy, RunOutcome
+
+log = logging.getLogger("fedrec")
+
+#: Run-config keys shared by the three schemes (paper 002, Sec. 6 defaults).
+FEDSVD_KEYS: tuple[Key, ...] = (
+    Key("fedsvd-k", 10, "k: the top eigenvectors wanted", min=1),
+    Key("fedsvd-rank", 10, "r >= k: the iteration rank (columns of Z)", min=1),
+    Key("fedsvd-iterations", 92, "T: local power iterations per node", min=1),
+    Key("fedsvd-sync-every", 4, "p: synchronize every p iterations (floor(T/p) rounds)",
+        min=1),
+    Key("fedsvd-sigma", 0.1, "sigma: standard deviation of each node's Gaussian noise "
+        "(FedPower: times ||Z||_max); 0 = no noise", min=0.0),
+    Key("fedsvd-sigma-server", 0.1, "sigma': FedPower's central noise (times max_i "
+        "||Z D||_max)", min=0.0),
+    Key("fedsvd-z-hat", 0.2, "z_hat: fedsvd-privacy clips every entry of Z to [-z_hat, "
+        "z_hat]", min=1e-12),
+    Key("fedsvd-m-hat", 1.0, "m_hat: declared bound on the entries of every node's M'_i = "
+        "M_i^T M_i / s_i (1 for 0/1 data); a node whose entries exceed it refuses. Enters "
+        "the sensitivity 2 sqrt(r) m_hat z_hat and the sums' declared range", min=1e-12),
+    Key("fedsvd-delta", 1e-5, "delta of the DP accounting", min=1e-300, max=0.5),
+    Key("fedsvd-ddp", False, "fedsvd-privacy: distributed DP, each node's noise scaled by "
+        "1/sqrt(n)"),
+    Key("fedsvd-epsilon", 0.0, "fail before any message unless the scheme's total epsilon "
+        "(basic composition, as the paper) is at most this; 0 = no requirement", min=0.0),
+    Key("fedsvd-min-rows", 1, "the fewest rows a node must hold (the paper's pilot: 10)",
+        min=1),
+)
+
+
+class FedSvd(ProtocolStrategy):
+    """The common run of the three schemes; subclasses set :attr:`scheme`."""
+
+    scheme = "fedpower"
+    clients = "clients.fedsvd"
+    config_keys = FEDSVD_KEYS
+
+    def __init__(self, params: svd.SvdParams | None = None, *, min_rows: int = 1,
+                 epsilon: float = 0.0, top_k: int = 20) -> None:
+        self.params = params or svd.SvdParams()
+        self.min_rows, self.epsilon, self.top_k = int(min_rows), float(epsilon), top_k
+
+    @classmethod
+    def from_run_config(cls, cfg: Mapping[str, Any]) -> FedSvd:
+        return cls(svd.params_from_config(cfg), min_rows=int(cfg["fedsvd-min-rows"]),
+                   epsilon=float(cfg["fedsvd-epsilon"]))
+
+    # -- checks before any protocol message ------------------------------------------------
+    def check_federation(self, fed: Federation) -> None:
+        """Sizes, rows per node, the aggregator and a requested epsilon: clear errors."""
+        try:
+            self.params.check(fed.n_items)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        few = [fed.messenger.label(n) for n, i in fed.infos.items() if i.n_users < self.min_rows]
+        if few:
+            raise ConfigError(f"{', '.join(few)} hold(s) fewer than fedsvd-min-rows = "
+                              f"{self.min_rows} rows")
+        if self.scheme == "fedsvd-utility" and fed.aggregator.kind == "plain":
+            raise ConfigError("fedsvd-utility needs a secure aggregator (secagg+ or ckks): with "
+                              "aggregator = plain the server would see each node's noisy "
+                              "update and then remove its noise")
+        if self.epsilon > 0:
+            acc = svd.accounting(self.scheme, self.params, len(fed.nodes),
+                                 min(i.n_users for i in fed.infos.values()), opacus=False)
+            total = acc.get("epsilon")
+            if total is None or total > self.epsilon:
+                raise ConfigError(
+                    f"{self.scheme} cannot meet fedsvd-epsilon = {self.epsilon:g}: "
+                    + (acc["reason"] if total is None else
+                       f"its noise gives epsilon = {total:.4g} (basic composition over T = "
+                       f"{self.params.T}); raise fedsvd-sigma to "
+                       f">= {self.params.sigma * total / self.epsilon:.4g}"))
+
+    def node_config(self, fed: Federation, t_from: int, t_to: int) -> dict[str, Any]:
+        """What every node needs for one block (public parameters only)."""
+        p = self.params
+        return {"scheme": self.scheme, "t-from": t_from, "t-to": t_to,
+                "rows-total": sum(i.n_users for i in fed.infos.values()),
+                "n-nodes": len(fed.nodes), "fedsvd-k": p.k, "fedsvd-rank": p.r,
+                "fedsvd-iterations": p.T, "fedsvd-sync-every": p.p, "fedsvd-sigma": p.sigma,
+                "fedsvd-sigma-server": p.sigma_server, "fedsvd-z-hat": p.z_hat,
+                "fedsvd-m-hat": p.m_hat, "fedsvd-delta": p.delta, "fedsvd-ddp": p.ddp,
+                "seed": p.seed}
+
+    def max_abs(self, fed: Federation) -> float:
+        """Range of every value a node sends: w_i |(M'_i Z D + N)_jl| <= sqrt(d r) m_hat
+        (row norms of M'_i are <= sqrt(d) m_hat, columns of Z have norm <= 1, D is
+        orthogonal) plus 12 noise standard deviations (exceeded with probability < 1e-32)."""
+        d, p = fed.n_items, self.params
+        total = sum(i.n_users for i in fed.infos.values())
+        w_max = fed.max_users / total
+        return float(w_max * (np.sqrt(d * p.r) * p.m_hat + 12.0 * max(p.sigma, 1e-12)))
+
+    # -- the run ------------------------------------------------------------------------
+    def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
+        fed = self.federate(messenger, cfg)
+        self.check_federation(fed)
+        p = self.params
+        common = svd.initial_basis(fed.n_items, p.r, p.seed)
+        max_abs = self.max_abs(fed)
+        he = _ServerHe() if self.scheme == "fedsvd-utility" else None
+        history: list[dict[str, Any]] = []
+        Z_bar = common
+        last_Y: np.ndarray | None = None
+        for t_from, t_to in svd.block_ends(p):
+            conf = self.node_config(fed, t_from, t_to)
+            if not p.is_sync(t_to):  # the output rule's last block
+                Z_bar = fed.sum("fedsvd_output", {"Z": common}, conf, max_abs=1.0,
+                                phase="output")["Z"]
+                break
+            z_max: list[float] = []
+            total = fed.aggregator.sum(
+                "fedsvd_sync", fed.request({"Z": common}, conf), max_abs=max_abs,
+                phase="sync", on_reply=lambda n, r: z_max.append(_z_max(r)))["Y"]
+            removed = None
+            if he is not None:
+                removed = he.remove_noise(fed, t_to, total.shape)
+                last_Y = total - removed
+            else:
+                last_Y = total
+            common = svd.server_step(self.scheme, total, p, removed=removed,
+                                     z_max=max(z_max, default=0.0))
+            Z_bar = common
+            history.append({"t": t_to, "sync": t_to // p.p})
+            log.info("%s: synchronization %d/%d (t = %d)", self.scheme, t_to // p.p,
+                     p.syncs, t_to)
+        basis = svd.leading_basis(Z_bar, p.k)
+        metrics = fed.evaluate("fedsvd_evaluate", {"Z": basis}, k=self.top_k)
+        privacy = {"dp": svd.accounting(self.scheme, p, len(fed.nodes),
+                                        min(i.n_users for i in fed.infos.values())),
+                   "fedsvd": {"scheme": self.scheme, "synchronizations": p.syncs,
+                              **({"noise-removal": he.view} if he else {})}}
+        return RunOutcome(metrics=metrics, history=history, privacy=privacy,
+                          extra={"Z_bar": Z_bar, "basis": basis, "Y": last_Y})
+
+    # -- the centralized reference -------------------------------------------------------
+    def reference(self, data: Any) -> dict[str, float]:
+        """Recall/NDCG of the exact top-k eigenspace of M' = M^T M / s (the truncated SVD),
+        scored like the federated run: r_u Z* Z*^T."""
+        Z, _ = svd.true_eigenspace(data.train, self.params.k)
+        return evaluate_ranking(lambda rows: data.train[rows] @ Z @ Z.T, data.train,
+                                data.test, k=self.top_k).means()
+
+
+def _z_max(reply: RecordDict) -> float:
+    """A FedPower node's ||Z_{t-1} D||_max, reported in clear beside its masked update."""
+    rec = reply.config_records.get("fedsvd")
+    return float(rec["z-max"]) if rec is not None and "z-max" in rec else 0.0
+
+
+class _ServerHe:
+    """Alg. 2's homomorphic step, server side: the SERVER's CKKS key pair (as the paper's
+    Paillier pair), one fresh encrypted selection value per node, the sum of the nodes'
+    products, one decryption. The kept node j comes from the OS CSPRNG (never the public
+    seed) and stays on the server; :attr:`view` records only what the results may show."""
+
+    def __init__(self) -> None:
+        from fl_app.secure.he import make_secret_context, public_context_bytes, slots_of
+
+        self.ctx = make_secret_context()
+        self.public = public_context_bytes(self.ctx)
+        self.slots = slots_of(self.ctx)
+        self.view: list[dict[str, Any]] = []
+
+    def remove_noise(self, fed: Federation, t: int, shape: tuple[int, ...]) -> np.ndarray:
+        import tenseal as ts
+
+        from fl_app.secure.he import EncryptedSum, decrypt_packed, pad_ciphertext
+
+        nodes = fed.nodes
+        j = secrets.randbelow(len(nodes))
+        requests = {}
+        for i, node in enumerate(nodes):
+            bit = 0.0 if i == j else 1.0
+            # fixed length: Enc(0) and Enc(1) must not differ in size (SEAL compresses)
+            cipher = pad_ciphertext(ts.ckks_vector(self.ctx, [bit] * self.slots).serialize())
+            requests[node] = RecordDict({"fedsvd-he": ConfigRecord({
+                "t": t, "public-context": self.public, "selection": cipher})})
+        n_values = int(np.prod(shape))
+        chunks = -(-n_values // self.slots)
+        acc = EncryptedSum(self.public, "ckks")
+        for node, reply in fed.messenger.iter_replies("fedsvd_noise_product", requests,
+                                                     phase="noise-removal"):
+            products = reply.config_records["fedsvd-he"]["products"]
+            if not isinstance(products, list) or len(products) != chunks:
+                raise ValueError(f"{fed.messenger.label(node)}: field 'fedsvd-he.products' "
+                                 f"must hold {chunks} CKKS ciphertexts")
+            acc.add([bytes(b) for b in products])
+        fed.messenger.ledger.mark("noise-removal", "fedsvd-he", "encrypted")
+        values = decrypt_packed(self.ctx, acc.result(), chunks * self.slots)[:n_values]
+        self.view.append({"t": t, "nodes": len(nodes), "ciphertexts_per_node": chunks})
+        return values.reshape(shape)
+
+
+class FedPower(FedSvd):
+    """FedPower (Guo et al. 2021; paper 002, Algorithm 1): the baseline."""
+
+    scheme = "fedpower"
+
+
+class FedSvdUtility(FedSvd):
+    """Utility-enhanced FedPower (paper 002, Algorithm 2): SecAgg+ and HE noise removal."""
+
+    scheme = "fedsvd-utility"
+
+
+class FedSvdPrivacy(FedSvd):
+    """Privacy-enhanced FedPower (paper 002, Algorithm 3): clipping, noise every iteration."""
+
+    scheme = "fedsvd-privacy"

@@ -1,0 +1,195 @@
+"""Federated SVD (paper 002): the three schemes over real Flower messages (the project's
+ClientApp on an in-process grid) against the centralized eigenspace and the in-process
+arithmetic the benchmark uses; the noise removal; what the server and the nodes see; the
+DP accounting; bad input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from datasets import DatasetSpec, PartitionSpec, load_dataset, partition_users
+from fl_app.client_app import build_client_app
+from fl_app.config import ConfigError
+from fl_app.recsys import fedsvd as svd
+from fl_app.registry import resolve_config
+from fl_app.server_app import run_protocol
+from tests.localgrid import LocalGrid
+
+NODES = 3
+#: 60 users x 30 items, latent rank 2: top eigenvalues of M' 2.39, 0.72, 0.47, 0.34
+DATA = {"dataset": "synthetic", "synthetic-users": 60, "synthetic-items": 30, "seed": 1,
+        "synthetic-rank": 2, "synthetic-density": 0.3, "synthetic-clusters": 2,
+        "synthetic-popularity-skew": 0.0,
+        "partition": "row-blocks", "run-name": "test-fedsvd"}
+EXACT = {**DATA, "fedsvd-k": 2, "fedsvd-sync-every": 1, "fedsvd-sigma": 0.0,
+         "fedsvd-sigma-server": 0.0, "fedsvd-z-hat": 1.0}
+POLICY = {"allow-plain": True, "allow-noise-removal": True}
+
+
+def run(overrides: dict, policy: dict | None = None, nodes: int = NODES):
+    """The protocol over the project's ClientApp; returns (record, grid)."""
+    cfg = resolve_config(overrides)
+    with LocalGrid(build_client_app(policy=POLICY if policy is None else policy),
+                   nodes) as grid:
+        return run_protocol(grid, cfg), grid
+
+
+def blocks(overrides: dict, nodes: int = NODES) -> list:
+    cfg = resolve_config(overrides)
+    data = load_dataset(DatasetSpec.from_config(cfg))
+    parts = partition_users(data, PartitionSpec.from_config(cfg, nodes))
+    return [data.train[p] for p in parts]
+
+
+def truth(k: int) -> np.ndarray:
+    return svd.true_eigenspace(load_dataset(DatasetSpec.from_config(resolve_config(DATA))).train,
+                               k)[0]
+
+
+def known_noise(shape: tuple[int, ...], std: float) -> np.ndarray:
+    """Known 'noise': std times a fixed pattern (the same for every call)."""
+    return std * np.cos(np.arange(math.prod(shape), dtype=np.float64)).reshape(shape)
+
+
+# -- convergence without noise -------------------------------------------------------------
+@pytest.mark.parametrize(("protocol", "aggregator", "k", "T"), [
+    ("fedpower", "plain", 2, 45), ("fedsvd-privacy", "plain", 2, 45),
+    ("fedsvd-utility", "secagg+", 1, 16)])
+def test_zero_noise_converges_to_the_centralized_eigenspace(protocol, aggregator, k, T):
+    # The span of the first k columns converges at lambda_{k+1} / lambda_k per iteration:
+    # 0.66 (k = 2) and 0.30 (k = 1; fewer SecAgg+ rounds). p = 1: local iterations bias
+    # FedPower even without noise (Guo et al.'s bound grows with p and heterogeneity).
+    record, _ = run({**EXACT, "protocol": protocol, "aggregator": aggregator,
+                     "fedsvd-k": k, "fedsvd-rank": k, "fedsvd-iterations": T})
+    dist = svd.distances(record["extra"]["Z_bar"], truth(k))
+    assert dist["subspace"] < 1e-6, dist
+    assert len(record["history"]) == T
+
+
+# -- the Flower protocol equals the in-process arithmetic ----------------------------------
+@pytest.mark.parametrize("protocol", ["fedpower", "fedsvd-privacy"])
+def test_flower_run_equals_in_process_run_bit_for_bit(protocol, monkeypatch):
+    monkeypatch.setattr(svd, "draw_noise", known_noise)
+    cfg = {**DATA, "protocol": protocol, "aggregator": "plain", "fedsvd-k": 2,
+           "fedsvd-rank": 3, "fedsvd-iterations": 7, "fedsvd-sync-every": 2,
+           "fedsvd-sigma": 0.05, "fedsvd-sigma-server": 0.05, "fedsvd-z-hat": 0.5}
+    # plain sums release fedsvd-privacy's noisy updates outside a secure sum: charged
+    record, _ = run(cfg, policy={**POLICY, "dp-budget": 1e4})
+    params = svd.params_from_config(resolve_config(cfg))
+    local = svd.run_in_process(protocol, blocks(cfg), params, noise=known_noise)
+    # T = 7, p = 2: three synchronizations, then the output rule's last block
+    assert [h["t"] for h in record["history"]] == [2, 4, 6]
+    np.testing.assert_array_equal(record["extra"]["Z_bar"], local.Z_bar)
+
+
+def test_noise_removal_leaves_exactly_one_nodes_noise(monkeypatch):
+    """T = p = 1: Y'' = sum_i w_i M'_i Z_0 + w_j N for exactly one j (SecAgg+ and CKKS add
+    ~1e-9); the in-process run with the same kept node agrees."""
+    monkeypatch.setattr(svd, "draw_noise", known_noise)
+    cfg = {**DATA, "protocol": "fedsvd-utility", "fedsvd-k": 2, "fedsvd-rank": 3,
+           "fedsvd-iterations": 1, "fedsvd-sync-every": 1, "fedsvd-sigma": 0.5}
+    record, grid = run(cfg)
+    params = svd.params_from_config(resolve_config(cfg))
+    parts = blocks(cfg)
+    s = sum(b.shape[0] for b in parts)
+    Z0 = svd.initial_basis(30, 3, params.seed)
+    clean = sum((b.shape[0] / s) * svd.gram_product(b, Z0) @ svd.procrustes(Z0, Z0)
+                for b in parts)
+    pattern = known_noise(clean.shape, 0.5)
+    residual = record["extra"]["Y"] - clean
+    share = float(np.sum(residual * pattern) / np.sum(pattern * pattern))
+    weights = [b.shape[0] / s for b in parts]
+    assert min(abs(share - w) for w in weights) < 1e-6, (share, weights)
+    np.testing.assert_allclose(residual, share * pattern, atol=1e-6)
+    # what the nodes received in the noise-removal round: one ciphertext each, no index
+    he_msgs = [m for m in grid.pushed if m.metadata.message_type.endswith("noise_product")]
+    assert len(he_msgs) == NODES
+    import tenseal as ts
+
+    from fl_app.secure.he import load_context
+    records = [m.content.config_records["fedsvd-he"] for m in he_msgs]
+    assert {tuple(sorted(r.keys())) for r in records} == {("public-context", "selection", "t")}
+    assert len({bytes(r["public-context"]) for r in records}) == 1  # the same for everyone
+    assert len({len(bytes(r["selection"])) for r in records}) == 1
+    ctx = load_context(bytes(records[0]["public-context"]))
+    assert not ctx.has_secret_key()
+    from fl_app.secure.he import unpad_ciphertext
+    with pytest.raises(Exception):  # a node cannot open its selection value
+        ts.ckks_vector_from(ctx, unpad_ciphertext(bytes(records[0]["selection"]))).decrypt()
+
+
+def test_server_saw_updates_masked_and_noise_products_encrypted(monkeypatch):
+    monkeypatch.setattr(svd, "draw_noise", known_noise)
+    record, _ = run({**DATA, "protocol": "fedsvd-utility", "fedsvd-k": 2, "fedsvd-rank": 3,
+                     "fedsvd-iterations": 2, "fedsvd-sync-every": 1})
+    received = record["privacy"]["received"]
+    assert received["sync"]["records"]["secagg.values"]["form"] == "masked"
+    assert received["noise-removal"]["records"]["fedsvd-he"]["form"] == "encrypted"
+    plain = {(phase, name) for phase, r in received.items() for name, rec in r["records"].items()
+             if rec["form"] == "plain" and phase in ("sync", "noise-removal")}
+    assert plain <= {("sync", "secagg.shapes")}, plain
+    assert [v["t"] for v in record["privacy"]["fedsvd"]["noise-removal"]] == [1, 2]
+    assert "kept" not in str(record["privacy"]["fedsvd"])
+
+
+# -- the node's policy ----------------------------------------------------------------------
+def test_node_refuses_noise_removal_without_its_opt_in():
+    with pytest.raises(Exception, match="allow-noise-removal"):
+        run({**EXACT, "protocol": "fedsvd-utility", "fedsvd-rank": 3, "fedsvd-iterations": 1},
+            policy={})
+
+
+def test_dp_charged_by_the_node_sums_to_the_accounted_epsilon():
+    from clients.policy import _DP_SPENT
+
+    cfg = {**DATA, "protocol": "fedsvd-privacy", "aggregator": "plain", "fedsvd-k": 2,
+           "fedsvd-rank": 2, "fedsvd-iterations": 3, "fedsvd-sync-every": 1,
+           "fedsvd-sigma": 2.0}
+    record, grid = run(cfg, policy={"allow-plain": True, "dp-budget": 5.0})
+    dp = record["privacy"]["dp"]
+    assert dp["epsilon"] == pytest.approx(3 * dp["epsilon_per_iteration"], rel=1e-12)
+    for ctx in grid.contexts.values():
+        assert float(ctx.state.config_records[_DP_SPENT]["epsilon"]) == \
+            pytest.approx(dp["epsilon"], rel=1e-12)
+    with pytest.raises(Exception, match="dp-budget"):
+        run({**cfg, "fedsvd-iterations": 4}, policy={"allow-plain": True,
+                                                     "dp-budget": dp["epsilon"]})
+
+
+# -- accounting -----------------------------------------------------------------------------
+def test_theorem2_with_the_papers_values():
+    """sqrt(8 r ln(1.25/delta)) m_hat z_hat / sigma with r = 10, m_hat = 0.05, z_hat = 0.2,
+    delta = 1e-5, sigma = 0.1 (a standard deviation): 3.064, a tenth of the paper's 30.6."""
+    p = svd.SvdParams(m_hat=0.05, z_hat=0.2, sigma=0.1)
+    assert svd.theorem2_epsilon(p, 0.1) == pytest.approx(3.0642, abs=1e-4)
+    acc = svd.accounting("fedsvd-privacy", p, 100, 10)
+    assert acc["epsilon"] == pytest.approx(92 * 3.0642, abs=1e-2)
+    assert acc["total_delta"] == pytest.approx(92e-5)
+    assert acc["epsilon_rdp"] is not None and acc["epsilon_rdp"] > 0
+    ddp = svd.accounting("fedsvd-privacy", svd.SvdParams(m_hat=0.05, ddp=True), 100, 10)
+    assert ddp["node_sigma"] == pytest.approx(0.01)
+    assert svd.accounting("fedsvd-utility", p, 100, 10)["epsilon"] is None
+    assert svd.accounting("fedpower", p, 100, 10)["valid"] is False
+
+
+# -- bad input ------------------------------------------------------------------------------
+@pytest.mark.parametrize(("extra", "match"), [
+    ({"fedsvd-k": 31, "fedsvd-rank": 31}, "number of columns d = 30"),
+    ({"fedsvd-k": 3, "fedsvd-rank": 2}, "k = 3 <= r"),
+    ({"fedsvd-min-rows": 21}, "fewer than fedsvd-min-rows = 21"),
+    ({"fedsvd-epsilon": 10.0, "fedsvd-sigma": 0.1}, "cannot meet fedsvd-epsilon"),
+])
+def test_bad_input_fails_before_any_protocol_message(extra, match):
+    with pytest.raises(ConfigError, match=match):
+        run({**DATA, "protocol": "fedsvd-privacy", "aggregator": "plain", **extra})
+
+
+def test_utility_refuses_a_plain_aggregator_and_nodes_refuse_entries_over_m_hat():
+    with pytest.raises(ConfigError, match="secure aggregator"):
+        run({**DATA, "protocol": "fedsvd-utility", "aggregator": "plain"})
+    with pytest.raises(Exception, match="fedsvd-m-hat"):
+        run({**EXACT, "protocol": "fedpower", "aggregator": "plain", "fedsvd-m-hat": 0.05,
+             "fedsvd-rank": 2, "fedsvd-iterations": 1})
