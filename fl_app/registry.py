@@ -39,6 +39,8 @@ BUILTIN: tuple[Registration, ...] = (
                  "PriviRec (paper 000): graph filters from secure sums and a power method"),
     Registration("privirec-k", "strategies.privirec:PriviRecK", "clients.privirec",
                  "PriviRec-k (paper 000): the low-rank variant, no item-item sum"),
+    Registration("lpgcn", "strategies.lpgcn:LPGCN", "clients.lpgcn",
+                 "LP-GCN (paper 001): lossless federated LightGCN / LightGCN+"),
 )
 
 #: Node-side modules every protocol may use (handshake, secure sums, relay).
