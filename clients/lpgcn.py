@@ -19,17 +19,18 @@ move in lockstep and the server can sum a layer's partials once every node sent 
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from flwr.app import ConfigRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from clients.aggregate import sum_reply
 from clients.keyrelay import get_shared_secret
 from clients.node import NodeContext
 from clients.registry import handler
-from fl_app.records import to_array_record
+from fl_app.records import from_array_record, to_array_record
 from fl_app.recsys.lightgcn import (
     bpr_terms,
     direct_terms,
@@ -51,6 +52,10 @@ _SETUP, _PARAMS, _STEP, _EPOCH, _FLAGS = ("lpgcn.setup", "lpgcn.params", "lpgcn.
                                           "lpgcn.epoch", "lpgcn.flags")
 
 
+#: This process's rows per (run, node), for the many rounds of a run in one process.
+_DATA: dict[tuple[int, int], Any] = {}
+
+
 class LosslessnessError(RuntimeError):
     """The request or the mail cannot give the centralized result (missing or extra input)."""
 
@@ -65,6 +70,51 @@ def pack(arrays: dict[str, np.ndarray]) -> bytes:
 def unpack(blob: bytes) -> dict[str, np.ndarray]:
     with np.load(io.BytesIO(blob), allow_pickle=False) as z:
         return {k: z[k] for k in z.files}
+
+
+class StateArrays(MutableMapping):
+    """Named arrays in one ArrayRecord of the node state, each read on first use and written
+    only when set: a round touches a few of a node's arrays, and re-serializing all of them
+    every round dominated the round's cost."""
+
+    def __init__(self, node: NodeContext, name: str) -> None:
+        records = node.state.array_records
+        if name not in records:
+            node.state[name] = ArrayRecord()
+            records = node.state.array_records
+        self.record = records[name]
+        self.cache: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self.cache:
+            self.cache[key] = self.record[key].numpy()
+        return self.cache[key]
+
+    def __setitem__(self, key: str, value: np.ndarray) -> None:
+        self.cache[key] = value
+        self.record[key] = Array(np.ascontiguousarray(value))
+
+    def __delitem__(self, key: str) -> None:
+        del self.record[key]
+        self.cache.pop(key, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self.record.keys()))
+
+    def __len__(self) -> int:
+        return len(self.record)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.record
+
+    def flush(self) -> None:
+        """Nothing to do (kept so callers state where a round's writes end)."""
+
+    def replace(self, arrays: dict[str, np.ndarray]) -> None:
+        for key in list(self):
+            del self[key]
+        for key, value in arrays.items():
+            self[key] = value
 
 
 def _hp(node: NodeContext) -> dict[str, Any]:
@@ -118,9 +168,10 @@ def holdings(content: RecordDict, node: NodeContext) -> RecordDict:
     held_real = np.concatenate([real, virtual])
     order = np.argsort(pseudo_all[held_real])
     held_real = held_real[order]
-    node.store_arrays(_SETUP, {"pseudo_all": pseudo_all, "held_real": held_real,
-                               "held": pseudo_all[held_real],
-                               "isreal": np.isin(held_real, real)})
+    setup = StateArrays(node, _SETUP)
+    setup.replace({"pseudo_all": pseudo_all, "held_real": held_real,
+                   "held": pseudo_all[held_real], "isreal": np.isin(held_real, real)})
+    setup.flush()
     return RecordDict({"arrays": to_array_record({"held": pseudo_all[held_real]})})
 
 
@@ -128,8 +179,8 @@ def holdings(content: RecordDict, node: NodeContext) -> RecordDict:
 def assign(content: RecordDict, node: NodeContext) -> RecordDict:
     """Learn each held item's convolution node; mail each convolution node, sealed, how many
     of this node's users really hold each item they share (0: virtual): the verification."""
-    setup = node.load_arrays(_SETUP)
-    if setup is None:
+    setup = StateArrays(node, _SETUP)
+    if "held" not in setup:
         raise LosslessnessError(f"{node.who}: lpgcn_assign before lpgcn_holdings")
     got = node.arrays()
     me = node.context.node_id
@@ -142,10 +193,10 @@ def assign(content: RecordDict, node: NodeContext) -> RecordDict:
     for c in np.unique(conv_of[conv_of != me]):
         node.mailbox.send(int(c), "lpgcn-verify", pack({"count": counts[conv_of == c]}))
     conv_hpos = np.flatnonzero(conv_of == me)
-    node.store_arrays(_SETUP, {**setup, "conv_of": conv_of, "conv_hpos": conv_hpos,
-                               "own_count": counts[conv_hpos],
-                               "hold_ptr": got.get("hold_ptr", np.zeros(1, np.int64)),
-                               "hold_nodes": got.get("hold_nodes", np.zeros(0, np.int64))})
+    setup.update({"conv_of": conv_of, "conv_hpos": conv_hpos, "own_count": counts[conv_hpos],
+                  "hold_ptr": got.get("hold_ptr", np.zeros(1, np.int64)),
+                  "hold_nodes": got.get("hold_nodes", np.zeros(0, np.int64))})
+    setup.flush()
     return RecordDict()
 
 
@@ -155,7 +206,7 @@ def verify(content: RecordDict, node: NodeContext) -> RecordDict:
     no user really holds; mail each holder the degrees of the items it shares; initialise
     this node's layer-0 rows (its users' U rows, its convolution items' V and W rows)."""
     hp = _hp(node)
-    setup = node.load_arrays(_SETUP)
+    setup = StateArrays(node, _SETUP)
     me = node.context.node_id
     conv_hpos = setup["conv_hpos"]
     ptr, holders = setup["hold_ptr"], setup["hold_nodes"]
@@ -192,9 +243,11 @@ def verify(content: RecordDict, node: NodeContext) -> RecordDict:
         params["user_ids"] = np.asarray(ids, np.int64)
     held_degree = np.zeros(len(setup["held"]))
     held_degree[conv_hpos] = degree
-    node.store_arrays(_SETUP, {**setup, "hold_cnt": hold_cnt, "conv_degree": degree,
-                               "degree": held_degree})
-    node.store_arrays(_PARAMS, params)
+    setup.update({"hold_cnt": hold_cnt, "conv_degree": degree, "degree": held_degree})
+    setup.flush()
+    stored = StateArrays(node, _PARAMS)
+    stored.replace(params)
+    stored.flush()
     node.state.config_records[_FLAGS] = ConfigRecord({"step": -1, "degrees": False})
     return RecordDict()
 
@@ -222,17 +275,22 @@ class Session:
         self.node = node
         self.hp = _hp(node)
         self.me = node.context.node_id
-        self.setup = node.load_arrays(_SETUP)
-        self.params = node.load_arrays(_PARAMS)
-        if self.setup is None or self.params is None or _FLAGS not in node.state.config_records:
+        self.setup = StateArrays(node, _SETUP)
+        self.params = StateArrays(node, _PARAMS)
+        if "V" not in self.params or _FLAGS not in node.state.config_records:
             raise LosslessnessError(f"{node.who}: lpgcn_round before the LP-GCN setup")
-        self.cur = node.load_arrays(_STEP) or {}
+        self.cur = StateArrays(node, _STEP)
         self.flags: dict[str, Any] = dict(node.state.config_records[_FLAGS])
         self.L = int(self.hp["layers"])
         self.plus = self.hp["backbone"] == "lightgcn+"
         self.dtype = np.dtype(str(self.hp["dtype"]))
-        self.secret = get_shared_secret(node.state, SECRET)
-        train = node.data().train
+        key = (node.context.run_id, node.context.node_id)
+        if key not in _DATA:  # NodeContext.data() rescans the node state on every call
+            if len(_DATA) > 256:
+                _DATA.clear()
+            _DATA[key] = node.data()
+        self.data = _DATA[key]
+        train = self.data.train
         self.R = sp.csr_matrix(train[:, self.setup["held_real"]], dtype=self.dtype)
         self.R.data[:] = 1
         self.RT = self.R.T.tocsr()
@@ -244,8 +302,9 @@ class Session:
 
     # -- bookkeeping -------------------------------------------------------------------------
     def save(self) -> None:
-        self.node.store_arrays(_STEP, self.cur)
-        self.node.store_arrays(_PARAMS, self.params)
+        self.cur.flush()
+        self.params.flush()
+        self.setup.flush()
         self.node.state.config_records[_FLAGS] = ConfigRecord(self.flags)
 
     def done(self, name: str) -> bool:
@@ -266,6 +325,10 @@ class Session:
         self.params[table] = opt.step(self.params[table], grad.astype(self.dtype, copy=False))
         self.params.update(opt.to_arrays(table))
 
+    @property
+    def secret(self) -> bytes:
+        return get_shared_secret(self.node.state, SECRET)
+
     def conv_nodes(self) -> list[int]:
         """Other nodes that convolve items this node holds (real or virtual), ascending."""
         return sorted(int(c) for c in np.unique(self.conv_of) if int(c) != self.me)
@@ -275,10 +338,10 @@ class Session:
         mail = self.node.mailbox.receive("lpgcn-degree")
         for s, blob in mail.items():
             pos = np.flatnonzero(self.conv_of == s)
-            self.setup["degree"][pos] = unpack(blob)["degree"]
+            degree = self.setup["degree"].copy()
+            degree[pos] = unpack(blob)["degree"]
+            self.setup["degree"] = degree
             self.flags[f"deg.{s}"] = True
-        if mail:
-            self.node.store_arrays(_SETUP, self.setup)
         if not self.done("degrees") and all(self.done(f"deg.{c}") for c in self.conv_nodes()):
             self.mark("degrees")
 
@@ -315,7 +378,8 @@ class Session:
     # -- steps -------------------------------------------------------------------------------
     def begin(self, step: int, train: bool) -> None:
         """Start ``step``: fresh per-step storage; its triples and negatives when training."""
-        self.cur = {k: v for k, v in self.cur.items() if k.startswith("lpgcn-wg")}
+        for key in [k for k in self.cur if not k.startswith("lpgcn-wg")]:
+            del self.cur[key]
         keep = {k: v for k, v in self.flags.items()
                 if k in ("degrees", "losses", "loss-steps", "w-pending") or k.startswith("deg.")}
         self.flags = {**keep, "step": step, "train": train}
@@ -338,7 +402,7 @@ class Session:
         epoch, b = divmod(step, nb)
         cache = self.node.load_arrays(_EPOCH)
         if cache is None or int(cache["epoch"][0]) != epoch:
-            data = self.node.data()
+            data = self.data
             rows, pos, neg, batch = epoch_triples(data.train, data.user_ids,
                                                   int(self.hp["seed"]), epoch, nb)
             cache = {"epoch": np.array([epoch]), "rows": rows, "pos": pos, "neg": neg,
@@ -584,10 +648,9 @@ def lpgcn_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     node maps it to item ids with its pseudonym table.
     """
     cfg = node.config()
-    cur = node.load_arrays(_STEP) or {}
-    setup = node.load_arrays(_SETUP)
+    cur, setup = StateArrays(node, _STEP), StateArrays(node, _SETUP)
     layers = int(cfg["layers"])
-    if setup is None or not all(f"eu{layer}" in cur for layer in range(layers + 1)):
+    if "pseudo_all" not in setup or not all(f"eu{layer}" in cur for layer in range(layers + 1)):
         raise LosslessnessError(f"{node.who}: evaluation before a finished forward pass")
     table = node.arrays()["V"]
     pseudo = setup["pseudo_all"]
@@ -609,3 +672,9 @@ def lpgcn_losses(content: RecordDict, node: NodeContext) -> RecordDict:
         if 0 <= int(s) < steps:
             out[int(s)] += float(value)
     return sum_reply(node, {"loss": out})
+
+
+def stored_params(state: RecordDict) -> dict[str, np.ndarray]:
+    """This node's layer-0 rows as kept in its state (``U`` with ``user_ids``; ``V``, ``W``
+    with ``conv_real``): for tests that compare a run with the centralized reference."""
+    return from_array_record(state.array_records[_PARAMS])
