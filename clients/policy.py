@@ -20,7 +20,9 @@ Where the policy comes from (later sources override earlier ones):
 
 Keys (``docs/threat-model.md`` says what each weaker mode reveals):
 
-- ``allow-plain``: answer plain sums (the server sees this node's values).
+- ``allow-plain``: answer plain sums (the server sees this node's values); LP-GCN without
+  virtual items (``lpgcn-alpha = 0``: the server sees exactly which pseudonymous items the
+  node holds).
 - ``allow-ckks``: answer CKKS sums. Off by default: every node holds the CKKS secret key,
   and the decrypter opens whatever ciphertext the server labels with a sum id, so an
   actively malicious server can have one node's input decrypted per sum.

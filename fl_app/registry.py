@@ -39,6 +39,8 @@ BUILTIN: tuple[Registration, ...] = (
                  "PriviRec (paper 000): graph filters from secure sums and a power method"),
     Registration("privirec-k", "strategies.privirec:PriviRecK", "clients.privirec",
                  "PriviRec-k (paper 000): the low-rank variant, no item-item sum"),
+    Registration("lpgcn", "strategies.lpgcn:LPGCN", "clients.lpgcn",
+                 "LP-GCN (paper 001): lossless federated LightGCN / LightGCN+"),
     Registration("fedpower", "strategies.fedsvd:FedPower", "clients.fedsvd",
                  "FedPower (paper 002, Alg. 1): federated power iteration, local + central noise"),
     Registration("fedsvd-utility", "strategies.fedsvd:FedSvdUtility", "clients.fedsvd",

@@ -63,6 +63,10 @@ PROTOCOLS: list[tuple[str, dict[str, Any], float]] = [
     ("fedmf", {"rounds": 1, "mf-dim": 4, "aggregator": "plain"}, 1e-9),
     ("privirec", {**_PRIVIREC, "privirec-rank": 8}, 1e-9),
     ("privirec-k", {**_PRIVIREC, "privirec-k": 12}, 1e-9),
+    # one step at L=1 (3 rounds; 15 in all with setup, final forward, evaluation and the
+    # loss sum); dense items so every item has a training interaction
+    ("lpgcn", {"aggregator": "plain", "synthetic-density": 0.3, "synthetic-popularity-skew": 0.0,
+               "lpgcn-layers": 1, "lpgcn-dim": 4, "lpgcn-steps": 1}, 1e-9),
     # no noise (deterministic), T = p: one synchronization round (two for the HE step)
     ("fedpower", _FEDSVD, 1e-9),
     ("fedsvd-privacy", _FEDSVD, 1e-9),

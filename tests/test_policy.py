@@ -155,6 +155,15 @@ PRODUCTION_ACTIONS = {
                                   "needs allow-noise-removal, once per sync, masked sums only",
     "query.fedsvd_output": "output rule: the aligned local basis as a sum contribution",
     "query.fedsvd_evaluate": "metric sums of the node's users (a sum contribution)",
+    "query.lpgcn_count": "the node's number of training interactions (a sum contribution)",
+    "query.lpgcn_holdings": "pseudonyms under S of held items, real and virtual mixed; "
+                            "alpha 0 needs the node's allow-plain",
+    "query.lpgcn_assign": "learns convolution nodes; mails them sealed per-item real-user counts",
+    "query.lpgcn_verify": "convolution node: true degrees from sealed mail, mailed back sealed",
+    "query.lpgcn_round": "item rows and item-gradient partials (covers on virtual items) in "
+                         "clear, user rows only sealed to convolution nodes",
+    "query.lpgcn_evaluate": "metric sums of the node's users (a sum contribution)",
+    "query.lpgcn_losses": "the node's loss share per step (a sum contribution)",
     "train.default": "stock Flower train (fedmf): item factors in clear, only with the node's "
                      "allow-plain opt-in",
     "evaluate.default": "stock Flower evaluate (fedmf): means of the node's own users' metrics",

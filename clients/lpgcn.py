@@ -1,0 +1,680 @@
+"""LP-GCN node (paper 001): its users' rows and its convolution items live here; only item
+rows, item-gradient partials and sealed mail leave it.
+
+Server side ``strategies/lpgcn.py``, math ``fl_app/recsys/lightgcn.py``, decisions
+``docs/protocols/lpgcn.md``. Setup actions, in order: ``lpgcn_count`` (this node's number of
+training interactions, as a share of a sum), ``lpgcn_holdings`` (pseudonyms of the items its
+users hold plus virtual items), ``lpgcn_assign`` (which node convolves each held item; mails
+each convolution node how many of its users really hold each shared item: the verification),
+``lpgcn_verify`` (a convolution node learns its items' true degrees, refuses an item held
+only virtually, mails the degrees back and initialises its item rows).
+
+``lpgcn_round`` is one synchronous round of training or of a forward pass. The node is
+data-driven: it takes what the request and its mail carry, computes everything that has
+become computable, and replies with what others need (see the module's rules in
+:class:`Session.advance`). Every input reaches every node in the same round, so all nodes
+move in lockstep and the server can sum a layer's partials once every node sent them.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+
+from clients.aggregate import sum_reply
+from clients.keyrelay import get_shared_secret
+from clients.node import NodeContext
+from clients.registry import handler
+from fl_app.records import from_array_record, to_array_record
+from fl_app.recsys.lightgcn import (
+    bpr_terms,
+    direct_terms,
+    epoch_triples,
+    init_rows,
+    inv_sqrt,
+    item_partial,
+    layer_mean,
+    scatter_rows,
+    to_users,
+)
+from fl_app.recsys.metrics import evaluate_ranking
+from fl_app.recsys.mf import Adam
+from fl_app.secure.pseudonyms import item_pseudonyms, keyed_normal
+from fl_app.secure.randomness import csprng_uniform
+
+SECRET = "lpgcn-S"  # the relay purpose of the shared key S
+_SETUP, _PARAMS, _STEP, _EPOCH, _FLAGS = ("lpgcn.setup", "lpgcn.params", "lpgcn.step",
+                                          "lpgcn.epoch", "lpgcn.flags")
+
+
+#: This process's rows per (run, node), for the many rounds of a run in one process.
+_DATA: dict[tuple[int, int], Any] = {}
+
+
+class LosslessnessError(RuntimeError):
+    """The request or the mail cannot give the centralized result (missing or extra input)."""
+
+
+def pack(arrays: dict[str, np.ndarray]) -> bytes:
+    """Named arrays as bytes for a sealed payload (``np.savez``, no pickle)."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def unpack(blob: bytes) -> dict[str, np.ndarray]:
+    with np.load(io.BytesIO(blob), allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+class StateArrays(MutableMapping):
+    """Named arrays in one ArrayRecord of the node state, each read on first use and written
+    only when set: a round touches a few of a node's arrays, and re-serializing all of them
+    every round dominated the round's cost."""
+
+    def __init__(self, node: NodeContext, name: str) -> None:
+        records = node.state.array_records
+        if name not in records:
+            node.state[name] = ArrayRecord()
+            records = node.state.array_records
+        self.record = records[name]
+        self.cache: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self.cache:
+            self.cache[key] = self.record[key].numpy()
+        return self.cache[key]
+
+    def __setitem__(self, key: str, value: np.ndarray) -> None:
+        self.cache[key] = value
+        self.record[key] = Array(np.ascontiguousarray(value))
+
+    def __delitem__(self, key: str) -> None:
+        del self.record[key]
+        self.cache.pop(key, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self.record.keys()))
+
+    def __len__(self) -> int:
+        return len(self.record)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.record
+
+    def flush(self) -> None:
+        """Nothing to do (kept so callers state where a round's writes end)."""
+
+    def replace(self, arrays: dict[str, np.ndarray]) -> None:
+        for key in list(self):
+            del self[key]
+        for key, value in arrays.items():
+            self[key] = value
+
+
+def _hp(node: NodeContext) -> dict[str, Any]:
+    cfg = node.config()
+    if "layers" not in cfg:
+        raise LosslessnessError(f"{node.who}: LP-GCN request without its hyperparameters")
+    return cfg
+
+
+def _real_rows(node: NodeContext) -> sp.csr_matrix:
+    """This node's training rows; refuses a node none of whose users has an item."""
+    train = node.data().train
+    if train.nnz == 0:
+        raise LosslessnessError(
+            f"{node.who}: none of its {train.shape[0]} user(s) has a training interaction; "
+            "LP-GCN needs every node to hold at least one real item (it would take part "
+            "with virtual items only, and its users have nothing to learn from)")
+    return train
+
+
+@handler("lpgcn_count")
+def count(content: RecordDict, node: NodeContext) -> RecordDict:
+    """This node's number of training interactions, as a share of a sum (batches per epoch)."""
+    return sum_reply(node, {"n": np.array([float(_real_rows(node).nnz)])})
+
+
+@handler("lpgcn_holdings")
+def holdings(content: RecordDict, node: NodeContext) -> RecordDict:
+    """Pseudonyms (under S) of the items this node's users hold, plus virtual items.
+
+    The number of virtual items is drawn privately, uniform in [0, 2 alpha n] (n: this
+    node's users with items), so the held count does not give away the real one; which
+    items are virtual is drawn privately too (OS CSPRNG).
+    """
+    hp = _hp(node)
+    train = _real_rows(node)
+    alpha = float(hp["alpha"])
+    if alpha <= 0:
+        node.policy.require("allow-plain", "LP-GCN without virtual items (lpgcn-alpha = 0: the "
+                            "server sees exactly which pseudonymous items this node holds)",
+                            node.who)
+    secret = get_shared_secret(node.state, SECRET)
+    m = train.shape[1]
+    pseudo_all = item_pseudonyms(secret, m)
+    real = np.unique(train.indices).astype(np.int64)
+    others = np.setdiff1d(np.arange(m), real)
+    n_active = int((train.getnnz(axis=1) > 0).sum())
+    top = int(round(2 * alpha * n_active))
+    k = min(int(csprng_uniform(1)[0] * (top + 1)), len(others))
+    virtual = others[np.argsort(csprng_uniform(len(others)))[:k]] if k else others[:0]
+    held_real = np.concatenate([real, virtual])
+    order = np.argsort(pseudo_all[held_real])
+    held_real = held_real[order]
+    setup = StateArrays(node, _SETUP)
+    setup.replace({"pseudo_all": pseudo_all, "held_real": held_real,
+                   "held": pseudo_all[held_real], "isreal": np.isin(held_real, real)})
+    setup.flush()
+    return RecordDict({"arrays": to_array_record({"held": pseudo_all[held_real]})})
+
+
+@handler("lpgcn_assign")
+def assign(content: RecordDict, node: NodeContext) -> RecordDict:
+    """Learn each held item's convolution node; mail each convolution node, sealed, how many
+    of this node's users really hold each item they share (0: virtual): the verification."""
+    setup = StateArrays(node, _SETUP)
+    if "held" not in setup:
+        raise LosslessnessError(f"{node.who}: lpgcn_assign before lpgcn_holdings")
+    got = node.arrays()
+    me = node.context.node_id
+    conv_of = got["conv_of"].astype(np.uint64)  # Flower node ids are unsigned 64-bit
+    if len(conv_of) != len(setup["held"]):
+        raise LosslessnessError(f"{node.who}: the server assigned {len(conv_of)} items, this "
+                                f"node holds {len(setup['held'])}")
+    R = _real_rows(node)[:, setup["held_real"]].tocsc()
+    counts = np.diff(R.indptr).astype(np.int64)  # users of this node really holding each item
+    for c in np.unique(conv_of[conv_of != me]):
+        node.mailbox.send(int(c), "lpgcn-verify", pack({"count": counts[conv_of == c]}))
+    conv_hpos = np.flatnonzero(conv_of == me)
+    setup.update({"conv_of": conv_of, "conv_hpos": conv_hpos, "own_count": counts[conv_hpos],
+                  "hold_ptr": got.get("hold_ptr", np.zeros(1, np.int64)),
+                  "hold_nodes": got.get("hold_nodes", np.zeros(0, np.uint64))})
+    setup.flush()
+    return RecordDict()
+
+
+@handler("lpgcn_verify")
+def verify(content: RecordDict, node: NodeContext) -> RecordDict:
+    """Convolution node: true degrees of its items from the verification mail; refuse an item
+    no user really holds; mail each holder the degrees of the items it shares; initialise
+    this node's layer-0 rows (its users' U rows, its convolution items' V and W rows)."""
+    hp = _hp(node)
+    setup = StateArrays(node, _SETUP)
+    me = node.context.node_id
+    conv_hpos = setup["conv_hpos"]
+    ptr, holders = setup["hold_ptr"], setup["hold_nodes"]
+    mail = {s: unpack(b)["count"] for s, b in node.mailbox.receive("lpgcn-verify").items()}
+    per_sender = _sender_lists(ptr, holders, me)
+    missing = sorted(set(per_sender) - set(mail))
+    if missing:
+        raise LosslessnessError(f"{node.who}: no verification mail from node(s) {missing}, "
+                                "which hold items this node convolves")
+    degree = setup["own_count"].astype(np.float64).copy()
+    hold_cnt = np.zeros(len(holders), dtype=np.int64)
+    for s, (ks, slots) in per_sender.items():
+        if len(mail[s]) != len(ks):
+            raise LosslessnessError(f"{node.who}: node {s}'s verification mail lists "
+                                    f"{len(mail[s])} items, it shares {len(ks)}")
+        degree[ks] += mail[s]
+        hold_cnt[slots] = mail[s]
+    if len(degree) and degree.min() < 1:
+        raise LosslessnessError(
+            f"{node.who}: {int((degree < 1).sum())} of the items it convolves have no real "
+            "training interaction (held only as virtual items); LP-GCN needs every catalogue "
+            "item to have one (drop items without training interactions from the catalogue)")
+    for s, (ks, _) in per_sender.items():
+        node.mailbox.send(int(s), "lpgcn-degree", pack({"degree": degree[ks]}))
+    dtype = np.dtype(str(hp["dtype"]))
+    dim, seed, std = int(hp["dim"]), int(hp["seed"]), float(hp["init-std"])
+    conv_real = setup["held_real"][conv_hpos]
+    params = {"V": init_rows(conv_real, dim, seed, "V", std, dtype), "conv_real": conv_real}
+    if hp["backbone"] == "lightgcn+":
+        params["W"] = init_rows(conv_real, dim, seed, "W", std, dtype)
+    else:
+        ids = node.data().user_ids
+        params["U"] = init_rows(ids, dim, seed, "U", std, dtype)
+        params["user_ids"] = np.asarray(ids, np.int64)
+    held_degree = np.zeros(len(setup["held"]))
+    held_degree[conv_hpos] = degree
+    setup.update({"hold_cnt": hold_cnt, "conv_degree": degree, "degree": held_degree})
+    setup.flush()
+    stored = StateArrays(node, _PARAMS)
+    stored.replace(params)
+    stored.flush()
+    node.state.config_records[_FLAGS] = ConfigRecord({"step": -1, "degrees": False})
+    return RecordDict()
+
+
+def _sender_lists(ptr: np.ndarray, holders: np.ndarray,
+                  me: int) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per other holder of this node's convolution items: (the items it holds, ascending
+    convolution-local index; their positions in ``holders``)."""
+    out: dict[int, tuple[list[int], list[int]]] = {}
+    for k in range(len(ptr) - 1):
+        for slot in range(int(ptr[k]), int(ptr[k + 1])):
+            s = int(holders[slot])
+            if s != me:
+                ks, slots = out.setdefault(s, ([], []))
+                ks.append(k)
+                slots.append(slot)
+    return {s: (np.asarray(ks, np.int64), np.asarray(sl, np.int64))
+            for s, (ks, sl) in sorted(out.items())}
+
+
+class Session:
+    """One node's LP-GCN state for one request: loaded from and saved to ``node.state``."""
+
+    def __init__(self, node: NodeContext) -> None:
+        self.node = node
+        self.hp = _hp(node)
+        self.me = node.context.node_id
+        self.setup = StateArrays(node, _SETUP)
+        self.params = StateArrays(node, _PARAMS)
+        if "V" not in self.params or _FLAGS not in node.state.config_records:
+            raise LosslessnessError(f"{node.who}: lpgcn_round before the LP-GCN setup")
+        self.cur = StateArrays(node, _STEP)
+        self.flags: dict[str, Any] = dict(node.state.config_records[_FLAGS])
+        self.L = int(self.hp["layers"])
+        self.plus = self.hp["backbone"] == "lightgcn+"
+        self.dtype = np.dtype(str(self.hp["dtype"]))
+        key = (node.context.run_id, node.context.node_id)
+        if key not in _DATA:  # NodeContext.data() rescans the node state on every call
+            if len(_DATA) > 256:
+                _DATA.clear()
+            _DATA[key] = node.data()
+        self.data = _DATA[key]
+        train = self.data.train
+        self.R = sp.csr_matrix(train[:, self.setup["held_real"]], dtype=self.dtype)
+        self.R.data[:] = 1
+        self.RT = self.R.T.tocsr()
+        self.inv_du = inv_sqrt(train.getnnz(axis=1), self.dtype)
+        self.conv_of = self.setup["conv_of"]
+        self.conv_hpos = self.setup["conv_hpos"]
+        self.senders = _sender_lists(self.setup["hold_ptr"], self.setup["hold_nodes"], self.me)
+        self.out: dict[str, np.ndarray] = {}
+
+    # -- bookkeeping -------------------------------------------------------------------------
+    def save(self) -> None:
+        self.cur.flush()
+        self.params.flush()
+        self.setup.flush()
+        self.node.state.config_records[_FLAGS] = ConfigRecord(self.flags)
+
+    def done(self, name: str) -> bool:
+        return bool(self.flags.get(name, False))
+
+    def mark(self, name: str) -> None:
+        self.flags[name] = True
+
+    @property
+    def inv_di(self) -> np.ndarray:
+        return inv_sqrt(self.setup["degree"], self.dtype)
+
+    def adam(self, table: str) -> Adam:
+        return Adam.from_arrays(float(self.hp["lr"]), self.params, table)
+
+    def step_param(self, table: str, grad: np.ndarray) -> None:
+        opt = self.adam(table)
+        self.params[table] = opt.step(self.params[table], grad.astype(self.dtype, copy=False))
+        self.params.update(opt.to_arrays(table))
+
+    @property
+    def secret(self) -> bytes:
+        return get_shared_secret(self.node.state, SECRET)
+
+    def conv_nodes(self) -> list[int]:
+        """Other nodes that convolve items this node holds (real or virtual), ascending."""
+        return sorted(int(c) for c in np.unique(self.conv_of) if int(c) != self.me)
+
+    # -- mail --------------------------------------------------------------------------------
+    def absorb_degrees(self) -> None:
+        mail = self.node.mailbox.receive("lpgcn-degree")
+        for s, blob in mail.items():
+            pos = np.flatnonzero(self.conv_of == s)
+            degree = self.setup["degree"].copy()
+            degree[pos] = unpack(blob)["degree"]
+            self.setup["degree"] = degree
+            self.flags[f"deg.{s}"] = True
+        if not self.done("degrees") and all(self.done(f"deg.{c}") for c in self.conv_nodes()):
+            self.mark("degrees")
+
+    def mail_items(self, purpose: str, X_users: np.ndarray) -> np.ndarray:
+        """Mail each convolution node this node's share of ``X`` for the items they share
+        (rows in ascending pseudonym order; zero rows for virtual items, which the
+        convolution node knows to ignore); return this node's share of its own items."""
+        for c in self.conv_nodes():
+            shared = np.flatnonzero(self.conv_of == c)
+            part = item_partial(self.RT[shared], self.inv_du, X_users)
+            self.node.mailbox.send(c, purpose, pack({"x": part}))
+        return item_partial(self.RT[self.conv_hpos], self.inv_du, X_users)
+
+    def gather(self, purpose: str, own: np.ndarray) -> np.ndarray | None:
+        """``own`` plus every holder's mailed share of this node's items, once all arrived."""
+        for s, blob in self.node.mailbox.receive(purpose).items():
+            if s not in self.senders:
+                raise LosslessnessError(f"{self.node.who}: unexpected '{purpose}' mail from "
+                                        f"node {s}")
+            self.cur[f"{purpose}.{s}"] = unpack(blob)["x"]
+        if not all(f"{purpose}.{s}" in self.cur for s in self.senders):
+            return None
+        real = self.setup["hold_cnt"] > 0
+        acc = own.copy()
+        for s, (ks, slots) in self.senders.items():
+            x = self.cur.pop(f"{purpose}.{s}")
+            if len(x) != len(ks):
+                raise LosslessnessError(f"{self.node.who}: node {s} mailed {len(x)} rows for "
+                                        f"'{purpose}', it shares {len(ks)} items")
+            keep = real[slots]
+            acc[ks[keep]] += x[keep]
+        return acc
+
+    # -- steps -------------------------------------------------------------------------------
+    def begin(self, step: int, train: bool) -> None:
+        """Start ``step``: fresh per-step storage; its triples and negatives when training."""
+        for key in [k for k in self.cur if not k.startswith("lpgcn-wg")]:
+            del self.cur[key]
+        keep = {k: v for k, v in self.flags.items()
+                if k in ("degrees", "losses", "loss-steps", "w-pending") or k.startswith("deg.")}
+        self.flags = {**keep, "step": step, "train": train}
+        if not train:
+            return
+        rows, pos, neg = self.triples(step)
+        held_real = self.setup["held_real"]
+        where = np.full(len(self.setup["pseudo_all"]), -1, dtype=np.int64)
+        where[held_real] = np.arange(len(held_real))
+        outside = np.unique(neg[where[neg] < 0])
+        outside = outside[np.argsort(self.setup["pseudo_all"][outside])]
+        self.cur.update({"t.rows": rows, "t.pos": where[pos], "t.neg": where[neg],
+                         "t.out": np.searchsorted(self.setup["pseudo_all"][outside],
+                                                  self.setup["pseudo_all"][neg]),
+                         "negreal": outside})
+        self.out["negreq"] = self.setup["pseudo_all"][outside]
+
+    def triples(self, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        nb = int(self.hp["nbatches"])
+        epoch, b = divmod(step, nb)
+        cache = self.node.load_arrays(_EPOCH)
+        if cache is None or int(cache["epoch"][0]) != epoch:
+            data = self.data
+            rows, pos, neg, batch = epoch_triples(data.train, data.user_ids,
+                                                  int(self.hp["seed"]), epoch, nb)
+            cache = {"epoch": np.array([epoch]), "rows": rows, "pos": pos, "neg": neg,
+                     "batch": batch}
+            self.node.store_arrays(_EPOCH, cache)
+        keep = cache["batch"] == b
+        return cache["rows"][keep], cache["pos"][keep], cache["neg"][keep]
+
+    def absorb(self, got: dict[str, np.ndarray]) -> None:
+        """Deliveries of this round: item rows ``e<l>``, negatives ``neg``, W rows ``w``,
+        gradient sums ``g<l>`` (held items) and ``g0`` (this node's convolution items)."""
+        for name, value in got.items():
+            key = {"w": "w_held", "neg": "neg"}.get(name)
+            if key is None and name[:1] in "eg" and name[1:].isdigit():
+                key = ("ei" if name[0] == "e" else "gsum") + name[1:]
+            if key is None:
+                raise LosslessnessError(f"{self.node.who}: unknown LP-GCN delivery '{name}'")
+            if key in self.cur:
+                raise LosslessnessError(f"{self.node.who}: '{name}' delivered twice in step "
+                                        f"{self.flags['step']}")
+            self.cur[key] = value
+
+    def advance(self) -> None:
+        """Apply every rule that has become applicable, until none is."""
+        rules = (self.rule_users, self.rule_mail, self.rule_conv, self.rule_w, self.rule_loss,
+                 self.rule_backward)
+        while any([rule() for rule in rules]):
+            pass
+
+    def rule_users(self) -> bool:
+        """User rows of layer 0 (U, or from delivered W rows) and of layer l from item rows
+        of layer l-1."""
+        progress = False
+        if "eu0" not in self.cur:
+            if not self.plus:
+                self.cur["eu0"] = self.params["U"]
+                progress = True
+            elif "w_held" in self.cur:
+                ones = np.ones(self.R.shape[1], self.dtype)
+                self.cur["eu0"] = to_users(self.R, self.inv_du, ones, self.cur["w_held"])
+                progress = True
+        for layer in range(1, self.L + 1):
+            if f"eu{layer}" not in self.cur and f"ei{layer - 1}" in self.cur:
+                self.require_degrees()
+                self.cur[f"eu{layer}"] = to_users(self.R, self.inv_du, self.inv_di,
+                                                  self.cur[f"ei{layer - 1}"])
+                progress = True
+        return progress
+
+    def rule_mail(self) -> bool:
+        """Mail user rows of layers 0..L-1 (each item's share) to the convolution nodes."""
+        progress = False
+        for layer in range(self.L):
+            if f"eu{layer}" in self.cur and not self.done(f"mailed{layer}"):
+                purpose = f"lpgcn-e{layer}-s{self.flags['step']}"
+                self.cur[f"own{layer}"] = self.mail_items(purpose, self.cur[f"eu{layer}"])
+                self.mark(f"mailed{layer}")
+                progress = True
+        return progress
+
+    def rule_conv(self) -> bool:
+        """Convolution node: its items' layer-0 rows once, layer l+1 from the users' shares."""
+        if not len(self.conv_hpos):
+            return False
+        progress = False
+        if not self.done("up.e0"):
+            self.out["e0"] = self.params["V"]
+            self.mark("up.e0")
+            progress = True
+        inv = inv_sqrt(self.setup["conv_degree"], self.dtype)
+        for layer in range(self.L):
+            if self.done(f"conv{layer + 1}") or f"own{layer}" not in self.cur:
+                continue
+            acc = self.gather(f"lpgcn-e{layer}-s{self.flags['step']}", self.cur[f"own{layer}"])
+            if acc is not None:
+                self.out[f"e{layer + 1}"] = inv[:, None] * acc
+                self.mark(f"conv{layer + 1}")
+                progress = True
+        return progress
+
+    def rule_w(self) -> bool:
+        """LightGCN+ convolution node: W after the previous step's gradient, then uploaded."""
+        if not self.plus or not len(self.conv_hpos) or self.done("up.w"):
+            return False
+        pending = self.flags.get("w-pending", -1)
+        if pending >= 0:
+            own = self.cur.get(f"lpgcn-wg{pending}.own")
+            grad = self.gather(f"lpgcn-wg{pending}", own)
+            if grad is None:
+                return False
+            self.cur.pop(f"lpgcn-wg{pending}.own")
+            self.step_param("W", grad)
+            self.flags["w-pending"] = -1
+        self.out["w"] = self.params["W"]
+        self.mark("up.w")
+        return True
+
+    def forward_done(self) -> bool:
+        return all(f"eu{layer}" in self.cur for layer in range(self.L + 1))
+
+    def rule_loss(self) -> bool:
+        """Loss share and direct gradients of this node's triples (all layers delivered)."""
+        L = self.L
+        if (not self.flags["train"] or self.done("loss") or not self.forward_done()
+                or "neg" not in self.cur
+                or not all(f"ei{layer}" in self.cur for layer in range(L + 1))):
+            return False
+        c = self.cur
+        items = [c[f"ei{layer}"] for layer in range(L + 1)]
+        users = [c[f"eu{layer}"] for layer in range(L + 1)]
+        neg = c["neg"]  # (outside negatives, L+1, d)
+        uf, hf = layer_mean(users), layer_mean(items)
+        nf = layer_mean([neg[:, layer] for layer in range(L + 1)])
+        rows, pos, jn, out_pos = c["t.rows"], c["t.pos"], c["t.neg"], c["t.out"]
+        held_neg = jn >= 0
+        n_fin, n_0 = np.empty((len(rows), uf.shape[1]), self.dtype), np.empty(
+            (len(rows), uf.shape[1]), self.dtype)
+        n_fin[held_neg], n_0[held_neg] = hf[jn[held_neg]], items[0][jn[held_neg]]
+        n_fin[~held_neg], n_0[~held_neg] = nf[out_pos[~held_neg]], neg[out_pos[~held_neg], 0]
+        t = bpr_terms(uf[rows], hf[pos], n_fin, users[0][rows], items[0][pos], n_0,
+                      float(self.hp["reg"]), int(self.hp["batch-size"]))
+        h, nu, no = len(hf), len(uf), len(nf)
+        hidx = np.concatenate([pos, jn[held_neg]])
+        c["dUf"], c["dUr"] = scatter_rows(rows, t.d_user, nu), scatter_rows(rows, t.r_user, nu)
+        c["dHf"] = scatter_rows(hidx, np.concatenate([t.d_pos, t.d_neg[held_neg]]), h)
+        c["dHr"] = scatter_rows(hidx, np.concatenate([t.r_pos, t.r_neg[held_neg]]), h)
+        c["dNf"] = scatter_rows(out_pos[~held_neg], t.d_neg[~held_neg], no)
+        c["dNr"] = scatter_rows(out_pos[~held_neg], t.r_neg[~held_neg], no)
+        c[f"Gu{L}"] = direct_terms(L, L, c["dUf"], c["dUr"])
+        losses = list(self.flags.get("losses", []))
+        steps = list(self.flags.get("loss-steps", []))
+        self.flags["losses"], self.flags["loss-steps"] = losses + [t.loss], steps + [
+            int(self.flags["step"])]
+        self.mark("loss")
+        return True
+
+    def rule_backward(self) -> bool:
+        """User gradients from delivered item sums; item-gradient partials of each layer."""
+        if not self.done("loss"):
+            return False
+        c, L = self.cur, self.L
+        progress = False
+        for layer in range(L - 1, -1, -1):
+            if f"Gu{layer}" not in c and f"gsum{layer + 1}" in c:
+                c[f"Gu{layer}"] = direct_terms(layer, L, c["dUf"], c["dUr"]) + to_users(
+                    self.R, self.inv_du, self.inv_di, c[f"gsum{layer + 1}"])
+                progress = True
+        for layer in range(L, -1, -1):
+            if self.done(f"up.g{layer}") or f"Gu{layer + 1}" not in c and layer < L:
+                continue
+            part = direct_terms(layer, L, c["dHf"], c["dHr"])
+            if layer < L:
+                part = part + self.inv_di[:, None] * item_partial(self.RT, self.inv_du,
+                                                                  c[f"Gu{layer + 1}"])
+            self.out[f"g{layer}"] = self.masked(part, layer)
+            if len(c["negreal"]):
+                self.out[f"gn{layer}"] = direct_terms(layer, L, c["dNf"], c["dNr"])
+            self.mark(f"up.g{layer}")
+            progress = True
+        return progress
+
+    def masked(self, part: np.ndarray, layer: int) -> np.ndarray:
+        """The partial with cover rows on virtual items, and (convolution node) the covers of
+        its items' virtual holders taken off, so the server's sum is the true gradient."""
+        part = np.array(part, dtype=self.dtype)
+        scale = float(self.hp["mask-scale"])
+        step = int(self.flags["step"])
+        isreal = self.setup["isreal"].astype(bool)
+        for c in self.conv_nodes():
+            rows = np.flatnonzero((self.conv_of == c) & ~isreal)
+            if len(rows):
+                part[rows] += scale * keyed_normal(self.secret, f"{step}|{layer}|{self.me}|{c}",
+                                                   (len(rows), part.shape[1]))
+        virtual = self.setup["hold_cnt"] == 0
+        for s, (ks, slots) in self.senders.items():
+            ks = ks[virtual[slots]]
+            if len(ks):
+                part[self.conv_hpos[ks]] -= scale * keyed_normal(
+                    self.secret, f"{step}|{layer}|{s}|{self.me}", (len(ks), part.shape[1]))
+        return part
+
+    def require_degrees(self) -> None:
+        if not self.done("degrees"):
+            missing = [c for c in self.conv_nodes() if not self.done(f"deg.{c}")]
+            raise LosslessnessError(f"{self.node.who}: no item degrees yet from node(s) "
+                                    f"{missing}")
+
+    def finish(self) -> None:
+        """Close a training step: every gradient is in; one Adam step on this node's rows."""
+        c = self.cur
+        if "Gu0" not in c or (len(self.conv_hpos) and "gsum0" not in c):
+            raise LosslessnessError(f"{self.node.who}: step {self.flags['step']} ends before "
+                                    "its layer-0 gradients arrived")
+        if len(self.conv_hpos):
+            self.step_param("V", c["gsum0"])
+        if self.plus:
+            step = int(self.flags["step"])
+            own = self.mail_items(f"lpgcn-wg{step}", c["Gu0"])
+            if len(self.conv_hpos):
+                self.cur[f"lpgcn-wg{step}.own"] = own
+                self.flags["w-pending"] = step
+        else:
+            self.step_param("U", c["Gu0"])
+
+
+@handler("lpgcn_round")
+def lpgcn_round(content: RecordDict, node: NodeContext) -> RecordDict:
+    """One round: take deliveries and mail, compute what became computable, reply uploads."""
+    s = Session(node)
+    cfg = s.hp
+    step, train = int(cfg["step"]), bool(cfg["train"])
+    got = node.arrays() if "arrays" in node.request.array_records else {}
+    s.absorb_degrees()
+    current = int(s.flags["step"])
+    if step == current + 1:
+        if current >= 0:
+            if s.flags.get("train"):
+                s.absorb(got)
+                s.advance()
+                s.finish()
+            elif got:
+                raise LosslessnessError(f"{node.who}: deliveries at the start of step {step}")
+            got = {}
+        s.begin(step, train)
+    elif step != current:
+        raise LosslessnessError(f"{node.who}: request for step {step}, this node is at step "
+                                f"{current} (a step can neither repeat nor be skipped)")
+    s.absorb(got)
+    s.advance()
+    s.save()
+    reply = RecordDict({"lpgcn-status": ConfigRecord({"step": step,
+                                                      "forward-done": s.forward_done()})})
+    if s.out:
+        reply["arrays"] = to_array_record(s.out)
+    return reply
+
+
+@handler("lpgcn_evaluate")
+def lpgcn_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
+    """Recall/NDCG sums of this node's users against the final item table (sum share).
+
+    ``V``: every item's final embedding, in the server's order (ascending pseudonym); this
+    node maps it to item ids with its pseudonym table.
+    """
+    cfg = node.config()
+    cur, setup = StateArrays(node, _STEP), StateArrays(node, _SETUP)
+    layers = int(cfg["layers"])
+    if "pseudo_all" not in setup or not all(f"eu{layer}" in cur for layer in range(layers + 1)):
+        raise LosslessnessError(f"{node.who}: evaluation before a finished forward pass")
+    table = node.arrays()["V"]
+    pseudo = setup["pseudo_all"]
+    V = table[np.searchsorted(np.sort(pseudo), pseudo)]
+    U = layer_mean([cur[f"eu{layer}"] for layer in range(layers + 1)])
+    data = node.data()
+    sums = evaluate_ranking(lambda rows: U[rows] @ V.T, data.train, data.test,
+                            k=int(cfg.get("top-k", 20)))
+    return sum_reply(node, {"ranking": sums.to_vector()})
+
+
+@handler("lpgcn_losses")
+def lpgcn_losses(content: RecordDict, node: NodeContext) -> RecordDict:
+    """This node's loss share of every training step so far, as a share of a sum."""
+    steps = int(node.config()["steps"])
+    flags = dict(node.state.config_records.get(_FLAGS, ConfigRecord()))
+    out = np.zeros(steps)
+    for s, value in zip(flags.get("loss-steps", []), flags.get("losses", [])):
+        if 0 <= int(s) < steps:
+            out[int(s)] += float(value)
+    return sum_reply(node, {"loss": out})
+
+
+def stored_params(state: RecordDict) -> dict[str, np.ndarray]:
+    """This node's layer-0 rows as kept in its state (``U`` with ``user_ids``; ``V``, ``W``
+    with ``conv_real``): for tests that compare a run with the centralized reference."""
+    return from_array_record(state.array_records[_PARAMS])

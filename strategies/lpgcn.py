@@ -1,0 +1,374 @@
+"""LP-GCN (paper 001): lossless federated LightGCN / LightGCN+ over the sealed relay.
+
+Node side ``clients/lpgcn.py``, math ``fl_app/recsys/lightgcn.py`` (shared with the
+centralized reference :class:`fl_app.recsys.lightgcn.LightGCN`), decisions and costs
+``docs/protocols/lpgcn.md``.
+
+Setup: handshake and the run's aggregator; the shared key S made by a random node and relayed
+sealed (``fl_app.secure.relay``: the server never holds S); the number of training
+interactions as a sum (batches per epoch); every node's held item set as pseudonyms under S
+(real and virtual items mixed); a greedy set cover of the items by nodes and one random
+convolution node per item from the cover; the verification by sealed mail (true degrees,
+real holders only; an item held only virtually is refused).
+
+Each training step is a sequence of synchronous rounds in which every node does what has
+become computable (``lpgcn_round``): convolution nodes upload their items' rows layer by
+layer and the server forwards each layer to the items' holders once all of it arrived; user
+rows travel only sealed, as each node's per-item shares, to the convolution nodes; after the
+loss, each node uploads its item-gradient partials per layer (virtual holders' cover values
+cancelled by the convolution node's) and the server sums them and sends each sum to the
+item's holders, who form their users' gradients locally. The last sums ride on the next
+step's first round. LightGCN takes ``L + 1 + ceil((L+1)/2)`` rounds per step, LightGCN+ two
+more (its W update and broadcast), both within ``2L + 2`` for ``L >= 3``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import RecordDict
+from flwr.serverapp import Grid
+
+from fl_app.config import Key
+from fl_app.messaging import Messenger, NodeTimeoutError
+from fl_app.records import from_array_record
+from fl_app.recsys.lightgcn import BACKBONES, LightGCN, layer_mean, n_batches
+from fl_app.recsys.metrics import evaluate_ranking
+from fl_app.secure.pseudonyms import is_pseudonym
+from fl_app.secure.relay import relay_secret
+from strategies.base import Federation, ProtocolStrategy, RunOutcome
+
+log = logging.getLogger("fedrec")
+SECRET = "lpgcn-S"
+#: A node's loss share is at most the batch loss; BPR starts at ln 2 = 0.69 per triple.
+LOSS_BOUND = 1e3
+
+LPGCN_KEYS: tuple[Key, ...] = (
+    Key("lpgcn-backbone", "lightgcn", "LP-GCN backbone: `lightgcn` (free user table) or "
+        "`lightgcn+` (user layer 0 from a second item table W, paper 001 Eq. 6)",
+        choices=BACKBONES, used_by="lpgcn"),
+    Key("lpgcn-layers", 3, "graph convolution layers L", min=1, used_by="lpgcn"),
+    Key("lpgcn-dim", 64, "embedding dimension", min=1, used_by="lpgcn"),
+    Key("lpgcn-lr", 0.001, "Adam learning rate (every layer-0 row, every step)", min=0.0,
+        used_by="lpgcn"),
+    Key("lpgcn-reg", 1e-4, "L2 weight on the layer-0 rows of each triple (divided by the "
+        "batch size)", min=0.0, used_by="lpgcn"),
+    Key("lpgcn-batch-size", 2048, "nominal BPR triples per step (the loss divides by it)",
+        min=1, used_by="lpgcn"),
+    Key("lpgcn-epochs", 1, "training epochs (one positive each per epoch)", min=0,
+        used_by="lpgcn"),
+    Key("lpgcn-steps", 0, "training steps; 0 = `lpgcn-epochs` x batches per epoch", min=0,
+        used_by="lpgcn"),
+    Key("lpgcn-alpha", 1.0, "virtual items per user with items (mean; each node draws its "
+        "count privately in [0, 2 alpha n]); 0 needs the nodes' allow-plain", min=0.0,
+        used_by="lpgcn"),
+    Key("lpgcn-mask-scale", 1e-4, "std of the cover values virtual holders add to their "
+        "item-gradient partials (cancelled by the convolution node)", min=0.0,
+        used_by="lpgcn"),
+    Key("lpgcn-init-std", 0.1, "std of the normal initial layer-0 rows", min=0.0,
+        used_by="lpgcn"),
+    Key("lpgcn-dtype", "float64", "arithmetic precision (float64: equals the centralized "
+        "reference to rounding)", choices=("float64", "float32"), used_by="lpgcn"),
+    Key("lpgcn-eval-every", 0, "evaluate every this many epochs during training (0: only at "
+        "the end)", min=0, used_by="lpgcn"),
+    Key("lpgcn-top-k", 20, "K of Recall@K / NDCG@K", min=1, used_by="lpgcn"),
+)
+
+
+class LosslessRunError(RuntimeError):
+    """The run cannot stay equal to centralized training (a node dropped, bad uploads)."""
+
+
+class LPGCN(ProtocolStrategy):
+    """Lossless federated LightGCN / LightGCN+ (paper 001)."""
+
+    clients = "clients.lpgcn"
+    config_keys = LPGCN_KEYS
+
+    def __init__(self, cfg: Mapping[str, Any]) -> None:
+        self.backbone = str(cfg["lpgcn-backbone"])
+        self.layers, self.dim = int(cfg["lpgcn-layers"]), int(cfg["lpgcn-dim"])
+        self.lr, self.reg = float(cfg["lpgcn-lr"]), float(cfg["lpgcn-reg"])
+        self.batch_size = int(cfg["lpgcn-batch-size"])
+        self.epochs, self.steps = int(cfg["lpgcn-epochs"]), int(cfg["lpgcn-steps"])
+        self.alpha, self.mask_scale = float(cfg["lpgcn-alpha"]), float(cfg["lpgcn-mask-scale"])
+        self.init_std, self.dtype = float(cfg["lpgcn-init-std"]), str(cfg["lpgcn-dtype"])
+        self.eval_every, self.top_k = int(cfg["lpgcn-eval-every"]), int(cfg["lpgcn-top-k"])
+        self.seed = int(cfg["seed"])
+
+    @classmethod
+    def from_run_config(cls, cfg: Mapping[str, Any]) -> LPGCN:
+        return cls(cfg)
+
+    # -- the centralized reference ------------------------------------------------------------
+    def reference_model(self, train: Any) -> LightGCN:
+        return LightGCN(train, dim=self.dim, layers=self.layers, lr=self.lr, reg=self.reg,
+                        batch_size=self.batch_size, seed=self.seed, backbone=self.backbone,
+                        init_std=self.init_std, dtype=np.dtype(self.dtype).type)
+
+    def total_steps(self, nbatches: int) -> int:
+        return self.steps or self.epochs * nbatches
+
+    def reference(self, data: Any) -> dict[str, float]:
+        """Centralized LightGCN(+) with this run's budget, evaluated like the nodes do."""
+        model = self.reference_model(data.train)
+        model.fit(self.total_steps(model.nbatches))
+        uf, vf = model.final_embeddings()
+        sums = evaluate_ranking(lambda rows: uf[rows] @ vf.T, data.train, data.test,
+                                k=self.top_k)
+        return {"train-loss": model.losses[-1] if model.losses else float("nan"),
+                **sums.means()}
+
+    # -- the protocol -------------------------------------------------------------------------
+    def hyper(self) -> dict[str, Any]:
+        """Public hyperparameters every LP-GCN request carries."""
+        return {"backbone": self.backbone, "layers": self.layers, "dim": self.dim,
+                "lr": self.lr, "reg": self.reg, "batch-size": self.batch_size,
+                "seed": self.seed, "alpha": self.alpha, "mask-scale": self.mask_scale,
+                "init-std": self.init_std, "dtype": self.dtype}
+
+    def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
+        fed = self.federate(messenger, cfg)
+        run = _Run(self, fed)
+        run.setup()
+        return run.train()
+
+
+class _Run:
+    """One LP-GCN run on the server: the pseudonymous graph, the routing, the rounds."""
+
+    def __init__(self, strategy: LPGCN, fed: Federation) -> None:
+        self.s, self.fed, self.messenger = strategy, fed, fed.messenger
+        self.nodes = fed.nodes
+        self.hp = strategy.hyper()
+        self.L, self.d = strategy.layers, strategy.dim
+        self.dtype = np.dtype(strategy.dtype)
+        self.history: list[dict[str, Any]] = []
+
+    # -- helpers ------------------------------------------------------------------------------
+    def send(self, action: str, contents: Mapping[int, RecordDict],
+             phase: str) -> dict[int, RecordDict]:
+        try:
+            return self.messenger.send(action, contents, phase=phase)
+        except NodeTimeoutError as exc:
+            raise LosslessRunError(
+                f"{exc}; LP-GCN stops: every node computes its own users and its convolution "
+                "items in every round, nobody else can, so without it the run would no longer "
+                "equal centralized training") from None
+
+    def request(self, node: int, arrays: Mapping[str, np.ndarray] | None,
+                **extra: Any) -> RecordDict:
+        return self.fed.request(arrays or None, {**self.hp, **extra})
+
+    # -- setup --------------------------------------------------------------------------------
+    def setup(self) -> None:
+        fed, label = self.fed, self.messenger.label
+        relay_secret(self.messenger, self.nodes, purpose=SECRET, seed=self.s.seed)
+        total = fed.sum("lpgcn_count", None, self.hp, phase="lpgcn-setup",
+                        max_abs=float(fed.max_users) * fed.n_items + 1.0)
+        self.n_interactions = int(round(float(total["n"][0])))
+        self.nbatches = n_batches(self.n_interactions, self.s.batch_size)
+        self.hp["nbatches"] = self.nbatches
+        replies = self.send("lpgcn_holdings", {n: self.request(n, None) for n in self.nodes},
+                            "lpgcn-setup")
+        held = {}
+        for n in self.nodes:
+            h = from_array_record(replies[n]["arrays"])["held"]
+            if h.dtype != np.int64 or not is_pseudonym(h) or np.any(np.diff(h) <= 0):
+                raise LosslessRunError(f"{label(n)} sent an item set that is not a sorted "
+                                       "list of distinct pseudonyms")
+            held[n] = h
+        self.catalogue = np.unique(np.concatenate(list(held.values())))
+        m = fed.n_items
+        if len(self.catalogue) != m:
+            raise LosslessRunError(
+                f"{m - len(self.catalogue)} of {m} catalogue items are held by no node, not "
+                "even virtually; LP-GCN needs every item to have a training interaction "
+                "(drop items without one from the catalogue)" if len(self.catalogue) < m else
+                f"the nodes hold {len(self.catalogue)} distinct pseudonyms for {m} items "
+                "(do they share one key S?)")
+        self.held_idx = {n: np.searchsorted(self.catalogue, held[n]) for n in self.nodes}
+        self.conv = self.assign_convolution()
+        self.conv_nodes = [n for n in self.nodes if len(self.conv_idx[n])]
+        self.verify()
+
+    def assign_convolution(self) -> np.ndarray:
+        """Greedy set cover of the items by nodes, then one random cover holder per item."""
+        m = len(self.catalogue)
+        holders: list[list[int]] = [[] for _ in range(m)]
+        for n in self.nodes:
+            for i in self.held_idx[n]:
+                holders[i].append(n)
+        count = np.array([len(h) for h in holders])
+        cover: list[int] = [n for n in self.nodes if np.any(count[self.held_idx[n]] == 1)]
+        covered = np.zeros(m, dtype=bool)
+        for n in cover:
+            covered[self.held_idx[n]] = True
+        while not covered.all():
+            gain = {n: int((~covered[self.held_idx[n]]).sum()) for n in self.nodes
+                    if n not in cover}
+            best = max(gain, key=lambda n: (gain[n], -self.nodes.index(n)))
+            cover.append(best)
+            covered[self.held_idx[best]] = True
+        in_cover = set(cover)
+        rng = np.random.default_rng([self.s.seed, 53])
+        # Flower node ids are unsigned 64-bit: draw an index, keep the ids as uint64
+        picks = []
+        for i in range(m):
+            options = [n for n in holders[i] if n in in_cover]
+            picks.append(options[int(rng.integers(len(options)))])
+        conv = np.array(picks, dtype=np.uint64)
+        self.holders = holders
+        self.cover = sorted(in_cover)
+        self.conv_idx = {n: np.flatnonzero(conv == n) for n in self.nodes}
+        return conv
+
+    def verify(self) -> None:
+        """Assignment round (nodes mail the verification) and verification round."""
+        contents = {}
+        for n in self.nodes:
+            arrays = {"conv_of": self.conv[self.held_idx[n]]}
+            mine = self.conv_idx[n]
+            if len(mine):
+                lists = [self.holders[i] for i in mine]
+                arrays["hold_ptr"] = np.r_[0, np.cumsum([len(h) for h in lists])].astype(
+                    np.int64)
+                arrays["hold_nodes"] = np.asarray([x for h in lists for x in h], np.uint64)
+            contents[n] = self.request(n, arrays)
+        self.send("lpgcn_assign", contents, "lpgcn-setup")
+        self.send("lpgcn_verify", {n: self.request(n, None) for n in self.nodes},
+                  "lpgcn-setup")
+
+    # -- training -----------------------------------------------------------------------------
+    def train(self) -> RunOutcome:
+        total = self.s.total_steps(self.nbatches)
+        per_eval = self.s.eval_every * self.nbatches
+        pending: dict[int, dict[str, np.ndarray]] = {n: {} for n in self.nodes}
+        rounds: list[int] = []
+        log.info("LP-GCN (%s, L=%d): %d nodes, %d convolution nodes, %d steps of %d batches "
+                 "per epoch", self.s.backbone, self.L, len(self.nodes), len(self.conv_nodes),
+                 total, self.nbatches)
+        for step in range(total):
+            evaluate = per_eval > 0 and step > 0 and step % per_eval == 0
+            pending, n_rounds = self.step(step, True, pending, evaluate)
+            rounds.append(n_rounds)
+        _, n_final = self.step(total, False, pending, True)
+        losses = np.zeros(0)
+        if total:
+            losses = self.fed.sum("lpgcn_losses", None, {**self.hp, "steps": total},
+                                  max_abs=LOSS_BOUND, phase="lpgcn-losses")["loss"]
+        by_step = {row["step"]: row for row in self.history}
+        history = [{"step": s, "epoch": s / self.nbatches, "rounds": r,
+                    "train-loss": float(losses[s]), **by_step.get(s, {})}
+                   for s, r in enumerate(rounds)]
+        history += [row for s, row in sorted(by_step.items()) if s >= total]
+        final = by_step[total]
+        metrics = {k: v for k, v in final.items() if k not in ("step", "epoch")}
+        if total:
+            metrics["train-loss"] = float(losses[-1])
+        return RunOutcome(
+            metrics=metrics, history=history,
+            extra={"losses": losses, "rounds_per_step": rounds,
+                   "final_forward_rounds": n_final, "nbatches": self.nbatches,
+                   "n_interactions": self.n_interactions,
+                   "convolution_nodes": len(self.conv_nodes), "cover": len(self.cover)},
+            privacy={"lpgcn": {
+                "server_sees": "pseudonymous held item sets (real and virtual mixed), item "
+                               "rows and item-gradient partials per node in clear, requested "
+                               "negatives' pseudonyms, sealed mail sizes; never user rows, "
+                               "item ids or S",
+                "convolution_nodes": len(self.conv_nodes)}})
+
+    def step(self, step: int, train: bool, pending: dict[int, dict[str, np.ndarray]],
+             evaluate: bool) -> tuple[dict[int, dict[str, np.ndarray]], int]:
+        """The rounds of one step (or, ``train=False``, of one forward pass): route uploads
+        to the nodes that need them until the step's last gradient sums are formed (they
+        ride on the next step's first round: returned as its deliveries)."""
+        L, m, d = self.L, len(self.catalogue), self.d
+        E = np.zeros((L + 1, m, d), self.dtype)
+        G = np.zeros((L + 1, m, d), self.dtype)
+        W = np.zeros((m, d), self.dtype)
+        e_got: list[set[int]] = [set() for _ in range(L + 1)]
+        g_got: list[set[int]] = [set() for _ in range(L + 1)]
+        w_got: set[int] = set()
+        e_sent, g_sent = [False] * (L + 1), [False] * (L + 1)
+        w_sent = neg_sent = evaluated = False
+        neg_idx: dict[int, np.ndarray] = {}
+        convs, everyone = set(self.conv_nodes), set(self.nodes)
+        phase = "lpgcn-train" if train else "lpgcn-forward"
+        label = self.messenger.label
+        for r in range(1, 4 * L + 12):
+            contents = {n: self.request(n, pending[n], step=step, train=train)
+                        for n in self.nodes}
+            replies = self.send("lpgcn_round", contents, phase)
+            pending = {n: {} for n in self.nodes}
+            forward_done = True
+            for n in self.nodes:
+                forward_done &= bool(replies[n]["lpgcn-status"]["forward-done"])
+                if "arrays" not in replies[n].array_records:
+                    continue
+                for name, x in from_array_record(replies[n]["arrays"]).items():
+                    if name == "negreq":
+                        if len(x) and not is_pseudonym(x):
+                            raise LosslessRunError(f"{label(n)} asked for non-pseudonyms")
+                        idx = np.searchsorted(self.catalogue, x)
+                        if len(x) and (idx.max() >= m or np.any(self.catalogue[idx] != x)):
+                            raise LosslessRunError(f"{label(n)} asked for unknown items")
+                        neg_idx[n] = idx
+                    elif name == "w":
+                        W[self.conv_idx[n]] = x
+                        w_got.add(n)
+                    elif name[0] == "e":
+                        layer = int(name[1:])
+                        E[layer, self.conv_idx[n]] = x
+                        e_got[layer].add(n)
+                    elif name.startswith("gn"):
+                        G[int(name[2:]), neg_idx[n]] += x
+                    elif name[0] == "g":
+                        layer = int(name[1:])
+                        if n in g_got[layer]:
+                            raise LosslessRunError(f"{label(n)} sent layer {layer} twice")
+                        G[layer, self.held_idx[n]] += x
+                        g_got[layer].add(n)
+            for layer in range(L + 1):
+                if not e_sent[layer] and e_got[layer] >= convs:
+                    e_sent[layer] = True
+                    for n in self.nodes:
+                        pending[n][f"e{layer}"] = E[layer, self.held_idx[n]]
+            if train and all(e_sent) and not neg_sent:
+                neg_sent = True
+                for n in self.nodes:
+                    idx = neg_idx.get(n, np.zeros(0, np.int64))
+                    pending[n]["neg"] = np.ascontiguousarray(E[:, idx].transpose(1, 0, 2))
+            if self.s.backbone == "lightgcn+" and not w_sent and w_got >= convs:
+                w_sent = True
+                for n in self.nodes:
+                    pending[n]["w"] = W[self.held_idx[n]]
+            for layer in range(L + 1):
+                if train and not g_sent[layer] and g_got[layer] >= everyone:
+                    g_sent[layer] = True
+                    for n in self.nodes:
+                        if layer:
+                            pending[n][f"g{layer}"] = G[layer, self.held_idx[n]]
+                        elif len(self.conv_idx[n]):
+                            pending[n]["g0"] = G[0, self.conv_idx[n]]
+            if evaluate and not evaluated and forward_done and all(e_sent):
+                evaluated = True
+                self.evaluate(step, layer_mean(list(E)))
+            if train and g_sent[0]:
+                return pending, r
+            if not train and evaluated:
+                return pending, r
+        raise LosslessRunError(f"step {step} did not finish within {r} rounds (uploads "
+                               "missing: a node out of step?)")
+
+    def evaluate(self, step: int, table: np.ndarray) -> None:
+        metrics = self.fed.evaluate("lpgcn_evaluate", {"V": table}, self.hp, k=self.s.top_k,
+                                    phase="lpgcn-evaluate")
+        log.info("LP-GCN step %d (epoch %.2f): %s", step, step / self.nbatches,
+                 ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()
+                           if k.split("@")[0] in ("recall", "ndcg")))
+        self.history.append({"step": step, "epoch": step / self.nbatches, **metrics})
