@@ -39,6 +39,9 @@ BUILTIN: tuple[Registration, ...] = (
                  "PriviRec (paper 000): graph filters from secure sums and a power method"),
     Registration("privirec-k", "strategies.privirec:PriviRecK", "clients.privirec",
                  "PriviRec-k (paper 000): the low-rank variant, no item-item sum"),
+    Registration("dp-prototypes", "strategies.dp_prototypes:DPPrototypes",
+                 "clients.dp_prototypes",
+                 "DP-Prototypes (paper 003): one-shot cross-silo NMF from epsilon-DP prototypes"),
 )
 
 #: Node-side modules every protocol may use (handshake, secure sums, relay).

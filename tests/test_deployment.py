@@ -32,8 +32,10 @@ pytestmark = pytest.mark.skipif(shutil.which("openssl") is None,
 
 TINY = {"dataset": "synthetic", "synthetic-users": 60, "synthetic-items": 80, "seed": 2}
 #: The nodes' policy opts in to what _PRIVIREC asks (plain sums, sparse transport, seeded
-#: Omega): the deployed SuperNodes get it as --node-config, the simulation as node_policy.
-NODE_POLICY = {"allow-plain": True, "allow-sparse-transport": True, "allow-seeded-omega": True}
+#: Omega) and gives dp-prototypes its epsilon: the deployed SuperNodes get it as
+#: --node-config, the simulation as node_policy.
+NODE_POLICY = {"allow-plain": True, "allow-sparse-transport": True, "allow-seeded-omega": True,
+               "dp-budget": 1.0}
 #: PriviRec on tiny data: seeded Omega (deterministic), no SecAgg, one power round.
 _PRIVIREC = {"aggregator": "plain", "privirec-omega": "seeded", "privirec-filter-rank": 4,
              "privirec-filters": "gf-cf", "privirec-L": 1}
@@ -45,6 +47,10 @@ PROTOCOLS: list[tuple[str, dict[str, Any], float]] = [
     ("fedmf", {"rounds": 1, "mf-dim": 4, "aggregator": "plain"}, 1e-9),
     ("privirec", {**_PRIVIREC, "privirec-rank": 8}, 1e-9),
     ("privirec-k", {**_PRIVIREC, "privirec-k": 12}, 1e-9),
+    # DP noise is unseeded by design (OpenDP's CSPRNG), so a deployed and a simulated run
+    # release different prototypes: the line checks the rounds and metric keys, not values.
+    ("dp-prototypes", {"aggregator": "plain", "dpp-k": 3, "dpp-value-max": 1.0,
+                       "dpp-sparsity": 10, "dpp-rank": 4}, 1.0),
 ]
 
 #: Target for one deployed message round (3 SuperNodes, TLS, one machine). Asserted only
