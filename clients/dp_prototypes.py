@@ -72,6 +72,6 @@ def dpp_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
                          f"{data.n_items} items")
     U = fit_user_factors(data.train, V, float(cfg["reg"]), int(cfg["nmf-iters"]))
     node.store_arrays(_USER_FACTORS, {"U": U})
-    sums = silo_metric_sums(U, V, data.train, data.test, float(cfg["value-max"]),
+    sums = silo_metric_sums(U @ V.T, data.train, data.test, float(cfg["value-max"]),
                             int(cfg.get("top-k", 20)))
     return sum_reply(node, sums)

@@ -108,6 +108,17 @@ class DPPrototypes(ProtocolStrategy):
                    reg=float(cfg["dpp-reg"]), nmf_iters=int(cfg["dpp-nmf-iters"]),
                    seed=int(cfg["seed"]))
 
+    def reference(self, data: Any) -> dict[str, float]:
+        """The paper's "Full" baseline: the same NMF on every user's training row in one
+        process (no federation, no privacy), metrics as the federated run's."""
+        from fl_app.recsys.dp_prototypes import silo_metric_sums
+        from fl_app.recsys.nmf import fit_user_factors
+
+        V = nmf(data.train, self.rank, self.reg, self.nmf_iters).V
+        U = fit_user_factors(data.train, V, self.reg, self.nmf_iters)
+        sums = silo_metric_sums(U @ V.T, data.train, data.test, self.params.value_max, self.top_k)
+        return metric_means(self.top_k, sums["ranking"], sums["rating"])
+
     def check_silo_sizes(self, fed: Federation) -> None:
         """Refuse the run before any release if a silo holds fewer than k users (the
         paper's one assumption); the user counts are the handshake's public facts."""

@@ -182,7 +182,7 @@ def test_federated_equals_centralized_given_the_released_prototypes(sim_run: dic
     for pid in range(NODES):
         node = load_node_data(spec, part, pid)
         U = fit_user_factors(node.train, V, 0.1, 200)
-        sums = silo_metric_sums(U, V, node.train, node.test, 1.0, 20)
+        sums = silo_metric_sums(U @ V.T, node.train, node.test, 1.0, 20)
         ranking, rating = ranking + sums["ranking"], rating + sums["rating"]
     central = metric_means(20, ranking, rating)
     for key, value in central.items():

@@ -333,14 +333,14 @@ def private_prototypes(X: sp.spmatrix, params: PrototypeParams,
 
 
 # -- the silo's local evaluation ---------------------------------------------------------------
-def silo_metric_sums(U: np.ndarray, V: np.ndarray, train: sp.csr_matrix, test: sp.csr_matrix,
+def silo_metric_sums(scores: np.ndarray, train: sp.csr_matrix, test: sp.csr_matrix,
                      value_max: float, k: int = 20) -> dict[str, np.ndarray]:
     """A silo's metrics as sums (only these leave it): the top-k ranking sums
     (``RankingSums.to_vector``) and ``[squared error, test entries, rank numerator, rank
     denominator]`` for test RMSE and paper 003's mean average rank (Eq. 4, weights = test
     values). Predictions and test values are clipped to [0, value_max] for the RMSE (the
-    public bound, which also bounds the sum a secure aggregator is told to expect)."""
-    scores = U @ V.T
+    public bound, which also bounds the sum a secure aggregator is told to expect).
+    ``scores``: the silo's predictions, users x items (``U @ V.T``)."""
     ranking = ranking_sums(scores, train, test, k=k)
     num, den = average_rank_sums(scores, test, train)
     coo = sp.coo_matrix(test)

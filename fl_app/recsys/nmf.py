@@ -57,33 +57,61 @@ def objective(X: Matrix, U: np.ndarray, V: np.ndarray, reg: float) -> float:
     return max(fit, 0.0) + reg * (float(np.sum(U * U)) + float(np.sum(V * V)))
 
 
+def _top_singular(X: Matrix, rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The leading ``rank`` singular triplets (u, s, v) of X, deterministic.
+
+    Exact from the Gram matrix of the smaller side when it is small; otherwise a randomized
+    range finder (Halko et al. 2011, Alg. 4.4: 4 power iterations, 10 extra columns, a
+    fixed public seed) followed by an exact SVD of the projected matrix.
+    """
+    n, d = X.shape
+    rank = min(rank, n, d)
+    if min(n, d) <= 4 * rank + 40:
+        if n <= d:
+            gram = X @ X.T
+            vals, vecs = np.linalg.eigh(np.asarray(gram.todense() if sp.issparse(gram) else gram))
+            order = np.argsort(vals)[::-1][:rank]
+            sing = np.sqrt(np.clip(vals[order], 0.0, None))
+            left = vecs[:, order]
+            right = np.asarray(X.T @ left) / np.where(sing > 0, sing, 1.0)
+            return left, sing, right
+        gram = X.T @ X
+        vals, vecs = np.linalg.eigh(np.asarray(gram.todense() if sp.issparse(gram) else gram))
+        order = np.argsort(vals)[::-1][:rank]
+        sing = np.sqrt(np.clip(vals[order], 0.0, None))
+        right = vecs[:, order]
+        left = np.asarray(X @ right) / np.where(sing > 0, sing, 1.0)
+        return left, sing, right
+    Q = np.asarray(X @ np.random.default_rng(0).standard_normal((d, rank + 10)))
+    for _ in range(4):
+        Q, _ = np.linalg.qr(Q)
+        Q, _ = np.linalg.qr(np.asarray(X.T @ Q))
+        Q = np.asarray(X @ Q)
+    Q, _ = np.linalg.qr(Q)
+    small_u, sing, right_t = np.linalg.svd(np.asarray(X.T @ Q).T, full_matrices=False)
+    return (Q @ small_u)[:, :rank], sing[:rank], right_t[:rank].T
+
+
 def nndsvd(X: Matrix, rank: int) -> tuple[np.ndarray, np.ndarray]:
     """NNDSVD initialization of X (n x d) ~ U V^T with U (n x rank), V (d x rank).
 
-    The leading singular triplets come from the eigendecomposition of the d x d Gram matrix
-    X^T X (cheap for the catalogues here, and works for sparse X); signs are fixed so the
-    result is deterministic. Ranks beyond the numerical rank of X get zero columns.
+    Deterministic (:func:`_top_singular`, signs fixed); ranks beyond the numerical rank of
+    X get zero columns.
     """
     n, d = X.shape
     rank = int(rank)
     if rank < 1:
         raise ValueError(f"rank must be >= 1, got {rank}")
-    gram = np.asarray((X.T @ X).todense() if sp.issparse(X) else X.T @ X, dtype=np.float64)
-    vals, vecs = np.linalg.eigh(gram)
-    order = np.argsort(vals)[::-1][:min(rank, d)]
-    sing = np.sqrt(np.clip(vals[order], 0.0, None))
-    right = vecs[:, order]
+    left, sing, right = _top_singular(X, rank)
     U = np.zeros((n, rank))
     V = np.zeros((d, rank))
     tiny = max(float(sing[0]) if sing.size else 0.0, 1.0) * 1e-12
     for j, s in enumerate(sing):
         if s <= tiny:
             break
-        v = right[:, j]
-        u = np.asarray(X @ v).ravel() / s
+        u, v = left[:, j], right[:, j]
         if j == 0:  # the leading pair can be chosen non-negative (Perron-Frobenius)
-            sign = 1.0 if u.sum() + v.sum() >= 0 else -1.0
-            U[:, 0], V[:, 0] = np.sqrt(s) * np.abs(sign * u), np.sqrt(s) * np.abs(sign * v)
+            U[:, 0], V[:, 0] = np.sqrt(s) * np.abs(u), np.sqrt(s) * np.abs(v)
             continue
         up, un = np.maximum(u, 0), np.maximum(-u, 0)
         vp, vn = np.maximum(v, 0), np.maximum(-v, 0)
