@@ -24,7 +24,6 @@ from fl_app.recsys.kmeans import kmeans, kmeans_loss
 from fl_app.recsys.nmf import fit_user_factors, nmf
 from fl_app.recsys.poisson import poisson_silos
 from fl_app.registry import resolve_config
-from fl_app.simulation import run_in_simulation
 from strategies.dp_prototypes import DPPrototypes
 from tests.localgrid import LocalGrid
 
@@ -134,9 +133,55 @@ def test_poisson_silos_follow_the_papers_recipe() -> None:
 
 # -- 2. the protocol in a Flower simulation --------------------------------------------------
 @pytest.fixture(scope="module")
-def sim_run() -> dict:
-    return run_in_simulation({**TINY, "aggregator": "plain", "run-name": "test-dpp"},
-                             num_nodes=NODES, quiet=True, node_policy=POLICY)
+def sim() -> dict:
+    """One Flower simulation (Ray) for everything that needs one: a full run (plain sums,
+    the nodes opt in), a run whose dpp-k exceeds the silos' 40 users (the server refuses),
+    and a deviating server's direct request for such a release (each silo refuses)."""
+    from flwr.app import ConfigRecord, Context, RecordDict
+    from flwr.serverapp import Grid, ServerApp
+
+    from fl_app.server_app import run_protocol
+    from fl_app.simulation import simulate
+
+    box: dict = {}
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        try:
+            box["record"] = run_protocol(grid, resolve_config({**TINY, "aggregator": "plain"}))
+            try:
+                run_protocol(grid, resolve_config({**TINY, "aggregator": "plain",
+                                                   "dpp-k": 41}))
+            except ValueError as exc:
+                box["server_refusal"] = str(exc)
+            messenger = Messenger(grid, timeout=60)
+            request = DPPrototypes.from_run_config(resolve_config({**TINY, "dpp-k": 41}))
+            try:
+                messenger.broadcast("dpp_prototypes", RecordDict(
+                    {"protocol": ConfigRecord(request.prototype_config())}),
+                    messenger.node_ids(NODES), phase="deviate")
+            except NodeError as exc:
+                box["silo_refusal"] = str(exc)
+        except BaseException as exc:  # hand the failure back to the test
+            box["error"] = exc
+
+    simulate(app, build_client_app(["clients.dp_prototypes"], policy=POLICY), NODES)
+    if "error" in box:
+        raise box["error"]
+    return box
+
+
+@pytest.fixture(scope="module")
+def sim_run(sim: dict) -> dict:
+    return sim["record"]
+
+
+def test_a_silo_with_fewer_than_k_users_is_refused_in_simulation(sim: dict) -> None:
+    assert "needs at least dpp-k=41 users in every silo" in sim["server_refusal"]
+    assert "holds 40" in sim["server_refusal"]
+    assert "refuses to release dp-prototypes: it holds 40 users, fewer than k=41" in \
+        sim["silo_refusal"]
 
 
 def test_the_run_has_exactly_two_protocol_rounds(sim_run: dict) -> None:
