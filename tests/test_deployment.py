@@ -33,14 +33,14 @@ pytestmark = pytest.mark.skipif(shutil.which("openssl") is None,
 
 TINY = {"dataset": "synthetic", "synthetic-users": 60, "synthetic-items": 80, "seed": 2}
 #: The nodes' policy opts in to what the tiny runs ask (plain and CKKS sums, sparse transport,
-#: seeded Omega, FedSVD's noise removal) and lowers min-survivors to 2, because PrivMVMF's
+#: seeded Omega, FedSVD's noise removal, dp-prototypes' epsilon) and lowers min-survivors to 2, because PrivMVMF's
 #: CKKS decrypter opens only sums of at least min-survivors nodes and here 2 of the 3
 #: SuperNodes hold users (a test federation; the default 3 would need a fourth SuperNode and
 #: slow every line). The deployed SuperNodes get it as --node-config, the reference run as
 #: node_policy.
 NODE_POLICY = {"allow-plain": True, "allow-sparse-transport": True, "allow-seeded-omega": True,
                "allow-ckks": True, "allow-noise-removal": True,
-               "min-survivors": 2}
+               "dp-budget": 1.0, "min-survivors": 2}
 #: SuperNodes of the shared deployment. The MVMF lines make the last partition the item
 #: server with the run config's ``item-servers = 1`` (node config ``role`` is the deployed
 #: way; the shared SuperNodes serve every protocol, so the run config decides here); the
@@ -75,6 +75,10 @@ PROTOCOLS: list[tuple[str, dict[str, Any], float]] = [
     ("fedmvmf", {**_MVMF, "aggregator": "plain"}, 1e-9),
     # CKKS: the deployed and simulated encryptions differ (fresh randomness), ~1e-7 absolute
     ("privmvmf", _MVMF, 1e-5),
+    # DP noise is unseeded by design (OpenDP's CSPRNG), so a deployed and a simulated run
+    # release different prototypes: the line checks the rounds and metric keys, not values.
+    ("dp-prototypes", {"aggregator": "plain", "dpp-k": 3, "dpp-value-max": 1.0,
+                       "dpp-sparsity": 10, "dpp-rank": 4}, 1.0),
 ]
 
 #: Target for one deployed message round (3 SuperNodes, TLS, one machine). Asserted only

@@ -164,6 +164,10 @@ PRODUCTION_ACTIONS = {
                          "clear, user rows only sealed to convolution nodes",
     "query.lpgcn_evaluate": "metric sums of the node's users (a sum contribution)",
     "query.lpgcn_losses": "the node's loss share per step (a sum contribution)",
+    "query.dpp_prototypes": "an epsilon-DP release of k prototypes, charged to the node's "
+                            "dp-budget; refused below k users",
+    "query.dpp_evaluate": "fits the silo's user factors locally; metric sums (a sum "
+                          "contribution)",
     "train.default": "stock Flower train (fedmf): item factors in clear, only with the node's "
                      "allow-plain opt-in",
     "evaluate.default": "stock Flower evaluate (fedmf): means of the node's own users' metrics",

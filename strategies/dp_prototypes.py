@@ -1,0 +1,205 @@
+"""DP-Prototypes (paper 003, Ribero et al. 2022, "Federating recommendations using
+differentially private prototypes"): one-shot cross-silo recommendation.
+
+Two protocol rounds after the handshake (node side ``clients/dp_prototypes.py``, math
+``fl_app/recsys/dp_prototypes.py`` and ``fl_app/recsys/nmf.py``, decisions in
+``docs/protocols/dp-prototypes.md``):
+
+1. ``prototypes`` (up): every silo releases k epsilon-DP prototypes of its users (Alg. 2),
+   after charging epsilon to its own node policy (``dp-budget``). The server sees each
+   silo's prototypes (a DP release, by design) and the silo's ledger of releases.
+2. ``evaluate`` (down): the server stacks the prototypes, fits a regularized NMF of rank l
+   (lambda = ``dpp-reg``) and sends only the item factors V. Each silo fits its non-negative
+   user factors against the fixed V, predicts locally and answers with its metric sums
+   through the run's aggregator (SecAgg+ by default): the server learns totals only.
+
+Nodes of role ``silo`` take part; so do ``user`` nodes (Flower's simulation gives nodes no
+role, so simulated nodes report ``user``): a node holding at least k users is a silo to this
+protocol. A node with fewer than k users is refused by the server before anyone spends
+budget, and refuses by itself if asked anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import RecordDict
+from flwr.serverapp import Grid
+
+from fl_app.config import Key
+from fl_app.messaging import Messenger
+from fl_app.recsys.dp_prototypes import PrototypeParams, metric_means
+from fl_app.recsys.nmf import nmf
+from fl_app.secure.dp import PrivacyLedger
+from strategies.base import Federation, ProtocolStrategy, RoleNeed, RunOutcome
+
+log = logging.getLogger("fedrec")
+
+#: Reply records of the prototype round.
+PROTOTYPES_RECORD, LEDGER_RECORD = "prototypes", "dp-ledger"
+#: The roles that take part: declared silos, and user nodes holding many users (simulation).
+SILO_ROLES = ("silo", "user")
+
+DPP_KEYS: tuple[Key, ...] = (
+    Key("dpp-epsilon", 1.0, "epsilon of each silo's prototype release (pure DP, user level); "
+        "every silo's node policy `dp-budget` must allow it", min=1e-9),
+    Key("dpp-k", 10, "prototypes per silo (every silo needs at least k users)", min=1),
+    Key("dpp-rank", 20, "rank l of the server's NMF (the item factors' dimension)", min=1),
+    Key("dpp-reg", 0.1, "lambda of the NMF objective ||X - U V^T||^2 + lambda (||U||^2 + "
+        "||V||^2), server and silos", min=0.0),
+    Key("dpp-nmf-iters", 200, "HALS sweeps of the NMF fits (stops earlier on a 1e-6 relative "
+        "change)", min=1),
+    Key("dpp-value-max", 5.0, "public bound of an entry (Alg. 3's Lambda): a silo clips its "
+        "entries to [0, value-max] before the release", min=1e-9),
+    Key("dpp-sparsity", 50, "s: a silo keeps each user's s largest entries and each "
+        "prototype has at most s non-zeros", min=1),
+    Key("dpp-radius", 0.0, "public L2 bound of a user row (Alg. 2's Lambda); `0` = value-max "
+        "x sqrt(sparsity), which the other two clips imply", min=0.0),
+    Key("dpp-delta", 0.1, "failure probability of the private grid: an active cube keeps "
+        "an empty child with probability <= delta/2 (not a privacy parameter)", min=1e-9,
+        max=0.999),
+    Key("dpp-trials", 1, "independent trials, one chosen privately at the end (the paper's "
+        "code runs 1)", min=1),
+    Key("dpp-shifts", 4, "randomly shifted grids of the candidate step", min=1),
+    Key("dpp-swaps", 10, "exponential-mechanism swaps of the local search", min=1),
+    Key("dpp-jl-coef", 0.5, "JL dimension p = floor(coef x ln N), 1 <= p <= 8 (the paper "
+        "prints 8; Balcan et al.'s and the paper's code use 0.5)", min=1e-9),
+)
+
+
+def params_from_config(cfg: Mapping[str, Any]) -> PrototypeParams:
+    """The public release parameters of a run config (``dpp-*`` keys)."""
+    return PrototypeParams(
+        k=int(cfg["dpp-k"]), epsilon=float(cfg["dpp-epsilon"]),
+        value_max=float(cfg["dpp-value-max"]), sparsity=int(cfg["dpp-sparsity"]),
+        radius=float(cfg["dpp-radius"]), delta=float(cfg["dpp-delta"]),
+        trials=int(cfg["dpp-trials"]), shifts=int(cfg["dpp-shifts"]),
+        swaps=int(cfg["dpp-swaps"]), jl_coef=float(cfg["dpp-jl-coef"]))
+
+
+def ledger_from_rows(rows: list[dict[str, Any]]) -> PrivacyLedger:
+    """A silo's ledger rebuilt from the rows it reported (``PrivacyLedger.to_table_rows``)."""
+    ledger = PrivacyLedger()
+    for row in rows:
+        ledger.record(row["name"], row["mechanism"], row["epsilon"], row["delta"],
+                      row["sigma"], row["sensitivity"], row["sample_rate"], row["steps"])
+    return ledger
+
+
+class DPPrototypes(ProtocolStrategy):
+    """One upload (DP prototypes), one download (item factors), metrics as sums."""
+
+    clients = "clients.dp_prototypes"
+    config_keys = DPP_KEYS
+    federation = (RoleNeed(SILO_ROLES, min=1, holds=("rows",)),)
+
+    def __init__(self, params: PrototypeParams, rank: int = 20, reg: float = 0.1,
+                 nmf_iters: int = 200, seed: int = 0, top_k: int = 20) -> None:
+        self.params, self.rank, self.reg, self.nmf_iters = params, rank, reg, nmf_iters
+        self.seed, self.top_k = seed, top_k
+
+    @classmethod
+    def from_run_config(cls, cfg: Mapping[str, Any]) -> DPPrototypes:
+        return cls(params_from_config(cfg), rank=int(cfg["dpp-rank"]),
+                   reg=float(cfg["dpp-reg"]), nmf_iters=int(cfg["dpp-nmf-iters"]),
+                   seed=int(cfg["seed"]))
+
+    def reference(self, data: Any) -> dict[str, float]:
+        """The paper's "Full" baseline: the same NMF on every user's training row in one
+        process (no federation, no privacy), metrics as the federated run's."""
+        from fl_app.recsys.dp_prototypes import silo_metric_sums
+        from fl_app.recsys.nmf import fit_user_factors
+
+        V = nmf(data.train, self.rank, self.reg, self.nmf_iters).V
+        U = fit_user_factors(data.train, V, self.reg, self.nmf_iters)
+        sums = silo_metric_sums(U @ V.T, data.train, data.test, self.params.value_max, self.top_k)
+        return metric_means(self.top_k, sums["ranking"], sums["rating"])
+
+    def check_silo_sizes(self, fed: Federation) -> None:
+        """Refuse the run before any release if a silo holds fewer than k users (the
+        paper's one assumption); the user counts are the handshake's public facts."""
+        k = self.params.k
+        small = [f"{fed.messenger.label(n)} holds {fed.infos[n].n_users}"
+                 for n in fed.of_role(*SILO_ROLES) if fed.infos[n].n_users < k]
+        if small:
+            raise ValueError(f"dp-prototypes needs at least dpp-k={k} users in every silo: "
+                             f"{'; '.join(small)}. Lower dpp-k or merge small silos")
+
+    def prototype_config(self) -> dict[str, Any]:
+        """What a silo needs for its release: public parameters only."""
+        return {**self.params.to_config(), "seed": self.seed}
+
+    def collect(self, fed: Federation, replies: Mapping[int, RecordDict]
+                ) -> tuple[np.ndarray, dict[str, Any]]:
+        """The stacked prototypes (in node order) and each silo's ledger, checked: shape,
+        range, and a ledger whose pure epsilon is the configured one."""
+        from fl_app.records import from_array_record
+
+        k, eps = self.params.k, self.params.epsilon
+        blocks, ledgers = [], {}
+        for node in fed.of_role(*SILO_ROLES):
+            label = fed.messenger.label(node)
+            reply = replies[node]
+            if PROTOTYPES_RECORD not in reply.array_records or \
+                    LEDGER_RECORD not in reply.config_records:
+                raise ValueError(f"{label} answered without records '{PROTOTYPES_RECORD}' "
+                                 f"and '{LEDGER_RECORD}'")
+            P = from_array_record(reply.array_records[PROTOTYPES_RECORD]).get("P")
+            if P is None or P.shape != (k, fed.n_items):
+                raise ValueError(f"{label}: prototypes must have shape ({k}, {fed.n_items}), "
+                                 f"got {None if P is None else P.shape}")
+            if not (np.all(np.isfinite(P)) and P.min() >= 0
+                    and P.max() <= self.params.value_max):
+                raise ValueError(f"{label}: prototypes outside [0, dpp-value-max]")
+            ledger = ledger_from_rows(json.loads(str(reply.config_records[LEDGER_RECORD]["rows"])))
+            spent = ledger.pure_epsilon()
+            if not np.isclose(spent, eps, rtol=1e-9, atol=0):
+                raise ValueError(f"{label}: its ledger composes to epsilon {spent:g}, the run "
+                                 f"asked for {eps:g}")
+            blocks.append(P)
+            ledgers[label] = ledger.summary()
+        return np.vstack(blocks), ledgers
+
+    def dp_report(self, ledgers: dict[str, Any]) -> dict[str, Any]:
+        """The run's privacy ledger: per silo the releases, and the run's epsilon."""
+        per_silo = {label: s["pure_epsilon"] for label, s in ledgers.items()}
+        return {"guarantee": "pure epsilon-DP per silo, user level (add/remove one user's "
+                             "row); silos hold disjoint users, so the run is epsilon-DP "
+                             "(parallel composition)",
+                "epsilon": self.params.epsilon, "delta": 0.0,
+                "run_epsilon": max(per_silo.values()), "epsilon_per_silo": per_silo,
+                "split": self.params.budget(), "ledgers": ledgers,
+                "not_covered": ["silo user counts (handshake)", "aggregate test metrics"]}
+
+    def max_abs(self, fed: Federation) -> float:
+        """Bound of every value a silo's evaluation reply holds: ranking sums <= its users;
+        squared error <= entries x value-max^2; rank sums <= entries x value-max."""
+        vm = self.params.value_max
+        return float(fed.max_users) * fed.n_items * max(vm * vm, vm, 1.0) + fed.max_users + 1.0
+
+    def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
+        fed = self.federate(messenger, cfg)
+        self.check_silo_sizes(fed)
+        silos = fed.of_role(*SILO_ROLES)
+        log.info("dp-prototypes: %d silos release %d prototypes each at epsilon %g",
+                 len(silos), self.params.k, self.params.epsilon)
+        replies = fed.broadcast("dpp_prototypes", config=self.prototype_config(), nodes=silos,
+                                phase="prototypes")
+        messenger.ledger.mark("prototypes", PROTOTYPES_RECORD, "noised")
+        P, ledgers = self.collect(fed, replies)
+        fit = nmf(P, self.rank, self.reg, self.nmf_iters)
+        log.info("dp-prototypes: NMF of the %d x %d prototypes, rank %d: objective %.4g after "
+                 "%d sweeps", *P.shape, self.rank, fit.objective[-1], len(fit.objective) - 1)
+        total = fed.sum("dpp_evaluate", {"V": fit.V},
+                        {"reg": self.reg, "nmf-iters": self.nmf_iters,
+                         "value-max": self.params.value_max, "top-k": self.top_k},
+                        max_abs=self.max_abs(fed), phase="evaluate")
+        metrics = metric_means(self.top_k, total["ranking"], total["rating"])
+        return RunOutcome(metrics=metrics,
+                          history=[{"nmf-objective": v} for v in fit.objective],
+                          extra={"item_factors": fit.V, "prototypes": P},
+                          privacy={"dp": self.dp_report(ledgers)})
