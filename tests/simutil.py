@@ -77,3 +77,16 @@ def run_in_process(overrides: dict[str, Any], num_nodes: int = 4, *,
              if m]
     with LocalGrid(build_client_app(extra, policy=node_policy or {}), num_nodes) as grid:
         return run_protocol(grid, cfg)
+
+
+def run_on_local_nodes(fn: Callable[[Messenger], Any], num_nodes: int,
+                       timeout: float = 60.0) -> Any:
+    """:func:`run_on_simulated_nodes` on the in-process grid: the same ClientApp (diagnostic
+    actions added) and Flower messages, without Ray's start-up."""
+    from fl_app.client_app import build_client_app
+    from tests.localgrid import LocalGrid
+
+    with LocalGrid(build_client_app(**DIAGNOSTIC_APP), num_nodes) as grid:
+        messenger = Messenger(grid, timeout=timeout)
+        messenger.node_ids(min_nodes=num_nodes)
+        return fn(messenger)

@@ -1,4 +1,4 @@
-"""Secure aggregation over Flower messages, in a Flower simulation with 6 nodes."""
+"""Secure aggregation over Flower messages, on 6 nodes of the in-process grid."""
 
 from __future__ import annotations
 
@@ -101,9 +101,11 @@ def _scenarios(messenger: Messenger) -> dict:
 
 @pytest.fixture(scope="module")
 def results() -> dict:
-    from tests.simutil import run_on_simulated_nodes
+    # In process: the same ClientApp and messages; SecAgg+ on a real Flower simulation runs
+    # in tests/test_privirec.py (the secure run) and tests/test_main_job.py
+    from tests.simutil import run_on_local_nodes
 
-    return run_on_simulated_nodes(_scenarios, N)
+    return run_on_local_nodes(_scenarios, N)
 
 
 def _tolerance(n: int) -> float:
