@@ -64,20 +64,20 @@ def sync(content: RecordDict, node: NodeContext) -> RecordDict:
         extra = {"fedsvd": ConfigRecord({"z-max": out.z_max})}
     if out.noise is not None:
         node.store_arrays(_NOISE, {"N": out.noise})
-        node.state.config_records[_NOISE_INFO] = ConfigRecord({"t": t_to, "mode": mode})
+        node.state.config_records[_NOISE_INFO] = ConfigRecord({"t": t_to, "mode": mode,
+                                                                "weight": weight})
     return sum_reply(node, {"Y": out.update}, extra)
 
 
 @handler("fedsvd_noise_product")
 def noise_product(content: RecordDict, node: NodeContext) -> RecordDict:
-    """Alg. 2 step 10: Enc(b_i) x (w_i N_i), re-randomized with a fresh Enc(0) x 1.
+    """Alg. 2 step 10: Enc(b_i) x (w_i N_i), re-randomized with a fresh Enc(0) and
+    statistically flooded (``fl_app/secure/selection.py``).
 
     The selection value arrives encrypted under the server's key; this node holds no secret
     key and cannot tell Enc(0) from Enc(1), so it never learns whether its noise is kept.
     """
-    import tenseal as ts
-
-    from fl_app.secure.he import load_context, slots_of, unpad_ciphertext
+    from fl_app.secure.selection import VALUE_BOUND
 
     node.policy.require("allow-noise-removal", "fedsvd-utility's noise removal (the server "
                         "learns this node's noise unless the node is the one kept)", node.who)
@@ -93,25 +93,41 @@ def noise_product(content: RecordDict, node: NodeContext) -> RecordDict:
         raise ValueError(f"{node.who} refuses noise removal: its update of t = {int(req['t'])} "
                          f"went into a '{info['mode']}' sum, which the server saw unmasked")
     del node.state.config_records[_NOISE_INFO]  # one answer per synchronization
-    ctx = load_context(bytes(req["public-context"]))
-    if ctx.has_secret_key():
-        raise ValueError(f"{node.who}: the noise-removal context must be public")
-    slots = slots_of(ctx)
-    flat = stored["N"].ravel()
-    padded = np.zeros(-(-flat.size // slots) * slots)
-    padded[:flat.size] = flat
-    selection = unpad_ciphertext(bytes(req["selection"]))
-    products = []
-    for start in range(0, padded.size, slots):
-        vec = ts.ckks_vector_from(ctx, selection)
-        if vec.size() != slots:
-            raise ValueError(f"{node.who}: the selection ciphertext must fill all {slots} slots")
-        vec.mul_(padded[start:start + slots].tolist())
-        fresh = ts.ckks_vector(ctx, [0.0] * slots)
-        fresh.mul_([1.0] * slots)
-        vec.add_(fresh)
-        products.append(vec.serialize())
+    weighted = stored["N"]
+    if np.abs(weighted).max(initial=0.0) > float(info["weight"]) * VALUE_BOUND:
+        raise ValueError(f"{node.who} refuses noise removal: its noise exceeds the CKKS "
+                         f"selection's range +-{VALUE_BOUND:g} (lower fedsvd-sigma)")
+    ctx = _selection_context(node, bytes(req["public-context"]))
+    products = ctx.product(bytes(req["selection"]), weighted)
     return RecordDict({"fedsvd-he": ConfigRecord({"products": products})})
+
+
+#: Checked public selection contexts, keyed by (run, SHA-256 of the context bytes): a node
+#: loads and checks the server's 0.36 MB context once per run instead of per request; a
+#: different context (another hash) is loaded and checked again. Public data only, so
+#: nodes simulated in one process may share an entry.
+_SELECTION_CONTEXTS: dict[tuple[int, str], object] = {}
+_SELECTION_CACHE_SIZE = 4
+_HE_CONTEXT = "fedsvd.he-context"  # ConfigRecord in node state: the hash this node checked
+
+
+def _selection_context(node: NodeContext, public: bytes):
+    """The checked :class:`NodeSelection` for ``public`` (public key only, expected CKKS
+    parameters), from the cache when this run already checked these exact bytes."""
+    from fl_app.secure.selection import NodeSelection, context_hash_of
+
+    key = (int(node.context.run_id), context_hash_of(public))
+    hit = _SELECTION_CONTEXTS.get(key)
+    if hit is None:
+        try:
+            hit = NodeSelection.load(public)
+        except ValueError as err:
+            raise ValueError(f"{node.who}: {err}") from None
+        while len(_SELECTION_CONTEXTS) >= _SELECTION_CACHE_SIZE:
+            _SELECTION_CONTEXTS.pop(next(iter(_SELECTION_CONTEXTS)))
+        _SELECTION_CONTEXTS[key] = hit
+    node.state.config_records[_HE_CONTEXT] = ConfigRecord({"sha256": key[1]})
+    return hit
 
 
 @handler("fedsvd_output")

@@ -189,46 +189,41 @@ def _z_max(reply: RecordDict) -> float:
 
 
 class _ServerHe:
-    """Alg. 2's homomorphic step, server side: the SERVER's CKKS key pair (as the paper's
-    Paillier pair), one fresh encrypted selection value per node, the sum of the nodes'
-    products, one decryption. The kept node j comes from the OS CSPRNG (never the public
-    seed) and stays on the server; :attr:`view` records only what the results may show."""
+    """Alg. 2's homomorphic step, server side (``fl_app/secure/selection.py``): the SERVER's
+    CKKS key pair (as the paper's Paillier pair), one fresh encrypted selection value per
+    node, the sum of the nodes' products, one decryption. The kept node j comes from the OS
+    CSPRNG (never the public seed) and stays on the server; :attr:`view` records only what
+    the results may show."""
 
     def __init__(self) -> None:
-        from fl_app.secure.he import make_secret_context, public_context_bytes, slots_of
+        from fl_app.secure import selection
 
-        self.ctx = make_secret_context()
-        self.public = public_context_bytes(self.ctx)
-        self.slots = slots_of(self.ctx)
+        self.ctx = selection.make_context()
+        self.public = selection.public_context_bytes(self.ctx)
         self.view: list[dict[str, Any]] = []
 
     def remove_noise(self, fed: Federation, t: int, shape: tuple[int, ...]) -> np.ndarray:
-        import tenseal as ts
-
-        from fl_app.secure.he import EncryptedSum, decrypt_packed, pad_ciphertext
+        from fl_app.secure import selection
 
         nodes = fed.nodes
         j = secrets.randbelow(len(nodes))
-        requests = {}
-        for i, node in enumerate(nodes):
-            bit = 0.0 if i == j else 1.0
-            # fixed length: Enc(0) and Enc(1) must not differ in size (SEAL compresses)
-            cipher = pad_ciphertext(ts.ckks_vector(self.ctx, [bit] * self.slots).serialize())
-            requests[node] = RecordDict({"fedsvd-he": ConfigRecord({
-                "t": t, "public-context": self.public, "selection": cipher})})
+        requests = {node: RecordDict({"fedsvd-he": ConfigRecord({
+            "t": t, "public-context": self.public,
+            "selection": selection.selection_ciphertext(self.ctx, 0 if i == j else 1)})})
+            for i, node in enumerate(nodes)}
         n_values = int(np.prod(shape))
-        chunks = -(-n_values // self.slots)
-        acc = EncryptedSum(self.public, "ckks")
+        acc = selection.ProductSum(self.ctx, n_values)
         for node, reply in fed.messenger.iter_replies("fedsvd_noise_product", requests,
                                                      phase="noise-removal"):
             products = reply.config_records["fedsvd-he"]["products"]
-            if not isinstance(products, list) or len(products) != chunks:
+            if not isinstance(products, list):
                 raise ValueError(f"{fed.messenger.label(node)}: field 'fedsvd-he.products' "
-                                 f"must hold {chunks} CKKS ciphertexts")
-            acc.add([bytes(b) for b in products])
+                                 "must be a list of ciphertexts")
+            acc.add([bytes(b) for b in products], fed.messenger.label(node))
         fed.messenger.ledger.mark("noise-removal", "fedsvd-he", "encrypted")
-        values = decrypt_packed(self.ctx, acc.result(), chunks * self.slots)[:n_values]
-        self.view.append({"t": t, "nodes": len(nodes), "ciphertexts_per_node": chunks})
+        values = acc.decrypt()
+        self.view.append({"t": t, "nodes": len(nodes),
+                          "ciphertexts_per_node": selection.chunks_for(n_values)})
         return values.reshape(shape)
 
 
