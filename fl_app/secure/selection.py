@@ -17,9 +17,11 @@ Why this module and not ``he.py``'s TenSEAL vectors (measured, ``results/fedsvd`
   product needs no further level), and the fresh encryption of zero is made directly at the
   product's level and scale instead of as Enc(0) x 1.
 - Statistical re-randomization: CKKS is not circuit-private. Decrypting node j's product
-  Enc(0) x v_j yields v_j * E / SELECTION_SCALE, where E is the error of the ciphertext the
-  server made and knows; a fresh Enc(0) alone (error of the same size as E) does not hide
-  it. So the selection value is encrypted at a large scale (2^108) and the node adds a
+  Enc(0) x v_j yields v_j * E / SELECTION_SCALE (slot-wise), where E is the error of the
+  ciphertext the server made and knows. A fresh Enc(0) adds an error E_z of E's size, which
+  masks v_j * E only by the ratio |v_j| (a weak leak for the ~1e-3 weighted noises of the
+  paper's setting, a practical one for values near 1) and never statistically. So the
+  selection value is encrypted at a large scale (2^108) and the node adds a
   uniform flooding term in every real coordinate of width 2^(STAT_BITS + 13) times the
   largest possible leak: the statistical distance between the decryptions for two
   different v_j is <= 2^-STAT_BITS per ciphertext. The flooding adds ~3e-9 per value
