@@ -122,9 +122,18 @@ def test_noise_removal_leaves_exactly_one_nodes_noise(monkeypatch):
 
 
 def test_server_saw_updates_masked_and_noise_products_encrypted(monkeypatch):
+    from fl_app.secure.selection import NodeSelection
+
     monkeypatch.setattr(svd, "draw_noise", known_noise)
+    loads = []
+    original = NodeSelection.load.__func__
+    monkeypatch.setattr(NodeSelection, "load",
+                        classmethod(lambda cls, public: loads.append(1) or original(cls, public)))
     record, _ = run({**DATA, "protocol": "fedsvd-utility", "fedsvd-k": 2, "fedsvd-rank": 3,
                      "fedsvd-iterations": 2, "fedsvd-sync-every": 1})
+    # two noise removals x 3 nodes, one public context: checked once for the run (the
+    # in-process nodes share the checked public context)
+    assert len(loads) == 1
     received = record["privacy"]["received"]
     assert received["sync"]["records"]["secagg.values"]["form"] == "masked"
     assert received["noise-removal"]["records"]["fedsvd-he"]["form"] == "encrypted"
@@ -133,6 +142,44 @@ def test_server_saw_updates_masked_and_noise_products_encrypted(monkeypatch):
     assert plain <= {("sync", "secagg.shapes")}, plain
     assert [v["t"] for v in record["privacy"]["fedsvd"]["noise-removal"]] == [1, 2]
     assert "kept" not in str(record["privacy"]["fedsvd"])
+
+
+def test_selection_sums_products_and_a_node_checks_the_context():
+    """sum_i b_i v_i from one decryption (flooding and CKKS: < 1e-7); the kept node's own
+    product decrypts to flooding only; a node loads a context once per run and hash,
+    checks a different one again, and refuses a secret or foreign context."""
+    from types import SimpleNamespace
+
+    from flwr.app import RecordDict
+
+    from clients.fedsvd import _selection_context
+    from fl_app.secure import he, selection
+
+    ctx = selection.make_context()
+    public = selection.public_context_bytes(ctx)
+    node = SimpleNamespace(context=SimpleNamespace(run_id=77), state=RecordDict(),
+                           who="node 1")
+    checked = _selection_context(node, public)
+    assert _selection_context(node, public) is checked  # cached for this run and hash
+    rng = np.random.default_rng(3)
+    values = [rng.normal(0, 0.01, 9000) for _ in range(3)]  # 2 ciphertexts each
+    acc, alone = selection.ProductSum(ctx, 9000), selection.ProductSum(ctx, 9000)
+    for bit, v in zip((0, 1, 1), values):
+        products = checked.product(selection.selection_ciphertext(ctx, bit), v)
+        assert len(products) == 2
+        acc.add(products)
+        if bit == 0:
+            alone.add(products)
+    np.testing.assert_allclose(acc.decrypt(), values[1] + values[2], atol=1e-7, rtol=0)
+    assert np.abs(alone.decrypt()).max() <= 1.01 * selection.flood_width()
+    other = selection.public_context_bytes(selection.make_context())
+    assert _selection_context(node, other) is not checked  # another key: checked again
+    with pytest.raises(ValueError, match="must be public"):
+        _selection_context(node, he.secret_context_bytes(ctx))
+    with pytest.raises(ValueError, match="expected CKKS parameters"):
+        _selection_context(node, he.public_context_bytes(he.make_secret_context()))
+    with pytest.raises(ValueError, match="within"):
+        checked.product(selection.selection_ciphertext(ctx, 1), np.full(3, 100.0))
 
 
 # -- the node's policy ----------------------------------------------------------------------

@@ -22,7 +22,7 @@ Why this module and not ``he.py``'s TenSEAL vectors (measured, ``results/fedsvd`
   masks v_j * E only by the ratio |v_j| (a weak leak for the ~1e-3 weighted noises of the
   paper's setting, a practical one for values near 1) and never statistically. So the
   selection value is encrypted at a large scale (2^108) and the node adds a
-  uniform flooding term in every real coordinate of width 2^(STAT_BITS + 13) times the
+  uniform flooding term (AES-CTR from the OS CSPRNG) in every real coordinate of width 2^(STAT_BITS + 13) times the
   largest possible leak: the statistical distance between the decryptions for two
   different v_j is <= 2^-STAT_BITS per ciphertext. The flooding adds ~3e-9 per value
   per node to the decrypted sum (CKKS already adds ~1e-9).
@@ -54,6 +54,7 @@ from fl_app.secure.he import (
     public_context_bytes,
     unpad_ciphertext,
 )
+from fl_app.secure.randomness import csprng_uniform
 
 #: N = 8192 and 218 bits of coefficient modulus (the 128-bit-security maximum at N = 8192):
 #: one 158-bit data level holds SELECTION_SCALE x VALUE_SCALE x 2^8 with a bit to spare.
@@ -219,9 +220,9 @@ def context_hash_of(public: bytes) -> str:
 
 
 def _uniform(n: int, width: float) -> np.ndarray:
-    """n values uniform on [-width, width] from the OS CSPRNG (53-bit resolution)."""
-    ints = np.frombuffer(os.urandom(8 * n), dtype=np.uint64) >> np.uint64(11)
-    return (ints.astype(np.float64) * 2.0**-53 * 2.0 - 1.0) * width
+    """n values uniform on (-width, width), unpredictable to the server
+    (``fl_app/secure/randomness.py``: AES-256-CTR keyed from the OS CSPRNG)."""
+    return (2.0 * csprng_uniform(n) - 1.0) * width
 
 
 # ----------------------------------------------------------------------------- transport
