@@ -1,8 +1,9 @@
 """Homomorphic encryption helpers on TenSEAL: dense CKKS packing, server-side sums, BFV bits.
 
 Why: PrivMVMF (paper 004) aggregates real-valued gradients under CKKS so that the server
-adds ciphertexts it cannot read, and the federated-SVD privacy scheme (paper 002) needs an
-encrypted selection bit per client multiplied by a plaintext noise vector. The server only
+adds ciphertexts it cannot read. (The federated-SVD utility scheme's encrypted selection
+value times a plaintext noise vector, paper 002, lives in ``selection.py``: complex packing,
+flooding, its own parameters.) The server only
 ever receives a *public* context (public key, no secret key); :class:`EncryptedSum` refuses a
 context that holds a secret key.
 

@@ -12,7 +12,7 @@ Why this module and not ``he.py``'s TenSEAL vectors (measured, ``results/fedsvd`
   bx + iby: packing two reals per slot carries N = 8,192 values per ciphertext (3 instead
   of 5 ciphertexts for a 1,682 x 10 noise matrix). TenSEAL's ``sealapi`` encodes complex
   slots, and serializes SEAL objects only through file paths, hence :func:`_save` /
-  :func:`_load` (a private temporary file, in memory where ``/dev/shm`` exists).
+  :func:`_load_ciphertext` (a private temporary file, in memory where ``/dev/shm`` exists).
 - No rescaling: the product keeps the scale SELECTION_SCALE x VALUE_SCALE (one plaintext
   product needs no further level), and the fresh encryption of zero is made directly at the
   product's level and scale instead of as Enc(0) x 1.
@@ -21,11 +21,11 @@ Why this module and not ``he.py``'s TenSEAL vectors (measured, ``results/fedsvd`
   ciphertext the server made and knows. A fresh Enc(0) adds an error E_z of E's size, which
   masks v_j * E only by the ratio |v_j| (a weak leak for the ~1e-3 weighted noises of the
   paper's setting, a practical one for values near 1) and never statistically. So the
-  selection value is encrypted at a large scale (2^108) and the node adds a
-  uniform flooding term (AES-CTR from the OS CSPRNG) in every real coordinate of width 2^(STAT_BITS + 13) times the
-  largest possible leak: the statistical distance between the decryptions for two
-  different v_j is <= 2^-STAT_BITS per ciphertext. The flooding adds ~3e-9 per value
-  per node to the decrypted sum (CKKS already adds ~1e-9).
+  selection value is encrypted at a large scale (2^108) and the node adds a uniform
+  flooding term (AES-CTR keyed from the OS CSPRNG) to every real coordinate, of half-width
+  2^(STAT_BITS + 13) times the largest possible leak: the decryptions for two different
+  v_j are within statistical distance 2^-STAT_BITS per ciphertext. The flooding adds at
+  most 2.6e-9 per value per node to the decrypted sum (CKKS itself adds ~1e-9).
 
 Semi-honest server (the paper's model): the leak bound assumes the selection ciphertext is
 a fresh SEAL encryption (|E| per slot measured <= 2^14 here; ERROR_BOUND = 2^20). A node
