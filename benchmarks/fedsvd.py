@@ -297,10 +297,10 @@ def markdown(res: dict[str, Any], flower: dict[str, Any] | None) -> str:
               f"{ns['fedsvd-utility'] / ns['fedpower']:.2f}x wall, "
               f"{nc['fedsvd-utility'] / nc['fedpower']:.2f}x CPU.",
               "", f"HE step per node (CKKS N = 8192, complex-packed, "
-              f"{he['ciphertexts_per_node']} ciphertexts per synchronization): product "
+              f"{he['ciphertexts_per_node']} ciphertext(s) per synchronization): product "
               f"{1e3 * he['node_product_cpu']:.1f} ms CPU ({1e3 * he['node_product_seconds']:.1f}"
-              f" ms wall) per synchronization, of which the {he['ciphertexts_per_node']} fresh "
-              f"encryptions of zero alone take {1e3 * he['fresh_encryptions_cpu']:.1f} ms CPU; "
+              f" ms wall) per synchronization, of which the fresh encryption(s) of zero alone "
+              f"take {1e3 * he['fresh_encryptions_cpu']:.1f} ms CPU; "
               f"public context loaded once per run: {1e3 * he['node_context_load_cpu']:.1f} ms "
               f"CPU. FedPower's whole node work per synchronization: "
               f"{1e3 * nc['fedpower'] / he['synchronizations']:.1f} ms CPU. With every other "
@@ -309,9 +309,11 @@ def markdown(res: dict[str, Any], flower: dict[str, Any] | None) -> str:
               "", "Without any noise (sigma = sigma' = 0, same seeds) the local iterations "
               f"alone leave {res['noise_free_final']['aligned']:.4f} with the alignment "
               f"(FedPower = fedsvd-utility) and {res['noise_free_final']['unaligned']:.4f} "
-              "without it (fedsvd-privacy): the most fedsvd-utility can gain over FedPower "
-              f"here is {f / res['noise_free_final']['aligned']:.2f}x, the most "
-              f"fedsvd-privacy can gain {100 * (1 - res['noise_free_final']['unaligned'] / f):.1f}%.",
+              "without it (fedsvd-privacy). Against FedPower's final distance, a perfect "
+              "noise removal would give fedsvd-utility "
+              f"{f / res['noise_free_final']['aligned']:.2f}x smaller and noise-free "
+              "fedsvd-privacy "
+              f"{100 * (1 - res['noise_free_final']['unaligned'] / f):.1f}% smaller.",
               "", "Eigenvalues of M' (top 10): "
               + ", ".join(f"{x:.3g}" for x in res["eigenvalues"])]
     if flower:
