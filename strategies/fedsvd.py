@@ -14,7 +14,8 @@ the server learns only the weighted sum. Then:
 - ``fedsvd-utility``: one more round removes every node's noise but one (Alg. 2 steps 8-13):
   the server holds a CKKS key pair, sends each node a fresh encryption of its selection
   value (0 for one node j drawn from the OS CSPRNG, 1 for the others, replicated over the
-  slots), each node multiplies its own weighted noise into it and re-randomizes, the server
+  slots), each node multiplies its own weighted noise into it, re-randomizes and floods
+  (``fl_app/secure/selection.py``), the server
   adds the products and decrypts the sum only: sum_{i != j} w_i N_i, which it subtracts.
 - ``fedsvd-privacy``: no alignment; noise at every iteration; the server clips orth(Y).
 
