@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -75,6 +76,9 @@ NODE_FAST_ENV: dict[str, str] = {
 }
 #: What the SuperLink (and its SuperExec and ``flwr-serverapp``) get: no telemetry only.
 LINK_FAST_ENV: dict[str, str] = {"FLWR_TELEMETRY_ENABLED": "0"}
+#: Seconds between ``flwr ls`` calls while no awaited run has written its results (each call
+#: is a new process importing Flower, ~1.9 CPU-s here; see :meth:`LocalDeployment.wait_all`).
+STATUS_POLL_S = 30.0
 
 
 class DeploymentError(RuntimeError):
@@ -465,29 +469,84 @@ class LocalDeployment:
         out = self.flwr("ls", CONNECTION, "--run-id", str(run_id), "--format", "json")
         return json.loads(out[out.index("{"):])["runs"][0]
 
-    def wait(self, run_id: int, timeout: float, poll: float = 2.0) -> dict[str, Any]:
-        """Poll until the run is finished; stop it and raise on timeout or failure."""
-        deadline = time.monotonic() + timeout
-        row: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            if self.superlink is None or not self.superlink.alive:
-                raise self.error(f"the SuperLink exited while run {run_id} was going")
-            row = self.status(run_id)
-            if str(row.get("status", "")).startswith("finished"):
-                break
-            time.sleep(poll)
-        else:
-            self.flwr("stop", str(run_id), CONNECTION, check=False)
-            raise self.error(f"run {run_id} did not finish within {timeout:g} s "
-                             f"(last status: {row.get('status')})")
-        if row["status"] != "finished:completed":
-            server_log = self.flwr("log", str(run_id), CONNECTION, "--show", timeout=60,
-                                   check=False)
-            tail_lines = "\n".join(server_log.strip().splitlines()[-30:])
-            raise self.error(f"run {run_id} ended with status {row['status']}: "
-                             f"{row.get('status-details')}\n--- ServerApp log (last 30 lines)"
-                             f" ---\n{tail_lines}")
+    def statuses(self) -> dict[int, dict[str, Any]]:
+        """Every run's row from one ``flwr ls`` (run id -> row)."""
+        out = self.flwr("ls", CONNECTION, "--format", "json")
+        return {int(row["run-id"]): row for row in json.loads(out[out.index("{"):])["runs"]}
+
+    def wait(self, run_id: int, timeout: float, poll: float = STATUS_POLL_S,
+             results_path: Path | None = None) -> dict[str, Any]:
+        """Wait until the run is finished; stop it and raise on timeout or failure.
+
+        With ``results_path`` (where the ServerApp writes its record, also for a failed run)
+        the wait watches that file and asks ``flwr ls`` once it is there, else every
+        ``poll`` s; see :meth:`wait_all`.
+        """
+        row = self.wait_all({run_id: results_path}, timeout, poll)[run_id]
+        if isinstance(row, DeploymentError):
+            raise row
         return row
+
+    def wait_all(self, runs: Mapping[int, Path | None], timeout: float,
+                 poll: float = STATUS_POLL_S, first: bool = False
+                 ) -> dict[int, dict[str, Any] | DeploymentError]:
+        """Wait for every run (run id -> its results path or None); each run's final
+        ``flwr ls`` row, or the :class:`DeploymentError` it failed or timed out with. With
+        ``first``, return as soon as one or more have finished, with only those (or, on
+        timeout, all of them).
+
+        Every ``flwr`` CLI call is a new process that imports Flower (~1.9 CPU-s here), so
+        the status is not polled every few seconds: the wait watches each run's results file
+        (the ServerApp writes it as its last act, for a failed run too) and calls one
+        ``flwr ls`` for all runs when a file appears (then at most every second until that
+        run is marked finished), and every ``poll`` s otherwise (a ServerApp that died
+        without writing). Runs not finished within ``timeout`` are stopped. A finished run's
+        row also has ``waited-seconds``: from the call to the status that showed it finished.
+        """
+        start = time.monotonic()
+        deadline = start + timeout
+        pending = dict(runs)
+        rows: dict[int, dict[str, Any]] = {}
+        last_ls = -math.inf
+
+        def done() -> bool:
+            return (not pending or (first and len(pending) < len(runs))
+                    or time.monotonic() >= deadline)
+
+        while not done():
+            if self.superlink is None or not self.superlink.alive:
+                raise self.error(f"the SuperLink exited while runs {sorted(pending)} were going")
+            now = time.monotonic()
+            written = any(path is not None and path.is_file() for path in pending.values())
+            if now - last_ls >= (1.0 if written else poll):
+                last_ls = now
+                for run_id, row in self.statuses().items():
+                    if run_id not in pending:
+                        continue
+                    rows[run_id] = {**row, "waited-seconds": now - start}
+                    if str(row.get("status", "")).startswith("finished"):
+                        del pending[run_id]
+            if not done():
+                time.sleep(0.5)
+        finished = [run_id for run_id in runs if run_id not in pending]
+        out: dict[int, dict[str, Any] | DeploymentError] = {}
+        for run_id in (finished if first and finished else runs):
+            row = rows.get(run_id, {})
+            if run_id in pending:
+                self.flwr("stop", str(run_id), CONNECTION, check=False)
+                out[run_id] = self.error(f"run {run_id} did not finish within {timeout:g} s "
+                                         f"(last status: {row.get('status')})")
+            elif row["status"] != "finished:completed":
+                server_log = self.flwr("log", str(run_id), CONNECTION, "--show", timeout=60,
+                                       check=False)
+                tail_lines = "\n".join(server_log.strip().splitlines()[-30:])
+                out[run_id] = self.error(
+                    f"run {run_id} ended with status {row['status']}: "
+                    f"{row.get('status-details')}\n--- ServerApp log (last 30 lines) ---\n"
+                    f"{tail_lines}")
+            else:
+                out[run_id] = row
+        return out
 
     def error(self, headline: str, lines: int = 30) -> DeploymentError:
         """A DeploymentError with the headline and the tail of every process log."""
@@ -510,15 +569,73 @@ class LocalDeployment:
     def run(self, run_config: Mapping[str, Any] | None = None,
             timeout: float = 600.0) -> dict[str, Any]:
         """Submit a run, wait for it, return its results record (plus a ``deployment`` key)."""
-        path = self.results_path(run_config)
-        if path.exists():
-            path.unlink()
-        t0 = time.perf_counter()
-        run_id = self.submit(run_config)
-        row = self.wait(run_id, timeout)
-        wall = time.perf_counter() - t0
-        if not path.is_file():
-            raise self.error(f"run {run_id} completed but wrote no results at {path}")
+        outcome = self.run_many({"run": run_config}, timeout=timeout)["run"]
+        if isinstance(outcome, DeploymentError):
+            raise outcome
+        return outcome
+
+    def run_many(self, run_configs: Mapping[str, Mapping[str, Any] | None],
+                 timeout: float = 600.0, max_concurrent: int = 3
+                 ) -> dict[str, dict[str, Any] | DeploymentError]:
+        """Run every config, at most ``max_concurrent`` at a time, in the given order (a run is
+        submitted when an earlier one finishes); ``timeout`` is for the lot.
+
+        Returns, per key of ``run_configs``, the run's results record (plus a ``deployment``
+        key) or the :class:`DeploymentError` it ended with, so one failed run does not hide
+        the others. Runs go side by side: the SuperLink starts a ServerApp process per run,
+        and a SuperNode pulls the pending messages of all runs one at a time, oldest first
+        (flwr 1.41 ``start_client_internal``: pull one message, wait for its ClientApp's
+        reply, push it, pull again; it sleeps 3 s only after an empty pull), so a node
+        serves one run's message while another run's server computes. Each run needs its
+        own ``run-name`` (its results file).
+
+        Why a limit: a ServerApp process must report to the SuperLink within 30 s of its
+        launch (flwr 1.41 ``claim_task``: ``HEARTBEAT_DEFAULT_INTERVAL``), else the SuperLink
+        hands its task out again; ten ServerApps importing Flower at once on a loaded 2-core
+        machine missed that, again and again, and no run started. A node also answers one
+        message at a time, so each run waits behind the others' messages (mind the run
+        config's reply ``timeout``). Runs are submitted one after another, never at once.
+        """
+        if max_concurrent < 1:
+            raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
+        paths = {key: self.results_path(cfg) for key, cfg in run_configs.items()}
+        if len(set(paths.values())) != len(paths):
+            raise ValueError("concurrent runs need distinct run names (results files): "
+                             + ", ".join(f"{k}: {p.name}" for k, p in paths.items()))
+        for path in paths.values():
+            path.unlink(missing_ok=True)
+        deadline = time.monotonic() + timeout
+        queue = list(run_configs)
+        going: dict[int, tuple[str, float]] = {}  # run id -> (key, submission time)
+        out: dict[str, dict[str, Any] | DeploymentError] = {}
+        while queue or going:
+            while queue and len(going) < max_concurrent:
+                key = queue.pop(0)
+                if time.monotonic() >= deadline:
+                    out[key] = DeploymentError(f"not submitted: the {timeout:g} s for all "
+                                               f"runs were over")
+                    continue
+                going[self.submit(run_configs[key])] = (key, time.monotonic())
+            if not going:
+                break
+            rows = self.wait_all({run_id: paths[key] for run_id, (key, _) in going.items()},
+                                 max(deadline - time.monotonic(), 0.0), first=True)
+            for run_id, row in rows.items():
+                key, submitted = going.pop(run_id)
+                if isinstance(row, DeploymentError):
+                    out[key] = row
+                elif not paths[key].is_file():
+                    out[key] = self.error(f"run {run_id} completed but wrote no results at "
+                                          f"{paths[key]}")
+                else:
+                    out[key] = self._record(run_id, row, paths[key],
+                                            time.monotonic() - submitted)
+        return {key: out[key] for key in run_configs}
+
+    def _record(self, run_id: int, row: Mapping[str, Any], path: Path,
+                wall: float) -> dict[str, Any]:
+        """The record at ``path`` plus a ``deployment`` key; ``wall``: from its submission until
+        it was seen finished."""
         record = json.loads(path.read_text(encoding="utf-8"))
         record["deployment"] = {
             "run_id": run_id, "status": row["status"], "wall_seconds": wall,

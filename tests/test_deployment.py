@@ -1,13 +1,20 @@
 """Deployment: a real SuperLink and real SuperNodes (processes on 127.0.0.1, TLS on).
 
-Every registered protocol runs on tiny data against ONE local deployment (runs submitted one
-after another, as an operator would) and must give the metrics of the same run in one
-process (``tests.simutil.run_in_process``: the same ServerApp and ClientApp code). A new
-protocol is tested deployed by adding one line to :data:`PROTOCOLS`.
+Every registered protocol runs on tiny data against ONE local deployment and must give the
+metrics of the same run in one process (``tests.simutil.run_in_process``: the same ServerApp
+and ClientApp code). A new protocol is tested deployed by adding one line to
+:data:`PROTOCOLS`.
 
-Slow: Flower 1.41 starts a fresh ``flwr-clientapp`` process for every message on every
-SuperNode and an idle SuperNode polls the SuperLink every 3 s, so one message round costs
-seconds (docs/deployment.md, section 8). The configs keep the number of rounds small.
+The runs go side by side, three at a time (``LocalDeployment.run_many``), as several
+analysts' runs would on one federation: the SuperLink runs a ServerApp per run and each
+SuperNode serves the runs' messages one at a time, so a node that would sleep 3 s after an
+empty pull finds another run's message instead. Each protocol is still its own test, which
+compares its run's record with the in-process run. The killed-SuperNode test runs after them
+on the same deployment (it kills one of its SuperNodes).
+
+Slow: Flower 1.41 starts a fresh ``flwr-clientapp`` process (~2 CPU-s of Flower imports) for
+every message on every SuperNode (docs/deployment.md, section 8), so the matrix is bound by
+the CPU those processes take. The configs keep the number of rounds small.
 """
 
 from __future__ import annotations
@@ -26,7 +33,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from deploy.local_deployment import LocalDeployment, message_round_seconds  # noqa: E402
+from deploy.local_deployment import (  # noqa: E402
+    DeploymentError,
+    LocalDeployment,
+    message_round_seconds,
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None,
                                 reason="openssl not found (needed to make TLS certificates)")
@@ -84,10 +95,11 @@ PROTOCOLS: list[tuple[str, dict[str, Any], float]] = [
                        "dpp-sparsity": 10, "dpp-rank": 4}, 1.0),
 ]
 
-#: Target for one deployed message round (3 SuperNodes, TLS, one machine). Asserted only
-#: when FEDREC_ASSERT_ROUND_TIME=1: on a shared 2-core machine the round is CPU bound
-#: (three ClientApp processes importing Flower at once) and swings with the other load.
-ROUND_TARGET_S = 5.0
+#: A node's reply timeout (run config ``timeout``) in the matrix's runs: a SuperNode answers
+#: the runs' messages one at a time, oldest first, so a request can queue behind the other
+#: runs' (each a ClientApp process of ~2 CPU-s, three nodes on two cores); the default 120 s
+#: would leave little margin on a loaded machine.
+REPLY_TIMEOUT_S = 300.0
 
 
 def _config(protocol: str, extra: Mapping[str, Any], run_name: str) -> dict[str, Any]:
@@ -114,53 +126,59 @@ def test_clientapp_import_is_cheap() -> None:
     assert out[1] == "[]", f"heavy modules imported by fl_app.client_app: {out[1]}"
 
 
-#: The protocols deployed by this file; the others by tests/test_deployment_papers.py, on a
-#: deployment of its own: two files let pytest-xdist run the two halves at the same time
-#: (a deployed round mostly waits for SuperNode polls and ClientApp process start-up), and
-#: pytest-xdist's loadfile then balances the whole suite better than one long file.
-HERE = ("fedmf", "privirec", "privirec-k", "fedmvmf", "privmvmf", "dp-prototypes")
+#: Runs going at once on the shared deployment (``LocalDeployment.run_many``): each
+#: ServerApp process must report to the SuperLink within 30 s of its launch, which ten at once
+#: missed on the loaded 2-core machine; three keep every node busy (one node serves the runs'
+#: messages one at a time) without that.
+MAX_CONCURRENT_RUNS = 3
+#: The longest lines (message rounds: 15, 10, 9) go first, so the last runs to start are
+#: short ones and the three lanes end close together.
+LONGEST_FIRST = ("lpgcn", "privmvmf", "fedsvd-utility")
+#: Budget for the whole matrix: on the shared 2-core machine (load average ~9.6 with other
+#: work) the ten runs (60 message rounds, 180 ClientApp processes) took 692 s; a run not
+#: finished by then is stopped and its test fails.
+MATRIX_TIMEOUT_S = 1500.0
 
 
-#: A deployed run's budget: LP-GCN's line (15 message rounds) took 236 s on a loaded 2-core
-#: machine, where each round costs a SuperNode poll and three ClientApp process start-ups.
-DEPLOYED_RUN_TIMEOUT_S = 420.0
-TEST_TIMEOUT_S = 540
-
-
-def lines(names: tuple[str, ...] | None = None, exclude: tuple[str, ...] = ()) -> list[Any]:
-    """``PROTOCOLS`` lines as pytest params (``names``, or all but ``exclude``)."""
-    return [pytest.param(*line, id=line[0]) for line in PROTOCOLS
-            if (line[0] in names if names is not None else line[0] not in exclude)]
-
-
-def shared_deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDeployment]:
-    """One SuperLink + NUM_NODES SuperNodes (TLS) shared by the runs of one test file."""
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDeployment]:
+    """One SuperLink + NUM_NODES SuperNodes (TLS) shared by every run of this file."""
     with LocalDeployment(NUM_NODES, workdir=tmp_path_factory.mktemp("deploy"),
                          node_config=NODE_POLICY) as dep:
         yield dep
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDeployment]:
-    yield from shared_deployment(tmp_path_factory)
+def deployed_runs(deployment: LocalDeployment
+                  ) -> dict[str, dict[str, Any] | DeploymentError]:
+    """Every ``PROTOCOLS`` line run deployed, MAX_CONCURRENT_RUNS at a time; protocol -> its
+    record or its error."""
+    t0 = time.monotonic()
+    rank = {protocol: i for i, protocol in enumerate(LONGEST_FIRST)}
+    lines = sorted(PROTOCOLS, key=lambda line: rank.get(line[0], len(rank)))
+    runs = deployment.run_many(
+        {protocol: _config(protocol, {**extra, "timeout": REPLY_TIMEOUT_S}, f"deployed-{protocol}")
+         for protocol, extra, _ in lines}, timeout=MATRIX_TIMEOUT_S,
+        max_concurrent=MAX_CONCURRENT_RUNS)
+    rounds = sum(r["communication"]["total_rounds"] for r in runs.values()
+                 if not isinstance(r, DeploymentError))
+    print(f"\n{len(runs)} deployed runs, {MAX_CONCURRENT_RUNS} at a time: "
+          f"{time.monotonic() - t0:.1f} s wall for {rounds} message rounds in all")
+    return runs
 
 
-@pytest.mark.timeout(TEST_TIMEOUT_S)
-@pytest.mark.parametrize(("protocol", "extra", "tol"), lines(HERE))
-def test_deployed_run_equals_simulation(deployment: LocalDeployment, protocol: str,
-                                        extra: dict[str, Any], tol: float) -> None:
-    check_deployed_run(deployment, protocol, extra, tol)
-
-
-def check_deployed_run(deployment: LocalDeployment, protocol: str, extra: dict[str, Any],
-                       tol: float) -> None:
-    """Run ``protocol`` deployed and in process; the same rounds and metrics (to ``tol``)."""
+@pytest.mark.timeout(MATRIX_TIMEOUT_S + 180)
+@pytest.mark.parametrize(("protocol", "extra", "tol"),
+                         [pytest.param(*line, id=line[0]) for line in PROTOCOLS])
+def test_deployed_run_equals_in_process_run(
+        deployed_runs: dict[str, dict[str, Any] | DeploymentError], protocol: str,
+        extra: dict[str, Any], tol: float) -> None:
+    """The deployed run of ``protocol``: the in-process run's rounds and metrics (to ``tol``)."""
     from tests.simutil import run_in_process
 
-    t0 = time.monotonic()
-    record = deployment.run(_config(protocol, extra, f"deployed-{protocol}"),
-                            timeout=DEPLOYED_RUN_TIMEOUT_S)
-    wall = time.monotonic() - t0
+    record = deployed_runs[protocol]
+    if isinstance(record, DeploymentError):
+        raise record
 
     assert record["deployment"]["status"] == "finished:completed"
     assert record["deployment"]["tls"] is True
@@ -172,7 +190,8 @@ def check_deployed_run(deployment: LocalDeployment, protocol: str, extra: dict[s
 
     # The reference: the same ServerApp and ClientApp code in one process (the Ray simulation
     # of each protocol is tested in its own test file; here it would add ~20 s per line)
-    sim = run_in_process(_config(protocol, extra, f"simulated-{protocol}"),
+    sim = run_in_process(_config(protocol, {**extra, "timeout": REPLY_TIMEOUT_S},
+                                 f"simulated-{protocol}"),
                          num_nodes=NUM_NODES, node_policy=NODE_POLICY)
     assert record["communication"]["total_rounds"] == sim["communication"]["total_rounds"]
     assert set(record["metrics"]) == set(sim["metrics"])
@@ -180,11 +199,10 @@ def check_deployed_run(deployment: LocalDeployment, protocol: str, extra: dict[s
         assert record["metrics"][key] == pytest.approx(value, abs=tol, rel=0), key
 
     per_round = message_round_seconds(record)
-    print(f"\n{protocol}: {wall:.1f} s wall for {record['communication']['total_rounds']} "
-          f"message rounds; {per_round:.2f} s per message round after the handshake "
-          f"(target {ROUND_TARGET_S:g} s)")
-    if os.environ.get("FEDREC_ASSERT_ROUND_TIME") == "1":
-        assert per_round <= ROUND_TARGET_S
+    print(f"\n{protocol}: finished {record['deployment']['wall_seconds']:.1f} s after the "
+          f"submission, {record['communication']['total_rounds']} message rounds; "
+          f"{per_round:.2f} s per message round after the handshake, the other runs going "
+          f"(a run alone: benchmarks/messaging.py)")
 
 
 def _count(path: Path, needle: str) -> int:
@@ -209,9 +227,9 @@ KILL_TIMEOUT_S = 45.0
 
 @pytest.mark.timeout(200)
 def test_killed_supernode_fails_the_run_naming_it(deployment: LocalDeployment) -> None:
-    """Runs last on the shared deployment (it kills one of its SuperNodes)."""
-    from deploy.local_deployment import DeploymentError
-
+    """Runs last on the shared deployment, after the matrix's runs (it kills one of its
+    SuperNodes): cheaper than a deployment of its own, whose start-up would cost CPU while the
+    run here mostly waits for the server's timeout."""
     cfg = _config("fedmf", {"rounds": 1, "mf-dim": 4, "timeout": KILL_TIMEOUT_S}, "killed-node")
     dep = deployment
     seen = _count(dep.nodes[2].log_path, "query.hello")
@@ -220,7 +238,7 @@ def test_killed_supernode_fails_the_run_naming_it(deployment: LocalDeployment) -
     dep.kill_node(2)
     killed = time.monotonic()
     with pytest.raises(DeploymentError) as err:
-        dep.wait(run_id, timeout=KILL_TIMEOUT_S + 60)
+        dep.wait(run_id, timeout=KILL_TIMEOUT_S + 60, results_path=dep.results_path(cfg))
     failed_after = time.monotonic() - killed
     text = str(err.value)
     assert "finished:failed" in text

@@ -1,4 +1,4 @@
-"""Shared-secret relay over Flower messages, in a Flower simulation with 5 nodes.
+"""Shared-secret relay over Flower messages, on 5 nodes of the in-process grid.
 
 Checks that a random key and a CKKS secret context created by one node reach every node,
 that no message the server sends or receives carries the secret, that the nodes prove they
@@ -163,9 +163,11 @@ def _scenarios(messenger: Messenger) -> dict:
 
 @pytest.fixture(scope="module")
 def results() -> dict:
-    from tests.simutil import run_on_simulated_nodes
+    # In process: the same ClientApp and messages; the relay on a real Flower simulation runs
+    # in tests/test_lpgcn.py (LP-GCN's S key) and tests/test_mvmf.py (PrivMVMF's CKKS context)
+    from tests.simutil import run_on_local_nodes
 
-    return run_on_simulated_nodes(_scenarios, N)
+    return run_on_local_nodes(_scenarios, N)
 
 
 def _raw_values(content: RecordDict) -> list[bytes]:

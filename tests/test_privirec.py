@@ -1,4 +1,6 @@
-"""PriviRec / PriviRec-k in a Flower simulation against the centralized reference."""
+"""PriviRec / PriviRec-k against the centralized reference, on the in-process grid (the
+ServerApp and ClientApp code and Flower messages without Ray's start-up). PriviRec with
+SecAgg+ on a real Flower simulation (Ray) is the main job, tests/test_main_job.py."""
 
 from __future__ import annotations
 
@@ -17,15 +19,11 @@ from fl_app.recsys.linalg import (
     top_eigvecs_exact,
 )
 from fl_app.recsys.metrics import ranking_sums
-from fl_app.simulation import run_in_simulation as _run_in_simulation
 from tests.simutil import run_in_process as _run_in_process
 
 #: These runs ask for seeded Omega (comparisons with the reference), plain sums and sparse
 #: transport: the simulated nodes' operator opts in explicitly (the default policy refuses).
 OPT_IN = {"allow-plain": True, "allow-seeded-omega": True, "allow-sparse-transport": True}
-#: The secure run (the module fixture) is a real Flower simulation; the other runs use the
-#: same ServerApp and ClientApp code on the in-process grid (no Ray start-up per run).
-run_in_simulation = partial(_run_in_simulation, node_policy=OPT_IN)
 run_in_process = partial(_run_in_process, node_policy=OPT_IN)
 
 # Density 0.15 (6 items per user), because the comparisons below need two properties of
@@ -56,7 +54,7 @@ def secure_run() -> dict:
     cfg = {**BASE, "protocol": "privirec", "aggregator": "secagg+", "privirec-rank": 12,
            "privirec-filter-rank": 8, "privirec-ritz": "true",
            "privirec-filters": "gf-cf,bspm-em,turbo-cf", "run-name": "test-privirec"}
-    return run_in_simulation(cfg, num_nodes=5, quiet=True) | {"cfg": cfg}
+    return run_in_process(cfg, num_nodes=5, quiet=True) | {"cfg": cfg}
 
 
 def test_secure_P_and_degrees_equal_centralized(secure_run: dict) -> None:

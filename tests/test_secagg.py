@@ -102,7 +102,8 @@ def _scenarios(messenger: Messenger) -> dict:
 @pytest.fixture(scope="module")
 def results() -> dict:
     # In process: the same ClientApp and messages; SecAgg+ on a real Flower simulation runs
-    # in tests/test_privirec.py (the secure run) and tests/test_main_job.py
+    # in tests/test_main_job.py (PriviRec), tests/test_fedmf.py (local mode) and
+    # tests/test_lpgcn.py
     from tests.simutil import run_on_local_nodes
 
     return run_on_local_nodes(_scenarios, N)
