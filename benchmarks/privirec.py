@@ -7,12 +7,17 @@ scale: the labelled plain-sum mode, see docs/protocols/privirec.md). Writes
 ``results/privirec/<dataset>.json`` (keys ``centralized``, ``federated``, ``seconds``,
 ``bytes_per_node``) and a Markdown table beside it.
 
-    python benchmarks/privirec.py --datasets gowalla yelp2018 --nodes 8 --filters gf-cf turbo-cf
+    python benchmarks/privirec.py --datasets gowalla yelp2018
+
+The JSON records the federated run's config (``config``), the item-popularity baseline, the
+machine and its load average; the Markdown states, computed from the numbers, whether every
+filter is within ``TOLERANCE`` of the centralized NDCG@20 and the wall-time ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import sys
 import time
@@ -25,7 +30,8 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks._report import log, machine_info, write_report  # noqa: E402
 from datasets import DatasetSpec, load_dataset  # noqa: E402
-from fl_app.recsys.graph_filters import evaluate_centrally  # noqa: E402
+from fl_app.recsys.graph_filters import FILTER_NAMES, evaluate_centrally  # noqa: E402
+from fl_app.recsys.metrics import popularity_sums  # noqa: E402
 from fl_app.simulation import backend_config_for, run_in_simulation  # noqa: E402
 
 PAPER_NDCG = {  # Table 3: (Centr., Priv.)
@@ -36,22 +42,40 @@ PAPER_NDCG = {  # Table 3: (Centr., Priv.)
 }
 
 
-def centralized(dataset: str, filters: list[str], batch_size: int) -> tuple[dict, float]:
-    """Every filter from exactly computed pieces; returns metrics and wall seconds."""
+#: Federated NDCG@20 within this of the centralized one counts as "equal" (issue #4's bound).
+TOLERANCE = 0.002
+#: Federated wall time at most this multiple of the centralized one (issue #12's target).
+TIME_TARGET = 1.5
+#: The four graph filters of the paper's Table 3 (``linear`` and ``ideal`` are their parts).
+PAPER_FILTERS = [f for f in FILTER_NAMES if f not in ("linear", "ideal")]
+
+
+def _means(s: object) -> dict[str, float]:
+    m = s.means()  # type: ignore[attr-defined]
+    return {"ndcg20": m["ndcg@20"], "recall20": m["recall@20"]}
+
+
+def centralized(dataset: str, filters: list[str], batch_size: int) -> tuple[dict, float, dict]:
+    """Every filter from exactly computed pieces; returns metrics, wall seconds and item
+    popularity's metrics (the naive baseline, not timed)."""
     t0 = time.perf_counter()
     data = load_dataset(DatasetSpec(name=dataset))
     log(f"{dataset}: centralized filters {filters}")
     sums = evaluate_centrally(data.train, data.test, filters, dataset, batch_size=batch_size)
-    out = {name: {"ndcg20": s.means()["ndcg@20"], "recall20": s.means()["recall@20"]}
-           for name, s in sums.items()}
-    return out, time.perf_counter() - t0
+    out = {name: _means(s) for name, s in sums.items()}
+    seconds = time.perf_counter() - t0
+    return out, seconds, _means(popularity_sums(data.train, data.test, k=20))
 
 
-def federated(dataset: str, filters: list[str], nodes: int, L: int,
-              client_cpus: int = 1) -> tuple[dict, float, dict]:
-    cfg = {"protocol": "privirec", "dataset": dataset, "aggregator": "plain", "privirec-L": L,
-           "privirec-filters": ",".join(filters), "partition": "shards-random",
-           "run-name": f"bench-privirec-{dataset}", "timeout": 3600.0}
+def run_config(dataset: str, filters: list[str], L: int) -> dict:
+    """The federated run's config (recorded in the JSON)."""
+    return {"protocol": "privirec", "dataset": dataset, "aggregator": "plain", "privirec-L": L,
+            "privirec-filters": ",".join(filters), "partition": "shards-random",
+            "run-name": f"bench-privirec-{dataset}", "timeout": 3600.0}
+
+
+def federated(cfg: dict, nodes: int, client_cpus: int = 1) -> tuple[dict, float, dict]:
+    filters = str(cfg["privirec-filters"]).split(",")
     t0 = time.perf_counter()
     # plain sums with the item-item contribution sparse: the simulated nodes opt in explicitly
     record = run_in_simulation(cfg, num_nodes=nodes, quiet=True,
@@ -63,10 +87,18 @@ def federated(dataset: str, filters: list[str], nodes: int, L: int,
     return out, seconds, record
 
 
+def _load(res: dict, phase: str) -> str:
+    load = res.get("load_average", {}).get(phase)
+    return f"{load[2]:.1f}" if load else "not recorded"
+
+
 def markdown(res: dict) -> str:
     lines = [f"# PriviRec on {res['dataset']} ({res['nodes']} nodes, aggregator=plain, L={res['L']})",
              "", "| filter | centr. NDCG@20 | fed. NDCG@20 | diff | centr. Recall@20 | "
              "fed. Recall@20 | paper (Centr. / Priv.) |", "|---|---|---|---|---|---|---|"]
+    pop = res.get("popularity")
+    if pop:
+        lines.append(f"| item popularity | {pop['ndcg20']:.4f} | - | - | {pop['recall20']:.4f} | - | - |")
     for name, c in res["centralized"].items():
         f = res["federated"][name]
         paper = PAPER_NDCG.get(res["dataset"], {}).get(name)
@@ -75,6 +107,16 @@ def markdown(res: dict) -> str:
                      f"{f['recall20']:.4f} | {'%.4f / %.4f' % paper if paper else '-'} |")
     s = res["seconds"]
     b = res["bytes_per_node"]
+    diffs = {n: res["federated"][n]["ndcg20"] - c["ndcg20"] for n, c in res["centralized"].items()}
+    worst = max(diffs, key=lambda n: abs(diffs[n]))
+    ratio = s["federated"] / s["centralized"]
+    lines += ["", f"Every filter within {TOLERANCE} of centralized: "
+              f"{'yes' if abs(diffs[worst]) <= TOLERANCE else 'no'} (largest |diff| "
+              f"{abs(diffs[worst]):.4f}, {worst}). Wall-time ratio {ratio:.2f} against the "
+              f"target {TIME_TARGET}: {'met' if ratio <= TIME_TARGET else 'missed'} "
+              f"(15-minute load average {_load(res, 'after_centralized')} after the centralized "
+              f"phase, {_load(res, 'after_federated')} after the federated one; a node applies the "
+              "explicit P~, see node_cost_*.md)."]
     lines += ["", f"Wall time: centralized {s['centralized']:.0f} s, federated "
               f"{s['federated']:.0f} s (ratio {s['federated'] / s['centralized']:.2f}).",
               f"Bytes per node: {b['mean_down'] / 1e6:.0f} MB down, {b['mean_up'] / 1e6:.0f} MB up "
@@ -87,7 +129,7 @@ def markdown(res: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", nargs="+", default=["gowalla", "yelp2018"])
-    p.add_argument("--filters", nargs="+", default=["gf-cf", "turbo-cf"])
+    p.add_argument("--filters", nargs="+", default=PAPER_FILTERS)
     p.add_argument("--nodes", type=int, default=8)
     p.add_argument("--client-cpus", type=int, default=1,
                    help="CPUs per simulated ClientApp worker (2 = one worker at a time, half the memory)")
@@ -99,15 +141,16 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for dataset in args.datasets:
         log(f"{dataset}: centralized reference")
-        cen, cen_s = centralized(dataset, args.filters, args.batch_size)
+        cen, cen_s, pop = centralized(dataset, args.filters, args.batch_size)
+        load_centralized = [round(x, 2) for x in os.getloadavg()]
         log(f"{dataset}: federated privirec on {args.nodes} nodes")
-        fed, fed_s, record = federated(dataset, args.filters, args.nodes, args.L,
-                                           args.client_cpus)
+        cfg = run_config(dataset, args.filters, args.L)
+        fed, fed_s, record = federated(cfg, args.nodes, args.client_cpus)
         comm = record["communication"]
         res = {
             "dataset": dataset, "nodes": args.nodes, "L": args.L, "aggregator": "plain",
-            "client_cpus": args.client_cpus,
-            "centralized": cen, "federated": fed,
+            "client_cpus": args.client_cpus, "config": cfg,
+            "centralized": cen, "federated": fed, "popularity": pop,
             "seconds": {"centralized": cen_s, "federated": fed_s},
             "bytes_per_node": comm["bytes_per_node"],
             "phases": comm["phases"], "rounds": comm["total_rounds"],
@@ -116,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
             "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
         }
         res["machine"] = machine_info()
+        # 1/5/15-minute load averages after each phase: both phases share the machine's load
+        res["load_average"] = {"after_centralized": load_centralized,
+                               "after_federated": [round(x, 2) for x in os.getloadavg()]}
+        res["command"] = "python benchmarks/privirec.py " + " ".join(sys.argv[1:])
         write_report(out / f"{dataset}.json", res, markdown(res))
         print(markdown(res), flush=True)
     return 0
