@@ -19,9 +19,12 @@ Decisions on the paper's gaps (docs/protocols/mvmf.md lists them all):
   equal for its lambda1 = 1);
 - the eq. 14 regulariser is lambda2 ||p_i||^2 (the closed form eq. 15 implies it);
 - an epoch is one round: the item server and every user compute their terms from the same
-  (Q, U), the server takes one Adam step on each; the paper's |iter| = 10 is not modelled;
+  (Q, U), the server takes one Adam step on each; the paper's training budget |epo| x
+  |iter| = 20 x 10 is read as 200 such rounds (one step of gamma = 0.05 per round: 10 or
+  20 leave the model short of the item-mean baseline, docs/protocols/mvmf.md);
 - the sampled unrated items are redrawn every epoch, uniformly, from the public run seed,
-  the epoch and the user id (so a federation and the reference draw the same items);
+  the epoch and the user id through a counter-based hash (so a federation and the
+  reference draw the same items, and a node draws its users' alone);
 - SGD order: in epoch t a user sends its gradients at p^t, then steps p^{t+1} = p^t -
   gamma dJ/dp at (Q^t, U^t) (the paper's eqs. 25-32 assume exactly this);
 - Q and U start N(0, 0.1^2) from the run seed; an SGD user's p starts N(0, 0.1^2) from
