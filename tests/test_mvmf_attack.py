@@ -14,7 +14,7 @@ from fl_app.recsys.mvmf import MVMFConfig, attribute_matrix
 SYNTH = DatasetSpec(name="synthetic", synthetic_users=40, synthetic_items=40,
                     synthetic_density=0.3, synthetic_clusters=4, implicit=False,
                     test_ratio=0.0, seed=3)
-USERS = (0, 7, 19)
+USERS = (0, 7)
 EPOCHS = 3
 
 
