@@ -27,6 +27,7 @@ from fl_app.recsys.mvmf import (
     item_server_step,
     rating_ranking_sums,
     user_factors_for_scoring,
+    user_scores,
     users_step,
 )
 
@@ -97,7 +98,7 @@ def mvmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     data, X, Q, U = _user_inputs(node, model)
     P = user_factors_for_scoring(data.train, X, data.user_ids, Q, U, model, int(cfg["epoch"]),
                                  _factors(node))
-    sums = rating_ranking_sums(P @ Q.T, data.train, data.test, int(cfg["top-k"]),
+    sums = rating_ranking_sums(user_scores(P, Q), data.train, data.test, int(cfg["top-k"]),
                                float(cfg["threshold"]))
     return sum_reply(node, {"ranking": sums})
 

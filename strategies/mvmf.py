@@ -47,6 +47,7 @@ from fl_app.recsys.mvmf import (
     rating_ranking_means,
     rating_ranking_sums,
     server_gradients,
+    user_scores,
 )
 from fl_app.secure.aggregate import Aggregator, CkksAggregator
 from fl_app.secure.aggregators import make_aggregator
@@ -140,9 +141,10 @@ class FedMVMF(ProtocolStrategy):
     def reference(self, data: Any) -> dict[str, float]:
         """Metrics of :meth:`reference_model` (keys as the federated run's)."""
         model = self.reference_model(data)
-        P = model.user_factors(data.train, self.attributes(data))
         Q = model.item_factors(data.item_features, data.cold_items)
-        sums = rating_ranking_sums(P @ Q.T, data.train, data.test, self.top_k, self.threshold)
+        P = model.user_factors(data.train, self.attributes(data), Q)  # as the nodes do
+        sums = rating_ranking_sums(user_scores(P, Q), data.train, data.test, self.top_k,
+                                   self.threshold)
         return {**rating_ranking_means(sums, self.top_k), "train-loss": model.losses[-1]}
 
     # -- the protocol --------------------------------------------------------------------------

@@ -19,9 +19,12 @@ Decisions on the paper's gaps (docs/protocols/mvmf.md lists them all):
   equal for its lambda1 = 1);
 - the eq. 14 regulariser is lambda2 ||p_i||^2 (the closed form eq. 15 implies it);
 - an epoch is one round: the item server and every user compute their terms from the same
-  (Q, U), the server takes one Adam step on each; the paper's |iter| = 10 is not modelled;
+  (Q, U), the server takes one Adam step on each; the paper's training budget |epo| x
+  |iter| = 20 x 10 is read as 200 such rounds (one step of gamma = 0.05 per round: 10 or
+  20 leave the model short of the item-mean baseline, docs/protocols/mvmf.md);
 - the sampled unrated items are redrawn every epoch, uniformly, from the public run seed,
-  the epoch and the user id (so a federation and the reference draw the same items);
+  the epoch and the user id through a counter-based hash (so a federation and the
+  reference draw the same items, and a node draws its users' alone);
 - SGD order: in epoch t a user sends its gradients at p^t, then steps p^{t+1} = p^t -
   gamma dJ/dp at (Q^t, U^t) (the paper's eqs. 25-32 assume exactly this);
 - Q and U start N(0, 0.1^2) from the run seed; an SGD user's p starts N(0, 0.1^2) from
@@ -197,41 +200,90 @@ def init_user_factor(user_id: int, dim: int, seed: int) -> np.ndarray:
     return 0.1 * np.random.default_rng([seed, _STREAM_P, int(user_id)]).normal(size=dim)
 
 
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer on uint64 arrays (wrapping arithmetic): a counter-based hash,
+    so any subset of users draws its sample without the others'."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _sample_keys(seed: int, epoch: int, user_ids: np.ndarray, n_items: int) -> np.ndarray:
+    """One uniform 64-bit key per (user, item), a pure function of (seed, epoch, user id,
+    item): the federation and the reference draw the same pseudo-items."""
+    head = _mix(np.array([seed % 2**64], dtype=np.uint64) ^ np.uint64(_STREAM_SAMPLE))
+    head = _mix(head ^ np.array([epoch % 2**64], dtype=np.uint64))
+    users = _mix(head ^ (np.asarray(user_ids, dtype=np.int64).astype(np.uint64)
+                         * np.uint64(0x9E3779B97F4A7C15)))
+    items = np.arange(n_items, dtype=np.uint64) * np.uint64(0xD1B54A32D192ED03)
+    return _mix(users[:, None] ^ items[None, :])
+
+
+def weights_matrix(R: sp.csr_matrix, user_ids: np.ndarray, cfg: MVMFConfig,
+                   epoch: int) -> np.ndarray:
+    """c (dense, users x items) for the rows of ``R`` (eq. 3 / eq. 36); every row needs a
+    rating. ``sampled``: the rho |O_i| unrated items with the smallest keys of
+    :func:`_sample_keys` (uniform without replacement, redrawn every epoch)."""
+    R = sp.csr_matrix(R)
+    counts = np.diff(R.indptr)
+    if (counts == 0).any():
+        uid = int(np.asarray(user_ids)[np.flatnonzero(counts == 0)[0]])
+        raise ValueError(f"user {uid} has no training ratings: it has no rating term "
+                         "to train (a cold-start user gets p from eq. 15)")
+    n, m = R.shape
+    rated = np.zeros((n, m), dtype=bool)
+    rated[np.repeat(np.arange(n), counts), R.indices] = True
+    c = np.zeros((n, m))
+    if cfg.weighting == "inclunc":
+        c[:] = cfg.alpha
+    elif cfg.weighting == "sampled":
+        size = np.minimum(m - counts, np.rint(cfg.rho * counts).astype(np.int64))
+        keys = _sample_keys(cfg.seed, epoch, user_ids, m)
+        keys[rated] = np.iinfo(np.uint64).max
+        top = max(int(size.max()), 1)  # the top smallest keys per row, then sorted
+        head = np.sort(np.partition(keys, top - 1, axis=1)[:, :top], axis=1)
+        kth = head[np.arange(n), np.maximum(size - 1, 0)]
+        c[(keys <= kth[:, None]) & ~rated & (size > 0)[:, None]] = cfg.alpha
+    c[rated] = 1.0
+    return c
+
+
 def item_weights(rated: np.ndarray, n_items: int, cfg: MVMFConfig, epoch: int,
                  user_id: int) -> np.ndarray:
     """c_i (dense, one per item) for a user who rated ``rated`` (eq. 3 / eq. 36)."""
     rated = np.asarray(rated, dtype=np.int64)
-    if rated.size == 0:
-        raise ValueError(f"user {int(user_id)} has no training ratings: it has no rating term "
-                         "to train (a cold-start user gets p from eq. 15)")
-    c = np.zeros(n_items)
-    if cfg.weighting == "inclunc":
-        c[:] = cfg.alpha
-    elif cfg.weighting == "sampled":
-        free = np.ones(n_items, dtype=bool)
-        free[rated] = False
-        unrated = np.flatnonzero(free)
-        size = min(len(unrated), int(round(cfg.rho * len(rated))))
-        rng = np.random.default_rng([cfg.seed, _STREAM_SAMPLE, int(epoch), int(user_id)])
-        c[rng.choice(unrated, size=size, replace=False)] = cfg.alpha
-    c[rated] = 1.0
-    return c
+    row = sp.csr_matrix((np.ones(rated.size), rated, [0, rated.size]), shape=(1, n_items))
+    return weights_matrix(row, np.array([user_id]), cfg, epoch)[0]
 
 
 def semials_user(r: np.ndarray, c: np.ndarray, x: np.ndarray, Q: np.ndarray, U: np.ndarray,
                  lam1: float, lam2: float) -> np.ndarray:
     """Eq. 8: p = (r C Q + lam1 x U)(Q^T C Q + lam1 U^T U + lam2 I)^-1."""
-    K = Q.shape[1]
-    s = np.flatnonzero(c)  # only items with a weight enter (ObsOnly / sampled: few)
-    Qs = Q[s]
-    A = Qs.T @ (c[s, None] * Qs) + lam1 * (U.T @ U) + lam2 * np.eye(K)
-    return np.linalg.solve(A, (r[s] * c[s]) @ Qs + lam1 * (x @ U))
+    return semials_users(r[None], c[None], x[None], Q, U, lam1, lam2)[0]
+
+
+def _rows(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """A @ B one row at a time: a user's result must not depend on which other users share
+    its block (a node's users vs all users in the reference), and a matrix-matrix product
+    may round a row differently with the number of rows (near-tied scores then swap)."""
+    return A @ B if A.ndim == 1 else np.stack([a @ B for a in A]).reshape(len(A), B.shape[1])
+
+
+def semials_users(R: np.ndarray, C: np.ndarray, X: np.ndarray, Q: np.ndarray, U: np.ndarray,
+                  lam1: float, lam2: float) -> np.ndarray:
+    """Eq. 8 for every row of dense R, C, X at once (one K x K system per user)."""
+    n, K = R.shape[0], Q.shape[1]
+    QQ = (Q[:, :, None] * Q[:, None, :]).reshape(Q.shape[0], K * K)
+    A = _rows(C, QQ).reshape(n, K, K) + lam1 * (U.T @ U) + lam2 * np.eye(K)
+    b = _rows(R * C, Q) + lam1 * _rows(X, U)
+    return np.linalg.solve(A, b[..., None])[..., 0]
 
 
 def p_gradient(p: np.ndarray, r: np.ndarray, c: np.ndarray, x: np.ndarray, Q: np.ndarray,
                U: np.ndarray, lam1: float, lam2: float) -> np.ndarray:
-    """Eq. 10 (sum over j, the paper's Sigma_i is a typo): dJ/dp_i."""
-    return (-2.0 * (c * (r - Q @ p)) @ Q - 2.0 * lam1 * (x - U @ p) @ U + 2.0 * lam2 * p)
+    """Eq. 10 (sum over j, the paper's Sigma_i is a typo): dJ/dp_i (rows: one per user)."""
+    return (-2.0 * _rows(c * (r - _rows(p, Q.T)), Q) - 2.0 * lam1 * _rows(x - _rows(p, U.T), U)
+            + 2.0 * lam2 * p)
 
 
 def user_gradients(p: np.ndarray, r: np.ndarray, c: np.ndarray, x: np.ndarray, Q: np.ndarray,
@@ -259,6 +311,10 @@ class UserStep:
     per_user: list[tuple[int, np.ndarray, np.ndarray]] = field(default_factory=list)
 
 
+#: Users per block of :func:`users_step` (bounds the dense users x items arrays).
+BLOCK = 256
+
+
 def users_step(R: sp.csr_matrix, X: np.ndarray, user_ids: np.ndarray, Q: np.ndarray,
                U: np.ndarray, cfg: MVMFConfig, epoch: int,
                factors: Mapping[int, np.ndarray] | None = None,
@@ -267,37 +323,39 @@ def users_step(R: sp.csr_matrix, X: np.ndarray, user_ids: np.ndarray, Q: np.ndar
 
     SemiALS: p from eq. 8, then the gradients at p. SGD: the gradients at the stored p
     (``factors``, else the seeded start), then p steps to the next epoch's value (returned in
-    ``factors``). Users without training ratings are skipped (cold start).
+    ``factors``). Users without training ratings are skipped (cold start). Users are
+    processed in blocks of :data:`BLOCK` rows with dense arrays (the same per-user math as
+    :func:`semials_user`, :func:`user_gradients`, :func:`user_loss`).
     """
     R = sp.csr_matrix(R)
-    n_items, K = Q.shape
+    ids = np.asarray(user_ids, dtype=np.int64)
+    K = Q.shape[1]
     gQ, gU = np.zeros_like(Q), np.zeros_like(U)
-    loss, n = 0.0, 0
+    loss = 0.0
     out: dict[int, np.ndarray] = {}
     per_user = []
-    for row, uid in enumerate(np.asarray(user_ids, dtype=np.int64)):
-        lo, hi = R.indptr[row], R.indptr[row + 1]
-        if hi == lo:
-            continue
-        r = np.zeros(n_items)
-        r[R.indices[lo:hi]] = R.data[lo:hi]
-        c = item_weights(R.indices[lo:hi], n_items, cfg, epoch, int(uid))
-        x = X[row]
+    warm = np.flatnonzero(np.diff(R.indptr) > 0)
+    for lo in range(0, len(warm), BLOCK):
+        rows = warm[lo:lo + BLOCK]
+        Rb, Xb, uids = R[rows], X[rows], ids[rows]
+        C, Rd = weights_matrix(Rb, uids, cfg, epoch), Rb.toarray()
         if cfg.p_update == "semials":
-            p = semials_user(r, c, x, Q, U, cfg.lam1, cfg.lam2)
-            out[int(uid)] = p
+            P = semials_users(Rd, C, Xb, Q, U, cfg.lam1, cfg.lam2)
+            out.update(zip(uids.tolist(), P))
         else:
-            p = factors[int(uid)] if factors and int(uid) in factors else \
-                init_user_factor(int(uid), K, cfg.seed)
-            out[int(uid)] = p - cfg.lr * p_gradient(p, r, c, x, Q, U, cfg.lam1, cfg.lam2)
-        fq, fu = user_gradients(p, r, c, x, Q, U)
+            P = np.stack([factors[u] if factors and u in factors else
+                          init_user_factor(u, K, cfg.seed) for u in uids.tolist()])
+            nxt = P - cfg.lr * p_gradient(P, Rd, C, Xb, Q, U, cfg.lam1, cfg.lam2)
+            out.update(zip(uids.tolist(), nxt))
+        E, EX = Rd - _rows(P, Q.T), Xb - _rows(P, U.T)
+        W = C * E
+        gQ += W.T @ P
+        gU += EX.T @ P
+        loss += float(np.sum(W * E) + cfg.lam1 * np.sum(EX * EX) + cfg.lam2 * np.sum(P * P))
         if keep_per_user:
-            per_user.append((int(uid), fq, fu))
-        gQ += fq
-        gU += fu
-        loss += user_loss(p, r, c, x, Q, U, cfg.lam1, cfg.lam2)
-        n += 1
-    return UserStep(gQ, gU, loss, n, out, per_user)
+            per_user += [(u, W[i][:, None] * P[i][None, :], EX[i][:, None] * P[i][None, :])
+                         for i, u in enumerate(uids.tolist())]
+    return UserStep(gQ, gU, loss, len(warm), out, per_user)
 
 
 def item_server_step(Y: np.ndarray, Q: np.ndarray, lam1: float,
@@ -340,21 +398,25 @@ def user_factors_for_scoring(R: sp.csr_matrix, X: np.ndarray, user_ids: np.ndarr
     P = cold_user_factors(X, U, cfg.lam1, cfg.lam2) if len(user_ids) else \
         np.zeros((0, Q.shape[1]))
     warm = np.flatnonzero(np.diff(R.indptr) > 0)
-    if cfg.p_update == "semials":
-        for row in warm:
-            lo, hi = R.indptr[row], R.indptr[row + 1]
-            r = np.zeros(Q.shape[0])
-            r[R.indices[lo:hi]] = R.data[lo:hi]
-            c = item_weights(R.indices[lo:hi], Q.shape[0], cfg, epoch, int(user_ids[row]))
-            P[row] = semials_user(r, c, X[row], Q, U, cfg.lam1, cfg.lam2)
-    else:
-        for row in warm:
-            uid = int(user_ids[row])
-            P[row] = (factors or {}).get(uid, init_user_factor(uid, Q.shape[1], cfg.seed))
+    ids = np.asarray(user_ids, dtype=np.int64)
+    for lo in range(0, len(warm), BLOCK):
+        rows = warm[lo:lo + BLOCK]
+        if cfg.p_update == "semials":
+            C = weights_matrix(R[rows], ids[rows], cfg, epoch)
+            P[rows] = semials_users(R[rows].toarray(), C, X[rows], Q, U, cfg.lam1, cfg.lam2)
+        else:
+            P[rows] = [(factors or {}).get(u, init_user_factor(u, Q.shape[1], cfg.seed))
+                       for u in ids[rows].tolist()]
     return P
 
 
 # ---------------------------------------------------------------------------- evaluation
+def user_scores(P: np.ndarray, Q: np.ndarray) -> np.ndarray:
+    """Predicted ratings P Q^T, row by row: a user's scores do not depend on which users a
+    node holds, so near-tied items rank alike in a federation and in the reference."""
+    return _rows(P, Q.T)
+
+
 #: Layout of :func:`rating_ranking_sums`.
 RANK_FIELDS = ("ndcg_users", "ndcg", "prf_users", "precision", "recall")
 
@@ -461,10 +523,16 @@ class MVMF:
         self.V = item_server_step(Y, self.Q, cfg.lam1, cfg.lam2)[0]
         return self
 
-    def user_factors(self, R: sp.csr_matrix, X: np.ndarray) -> np.ndarray:
-        """p of every user for scoring (trained, or eq. 15 for users without ratings)."""
+    def user_factors(self, R: sp.csr_matrix, X: np.ndarray,
+                     Q: np.ndarray | None = None) -> np.ndarray:
+        """p of every user for scoring (trained, or eq. 15 for users without ratings).
+
+        ``Q``: the item factors the users see at evaluation (the federation sends
+        :meth:`item_factors`, new items from eq. 17, and SemiALS users solve eq. 8 with it);
+        default the trained Q."""
         assert self.Q is not None and self.U is not None
-        return user_factors_for_scoring(R, X, np.arange(R.shape[0]), self.Q, self.U, self.cfg,
+        return user_factors_for_scoring(R, X, np.arange(R.shape[0]),
+                                        self.Q if Q is None else Q, self.U, self.cfg,
                                         self.epoch, self.factors)
 
     def item_factors(self, Y: np.ndarray, cold_items: np.ndarray) -> np.ndarray:

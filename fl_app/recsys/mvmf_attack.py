@@ -18,9 +18,14 @@ paper's eqs. 20, 24, 31, 33 are these products written out).
 
 Decisions (docs/protocols/mvmf.md): c(r) = alpha + (1 - alpha) clip(r, 0, 1) for the solver
 (the paper's eq. 42 has c(0) = 0, contradicting InclUnc's c(0) = alpha); under SGD-InclUnc
-an item's c is alpha when its ratio implies r = 0 (|r_alpha| < 0.5), else 1; initial guesses
-r = 0 (InclUnc) / 3 (ObsOnly), x = 0.5, p from the direction of an observed gradient (f(i,j)
-is parallel to p_i) at scales 0.3, 1, 3 and both signs, the best residual kept; R_max = 5;
+an item's c is alpha when its ratio implies r = 0 (|r_alpha| < 0.5), else 1; the SemiALS
+residual is oriented so its Jacobian is negative (``linearmixing`` assumes -I / alpha; the
+sign of p_n is read off the observed gradients); (r, x) -> (-r, -x) (SemiALS-ObsOnly) and
+p -> -p (SGD) map roots to roots, and the server keeps the one with positive ratings;
+initial guesses r = 0 (InclUnc) / 3 (ObsOnly), x = 0.5, p along the direction of an
+observed gradient (f(i,j) is parallel to p_i) at scales 0.1..10 and both signs, the root
+kept the one that best explains every gradient of epoch t (the one-item square system has
+spurious roots); R_max = 5;
 accuracy (eq. 43) on all of r_i (zeros included) under InclUnc, on O_i under ObsOnly; the
 random-guess baseline is one over the number of values an entry can take (ratings 1..5:
 1/5, 0..5: 1/6; dummies: 1/2); Laplace noise of scale b on every gradient entry the server
@@ -43,6 +48,8 @@ SCENARIOS = ("semials-obsonly", "semials-inclunc", "sgd-obsonly", "sgd-inclunc")
 SOLVERS = {"semials-obsonly": "hybr", "semials-inclunc": "linearmixing",
            "sgd-obsonly": "anderson", "sgd-inclunc": "hybr"}
 R_MAX = 5.0
+#: Scales of the SGD attack's starting points along p^{t-1}'s known direction.
+START_SCALES = (1.0, 0.3, 3.0, 0.1, 10.0, 0.5, 2.0, 5.0)
 
 
 @dataclass
@@ -87,13 +94,18 @@ def _semials_residual(obs: Observed, cfg: MVMFConfig, n: int, inclunc: bool):
     UU = cfg.lam1 * (U.T @ U) + cfg.lam2 * np.eye(K)
     target = np.concatenate([obs.fQ[S, n], obs.fU[:, n]])
 
+    # The residual's sign: scipy's linearmixing takes the Jacobian as -I / alpha, while this
+    # one is about p_n diag(c, 1); p_n's sign is that of the summed observed coordinate (on
+    # rated items r - q p is mostly positive: f(i,j) points along p). Roots are unchanged.
+    sign = -1.0 if np.sum(obs.fQ[S, n]) >= 0 else 1.0
+
     def fun(z: np.ndarray) -> np.ndarray:
         r, x = z[:len(S)], z[len(S):]
         c = smooth_c(r, cfg.alpha) if inclunc else np.ones(len(S))
         A = QS.T @ (c[:, None] * QS) + UU
         p = np.linalg.solve(A, (r * c) @ QS + cfg.lam1 * (x @ U))
         pred = np.concatenate([(c * (r - QS @ p)) * p[n], (x - U @ p) * p[n]])
-        return pred - target
+        return sign * (pred - target)
 
     return fun, len(S), L
 
@@ -106,6 +118,8 @@ def attack_semials(obs: Observed, cfg: MVMFConfig, inclunc: bool, ns: Iterable[i
         fun, m, L = _semials_residual(obs, cfg, n, inclunc)
         z0 = np.concatenate([np.full(m, 0.0 if inclunc else 3.0), np.full(L, 0.5)])
         z, _ = _root(fun, z0, method)
+        if not inclunc and z[:m].sum() < 0:
+            z = -z  # (r, x) -> (-r, -x) is also a root under ObsOnly: ratings are positive
         rs.append(np.clip(z[:m], 0, R_MAX))
         xs.append(np.clip(z[m:], 0, 1))
     return np.mean(rs, axis=0), np.mean(xs, axis=0)
@@ -139,6 +153,14 @@ def attack_sgd(prev: Observed, cur: Observed, cfg: MVMFConfig, inclunc: bool,
     """(r_hat on the attacked items, x_hat) from epochs t-1 and t, averaged over the
     solutions for ``items`` (positions in the attacked item set)."""
     S, Qp, Qc, step, c_r = _sgd_parts(prev, cur, cfg, n, inclunc)
+
+    def everything(p: np.ndarray) -> np.ndarray:
+        """The residual of the epoch-t gradients of every received item at p^{t-1}."""
+        with np.errstate(all="ignore"):
+            p_t, a, _ = step(p)
+            c, r = c_r(p, p_t, a)
+            return (c * (r - Qc @ p_t))[:, None] * p_t[None, :] - cur.fQ[S]
+
     rs, xs = [], []
     for j in items:
         target = cur.fQ[S[j]]
@@ -152,16 +174,27 @@ def attack_sgd(prev: Observed, cur: Observed, cfg: MVMFConfig, inclunc: bool,
         norm = np.linalg.norm(seed_dir)
         if norm == 0:
             continue
+        # Starts along p^{t-1}'s direction (every f^{t-1}(i,j) is parallel to it) at scales
+        # 0.1..10, both signs. The one-item square system has spurious roots; the server
+        # keeps the root that best explains every gradient it received at t.
         best, best_res = None, np.inf
-        for scale, sign in ((1.0, 1.0), (1.0, -1.0), (0.3, 1.0), (0.3, -1.0), (3.0, 1.0),
-                            (3.0, -1.0)):
-            p, res = _root(fun, sign * scale * seed_dir / norm, method)
-            if res < best_res and abs(p[n]) > 1e-9:
-                best, best_res = p, res
-            if best_res < 1e-8 * max(1.0, float(np.linalg.norm(target))):
-                break  # converged: no need for further starts
+        for scale in START_SCALES:
+            for sign in (1.0, -1.0):
+                p, res = _root(fun, sign * scale * seed_dir / norm, method)
+                if not np.isfinite(res) or abs(p[n]) <= 1e-9:
+                    continue
+                full = float(np.linalg.norm(everything(p)))
+                if full < best_res:
+                    best, best_res = p, full
+            if best_res < 1e-4 * max(1.0, float(np.linalg.norm(cur.fQ[S]))):
+                break  # a root of the whole system: no need for further starts
         if best is None:
             continue
+        # p -> -p maps a root to a root with every r and x negated (p_t, the ratios a and
+        # the implied r all change sign; the products f = c (r - q p) p do not): keep the
+        # one whose ratings on the received items are positive, as ratings are
+        if c_r(best, *step(best)[:2])[1].sum() < 0:
+            best = -best
         p_t, a, aU = step(best)
         c, r = c_r(best, p_t, a)
         if inclunc:  # eq. 35: both epochs' ratios eliminate c
@@ -201,8 +234,9 @@ def add_noise(obs: Observed, b: float, rng: np.random.Generator) -> Observed:
 
 def attack_user(scenario: str, cfg: MVMFConfig, cur: Observed, prev: Observed | None,
                 r_true: np.ndarray, x_true: np.ndarray, rng: np.random.Generator,
-                noisy: bool = False, sgd_items: int = 5) -> tuple[float, float]:
-    """(rating accuracy, attribute accuracy) of the attack on one user.
+                noisy: bool = False, sgd_items: int = 5) -> tuple[float, float, float]:
+    """(rating accuracy, attribute accuracy, rating accuracy on the rated items) of the
+    attack on one user (under ObsOnly the first and the last are the same).
 
     ``r_true``: the user's ratings on all items (0 = unrated). Without noise one random
     coordinate n (SemiALS) or item j (SGD) is used, as in the paper; with noise the
@@ -230,7 +264,9 @@ def attack_user(scenario: str, cfg: MVMFConfig, cur: Observed, prev: Observed | 
         lead = prev.fQ[np.argmax(np.linalg.norm(prev.fQ, axis=1))]
         r_hat, x_hat = attack_sgd(prev, cur, cfg, inclunc, items, method,
                                   int(np.argmax(np.abs(lead))))
-    return accuracy(r_hat, truth, R_MAX), accuracy(x_hat, x_true, 1.0)
+    rated = truth > 0
+    return (accuracy(r_hat, truth, R_MAX), accuracy(x_hat, x_true, 1.0),
+            accuracy(r_hat[rated], truth[rated], R_MAX))
 
 
 def capture(R, X: np.ndarray, Y: np.ndarray, cfg: MVMFConfig, epochs: int,
