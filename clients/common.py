@@ -40,4 +40,5 @@ def hello(content: RecordDict, node: NodeContext) -> RecordDict:
 def relay_keys(content: RecordDict, node: NodeContext) -> RecordDict:
     """Make this run's mail key pair (kept in state) and publish the public key, signed with
     this node's identity (``clients/identity.py``) so the server cannot substitute it."""
-    return RecordDict({MAIL_KEY_REPLY: ConfigRecord({"pk": new_mail_key(node)})})
+    signed = new_mail_key(node.state, node.identity, node.context.run_id, node.context.node_id)
+    return RecordDict({MAIL_KEY_REPLY: ConfigRecord({"pk": signed})})

@@ -1,6 +1,6 @@
-"""Node side of the sealed relay (``fl_app/secure/sealed.py``): opening and sealing payloads
-for other nodes (the ``relay_keys`` handler that makes this node's mail key is in
-``clients/common.py``).
+"""Node side of the sealed relay (``fl_app/secure/sealed.py``): this node's mail key
+(:func:`new_mail_key`, called by the ``relay_keys`` handler in ``clients/common.py`` and by
+``secagg_advertise``), opening and sealing payloads for other nodes.
 
 A handler reads mail with ``node.mailbox.receive(purpose)`` and sends with
 ``node.mailbox.send(recipient, purpose, payload)``; the ClientApp puts outgoing mail into
@@ -41,15 +41,12 @@ from fl_app.secure.sealed import (
 
 if TYPE_CHECKING:
     from clients.identity import NodeIdentity
-    from clients.node import NodeContext
 
 KEY_STATE = "relay.key"  # ConfigRecord in node state: this node's mail private key
 _DIRECTORY = "relay.directory"  # ConfigRecord in node state: {"keys": _pack(node -> key)}
 SEEN_STATE = "relay.seen"  # ConfigRecord in node state: mail already opened (replay guard)
 _INBOX = "relay.inbox"  # ConfigRecord in node state: mail delivered but not opened yet
 _PAIRWISE = "relay.pairwise"  # ConfigRecord in node state: peer's signed key digest -> mail key
-
-
 _NODE_ID_BYTES = 9  # signed: every uint64 Flower node id fits
 
 
@@ -67,19 +64,17 @@ def _unpack(blob: bytes) -> dict[int, bytes]:
             blob[i + _NODE_ID_BYTES:i + step] for i in range(0, len(blob), step)}
 
 
-def new_mail_key(node: NodeContext) -> bytes:
-    """Make this run's mail key pair (the private key stays in ``node``'s state) and return
-    the public key signed with the node's identity, for the server's directory.
+def new_mail_key(state: RecordDict, identity: NodeIdentity, run_id: int, me: int) -> bytes:
+    """Make this run's mail key pair (the private key stays in the node's ``state``) and
+    return the public key signed with the node's ``identity``, for the server's directory.
 
     What the node knew under its previous mail key, if any (mail seen, pairwise keys), is
     forgotten: the pairwise keys derive from the private key."""
     keys = NodeKeys()
-    state = node.state
     state[KEY_STATE] = ConfigRecord({"sk": keys.private_bytes()})
     state[SEEN_STATE] = ConfigRecord()
     state[_PAIRWISE] = ConfigRecord()
-    return node.identity.sign(MAIL_PURPOSE, node.context.run_id, node.context.node_id,
-                              keys.public_bytes())
+    return identity.sign(MAIL_PURPOSE, run_id, me, keys.public_bytes())
 
 
 class Mailbox:

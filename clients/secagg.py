@@ -91,7 +91,8 @@ def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
                                 s_keys.public_bytes())
     reply = RecordDict({"keys": ConfigRecord({"s-pk": signed})})
     if config_record(content, MAIL_KEYGEN) is not None:
-        reply[MAIL_KEY_REPLY] = ConfigRecord({"pk": new_mail_key(node)})
+        reply[MAIL_KEY_REPLY] = ConfigRecord({"pk": new_mail_key(
+            node.state, node.identity, node.context.run_id, node.context.node_id)})
     return reply
 
 
