@@ -5,8 +5,10 @@ the ServerApp measures, for every vector length, ``--repeats`` sums of each mode
 secure interleaved) with the ``diag_secure_sum`` handler (one array "v" of the given length,
 standard normal values, ``max_abs=10``) and records the median wall time of one sum and its
 bytes (requests + replies of the sum round, plus the unmask round for SecAgg+, from the
-Messenger's ledger). Key setup (``secagg_advertise`` + ``secagg_share``, one batch of 16
-self-mask seeds) runs once per simulation and is reported separately, not in the per-sum time.
+Messenger's ledger). Key setup (``secagg_advertise``, which also opens the sealed relay, +
+``secagg_share``, one batch of self-mask seeds covering every sum of the simulation) runs once
+per simulation and is reported separately (``setup_seconds``, ``setup_bytes``,
+``setup_rounds``), not in the per-sum time.
 Every secure sum is checked against the plain sum of the same inputs.
 
 ``--profile`` adds, for the largest vector at the smallest node count, one profiled sum of
@@ -155,7 +157,10 @@ def measure(messenger: Messenger, num_nodes: int, floats_list: list[int], repeat
     t0 = time.perf_counter()
     secure.setup()
     setup_seconds = time.perf_counter() - t0
-    setup_bytes = sum(_phase_cost(messenger, p)[0] for p in ("relay_keys", "secagg_setup"))
+    setup_phases = [messenger.ledger.phases[p] for p in ("relay_keys", "secagg_setup")
+                    if p in messenger.ledger.phases]
+    setup_bytes = sum(st.bytes_up + st.bytes_down for st in setup_phases)
+    setup_rounds = sum(st.rounds for st in setup_phases)
     _one_sum(secure, messenger, 1000, "warmup-secure")
     codec = FixedPoint.for_sum(MAX_ABS, num_nodes)
     runs = []
@@ -185,6 +190,7 @@ def measure(messenger: Messenger, num_nodes: int, floats_list: list[int], repeat
             "setup_seconds": round(setup_seconds, 4),
             "ratio": round(secure_s / plain_s, 3),
             "setup_bytes": setup_bytes,
+            "setup_rounds": setup_rounds,
             "secagg_samples": [round(s, 4) for s, _ in samples["secagg"]],
             "plain_samples": [round(s, 4) for s, _ in samples["plain"]],
             "secagg_masked_round_seconds": round(statistics.median(
@@ -288,6 +294,8 @@ def markdown(result: dict[str, Any]) -> str:
     sims = ", ".join(f"{n} nodes: {s['simulation_seconds']:.0f} s, peak memory in use "
                      f"{s['peak_memory_gib']:.1f} GiB (+{s['memory_increase_gib']:.1f})"
                      for n, s in result["simulations"].items())
+    rounds = sorted({r["setup_rounds"] for r in result["runs"] if "setup_rounds" in r})
+    setup_rounds = " or ".join(map(str, rounds)) + " rounds" if rounds else "rounds"
     text = f"""# Secure sum vs plain sum
 
 Median wall time of one sum over {result['repeats']} sums (plain and secure interleaved), in a
@@ -295,8 +303,8 @@ Flower {result['flwr_version']} simulation (Ray backend, `num_cpus=1` per Client
 {result['cpus']} CPU cores), one simulation per node count, handler `diag_secure_sum` (one
 array of standard-normal floats, `max_abs=10`). SecAgg+ uses the automatic neighbour graph
 (`secagg-degree = 0`: complete up to 32 nodes, 2 ceil(log2 n) neighbours above); its time
-covers the masked-input round and the unmask round; key setup (advertise + share a batch of
-self-mask seeds) is reported separately and not included. Bytes are requests + replies as
+covers the masked-input round and the unmask round; key setup ({setup_rounds}: advertise
+mask and mail keys, share a batch of self-mask seeds) is reported separately and not included. Bytes are requests + replies as
 Flower serializes them (Messenger ledger), per sum. Every secure sum matched the plain sum
 within the fixed-point resolution. Produced by `python benchmarks/secure.py`.
 

@@ -7,9 +7,8 @@ from flwr.app import ConfigRecord, RecordDict
 from clients.node import NodeContext
 from clients.policy import POLICY_RECORD
 from clients.registry import handler
-from clients.sealed import KEY_STATE, SEEN_STATE
-from fl_app.secure.keys import NodeKeys
-from fl_app.secure.sealed import MAIL_PURPOSE
+from clients.sealed import new_mail_key
+from fl_app.secure.sealed import MAIL_KEY_REPLY
 
 
 @handler("hello")
@@ -41,9 +40,5 @@ def hello(content: RecordDict, node: NodeContext) -> RecordDict:
 def relay_keys(content: RecordDict, node: NodeContext) -> RecordDict:
     """Make this run's mail key pair (kept in state) and publish the public key, signed with
     this node's identity (``clients/identity.py``) so the server cannot substitute it."""
-    keys = NodeKeys()
-    node.state.config_records[KEY_STATE] = ConfigRecord({"sk": keys.private_bytes()})
-    node.state.config_records[SEEN_STATE] = ConfigRecord()
-    signed = node.identity.sign(MAIL_PURPOSE, node.context.run_id, node.context.node_id,
-                                keys.public_bytes())
-    return RecordDict({"relay-key": ConfigRecord({"pk": signed})})
+    signed = new_mail_key(node.state, node.identity, node.context.run_id, node.context.node_id)
+    return RecordDict({MAIL_KEY_REPLY: ConfigRecord({"pk": signed})})

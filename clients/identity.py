@@ -5,19 +5,31 @@ give a deployed node its identity; both or neither. Without them the node uses i
 partition's simulated identity and the simulated roster, if its policy allows
 (``allow-simulated-identity``). Either way the node signs every key it publishes and
 checks every key it is handed, so a key the server substitutes is refused.
+
+Each key is checked once per run (:meth:`NodeIdentity.check_once`): the node remembers, in
+its state, a digest of every signed key it verified, bound to the roster, purpose, run and
+publishing node, so only those exact bytes skip the signature check later in the run.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
+from flwr.app import RecordDict
+
 from clients.policy import NodePolicy
+from fl_app.records import state_record
 from fl_app.secure.identity import IdentityError, Roster, SignedKey, SigningIdentity
 
 #: Node config keys of a deployed node's identity.
 IDENTITY_KEY, ROSTER_KEY = "identity-key", "roster"
+#: Node state ConfigRecord: digest of a signed key this node verified -> True.
+VERIFIED_STATE = "identity.verified"
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,28 @@ class NodeIdentity:
         signed = SignedKey.from_bytes(blob, f"node {node_id}")
         return signed.partition, self.roster.verify(purpose, run_id, node_id, signed)
 
+    def check_once(self, state: RecordDict, purpose: str, run_id: int, node_id: int,
+                   blob: bytes) -> tuple[int, bytes]:
+        """:meth:`check`, with the signature verified only the first time these bytes come
+        from ``node_id`` for ``purpose`` in run ``run_id`` (remembered in node ``state``).
+
+        Why: a node is handed the same peer keys with many messages of a run (the mail key
+        of every peer it mails, at every sum); one Ed25519 verification each time was most
+        of key setup at 100 nodes. The remembered digest covers the roster's fingerprint,
+        purpose, run, node id and the whole signed key, so a different key, node, run or
+        roster is never taken as verified: it is checked in full.
+        """
+        blob = bytes(blob)
+        tag = hashlib.sha256(self.roster.fingerprint + repr(
+            (str(purpose), int(run_id), int(node_id))).encode() + blob).hexdigest()
+        verified = state_record(state, VERIFIED_STATE)
+        if tag in verified:
+            signed = SignedKey.from_bytes(blob, f"node {node_id}")
+            return signed.partition, signed.public_key
+        out = self.check(purpose, run_id, node_id, blob)
+        verified[tag] = True
+        return out
+
 
 def load_identity(cfg: Mapping[str, Any], policy: NodePolicy, who: str) -> NodeIdentity:
     """This node's identity from its node config ``cfg``, else the simulated one (if
@@ -52,7 +86,7 @@ def load_identity(cfg: Mapping[str, Any], policy: NodePolicy, who: str) -> NodeI
                             f"'{IDENTITY_KEY if key_path else ROSTER_KEY}' but not "
                             f"'{missing}'; a node needs both its key and the roster")
     if key_path:
-        signer, roster = SigningIdentity.load(str(key_path)), Roster.load(str(roster_path))
+        signer, roster = _load_files(str(key_path), str(roster_path))
         if roster.keys.get(partition) != signer.public_bytes():
             raise IdentityError(f"{who}: its identity key {key_path} is not the key the "
                                 f"roster {roster_path} lists for partition {partition}")
@@ -61,5 +95,24 @@ def load_identity(cfg: Mapping[str, Any], policy: NodePolicy, who: str) -> NodeI
                         "deterministic signing keys; node config has no 'identity-key' and "
                         "'roster')", who)
     known = max(int(cfg.get("num-partitions", 0)), partition + 1)
-    roster = Roster.simulated([-1, *range(known)])
+    roster = Roster.simulated((-1, *range(known)))  # one cached object per process
     return NodeIdentity(SigningIdentity.simulated(partition), roster, partition, simulated=True)
+
+
+def _load_files(key_path: str, roster_path: str) -> tuple[SigningIdentity, Roster]:
+    """The identity key and the roster, read again only when either file changes (a node
+    handles many messages per run and would otherwise parse both for each)."""
+    def stamp(path: str) -> tuple[int, int]:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return (-1, -1)  # the loader below reports the missing file
+        return (st.st_mtime_ns, st.st_size)
+
+    return _load_files_cached(key_path, stamp(key_path), roster_path, stamp(roster_path))
+
+
+@lru_cache(maxsize=8)
+def _load_files_cached(key_path: str, _key_stamp: tuple[int, int], roster_path: str,
+                       _roster_stamp: tuple[int, int]) -> tuple[SigningIdentity, Roster]:
+    return SigningIdentity.load(key_path), Roster.load(roster_path)

@@ -14,10 +14,13 @@ from flwr.app import ConfigRecord, RecordDict
 
 from clients.node import NodeContext
 from clients.registry import handler
+from clients.sealed import new_mail_key
+from fl_app.records import config_record
 from fl_app.secure.aggregate import SUM_KEY
 from fl_app.secure.fixedpoint import FixedPoint
-from fl_app.secure.keys import NodeKeys, split_secret
+from fl_app.secure.keys import NodeKeys, split_secrets
 from fl_app.secure.masks import expand_mask
+from fl_app.secure.sealed import MAIL_KEY_REPLY, MAIL_KEYGEN
 from fl_app.secure.secagg import (
     MASK_KEY_PURPOSE,
     SHARES_PURPOSE,
@@ -33,15 +36,16 @@ _STATE = "secagg.state"  # ConfigRecord with this node's secrets and bookkeeping
 _RECEIVED = "secagg.received"  # ConfigRecord: "<sum>:<owner>" -> my share of owner's seed
 _SEEDS = "secagg.seeds"  # ConfigRecord: "<sum>" -> my own self-mask seed for that sum
 _REVEALED = "secagg.revealed"  # ConfigRecord: sums this node has already unmasked
+_MASK_KEYS = "secagg.mask-keys"  # ConfigRecord: neighbour -> its signed mask key, as verified
 
 
 def _fields(content: RecordDict, keys: tuple[str, ...], node: NodeContext,
             what: str) -> ConfigRecord:
     """The request's ``secagg`` record, checked to have ``keys``: a missing field is an error
     naming this node and the field, never a bare KeyError."""
-    if SUM_KEY not in content.config_records:
+    cfg = config_record(content, SUM_KEY)
+    if cfg is None:
         raise SecAggError(f"{node.who}: {what} request has no '{SUM_KEY}' record")
-    cfg = content.config_records[SUM_KEY]
     missing = [k for k in keys if k not in cfg]
     if missing:
         raise SecAggError(f"{node.who}: {what} request lacks field(s) "
@@ -50,27 +54,46 @@ def _fields(content: RecordDict, keys: tuple[str, ...], node: NodeContext,
 
 
 def _state(state: RecordDict) -> ConfigRecord:
-    if _STATE not in state.config_records:
+    st = config_record(state, _STATE)
+    if st is None:
         raise SecAggError("secure aggregation used before key setup (secagg_advertise)")
-    return state.config_records[_STATE]
+    return st
+
+
+def _record(state: RecordDict, key: str) -> ConfigRecord:
+    """One of this module's node-state records (made by ``secagg_advertise``)."""
+    record = config_record(state, key)
+    if record is None:
+        raise SecAggError("secure aggregation used before key setup (secagg_advertise)")
+    return record
 
 
 @handler("secagg_advertise")
 def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
     """Round 1: make the s (pairwise mask agreement) key pair; publish its public key, signed
-    with this node's identity so that the server cannot substitute it."""
+    with this node's identity so that the server cannot substitute it.
+
+    If the request asks (:data:`MAIL_KEYGEN`, the run has no sealed relay yet), the node
+    makes its mail key in the same round (``clients/sealed.py``): one round less of key
+    setup, the same fresh signed key as ``relay_keys``."""
     s_keys = NodeKeys()
-    node.state.config_records[_STATE] = ConfigRecord({
+    state = node.state
+    state[_STATE] = ConfigRecord({
         "run-tag": bytes(_fields(content, ("run-tag",), node, "secagg_advertise")["run-tag"]),
         "s-sk": s_keys.private_bytes(),
         "last-sum": 0,
     })
-    node.state.config_records[_RECEIVED] = ConfigRecord()
-    node.state.config_records[_SEEDS] = ConfigRecord()
-    node.state.config_records[_REVEALED] = ConfigRecord()
+    state[_RECEIVED] = ConfigRecord()
+    state[_SEEDS] = ConfigRecord()
+    state[_REVEALED] = ConfigRecord()
+    state[_MASK_KEYS] = ConfigRecord()
     signed = node.identity.sign(MASK_KEY_PURPOSE, node.context.run_id, node.context.node_id,
                                 s_keys.public_bytes())
-    return RecordDict({"keys": ConfigRecord({"s-pk": signed})})
+    reply = RecordDict({"keys": ConfigRecord({"s-pk": signed})})
+    if config_record(content, MAIL_KEYGEN) is not None:
+        reply[MAIL_KEY_REPLY] = ConfigRecord({"pk": new_mail_key(
+            node.state, node.identity, node.context.run_id, node.context.node_id)})
+    return reply
 
 
 @handler("secagg_share")
@@ -93,20 +116,33 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     # than that whatever the server's message says: a lower one would let fewer colluding
     # holders rebuild this node's self-mask seed.
     threshold = max(threshold_for(len(holders)), int(cfg["threshold"]))
-    seeds = {first + i: secrets.token_bytes(32) for i in range(batch)}  # 256-bit HKDF keys
-    shares = {t: split_secret(seed, threshold, len(holders)) for t, seed in seeds.items()}
-    for t, seed in seeds.items():
-        node.state.config_records[_SEEDS][str(t)] = seed
     listed = [int(v) for v in cfg["neighbours"]]
     if len(cfg["s-pks"]) != len(listed):
         raise SecAggError(f"{node.who}: secagg_share lists {len(listed)} neighbours and "
                           f"{len(cfg['s-pks'])} mask keys")
-    signed = dict(zip(listed, cfg["s-pks"]))
-    st["neighbours"] = neighbours
+    signed = {v: bytes(pk) for v, pk in zip(listed, cfg["s-pks"])}
+    # A later share round (the next batch of seeds) must hand over the same mask keys: a
+    # different key for a neighbour, even one its publisher signed (e.g. from an earlier
+    # setup of this run), would silently replace the key the masks so far were made with.
+    kept = _record(node.state, _MASK_KEYS)
+    changed = [v for v in neighbours if str(v) in kept and bytes(kept[str(v)]) != signed[v]]
+    if changed:
+        raise SecAggError(f"{node.who} refuses the share round: the mask key of node "
+                          f"{changed[0]} differs from the one it was given earlier in this "
+                          "key setup (a key substitution by the server?)")
     # every neighbour's mask key must carry its signature: a key the server put in its
-    # place would give the server the pairwise masks
-    st["s-pks"] = [node.identity.check(MASK_KEY_PURPOSE, node.context.run_id, v,
-                                       bytes(signed[v]))[1] for v in neighbours]
+    # place would give the server the pairwise masks (each key is verified once per run)
+    s_pks = [node.identity.check_once(node.state, MASK_KEY_PURPOSE, node.context.run_id, v,
+                                      signed[v])[1] for v in neighbours]
+    for v in neighbours:
+        kept[str(v)] = signed[v]
+    seeds = {first + i: secrets.token_bytes(32) for i in range(batch)}  # 256-bit HKDF keys
+    shares = dict(zip(seeds, split_secrets(list(seeds.values()), threshold, len(holders))))
+    own_seeds = _record(node.state, _SEEDS)
+    for t, seed in seeds.items():
+        own_seeds[str(t)] = seed
+    st["neighbours"] = neighbours
+    st["s-pks"] = s_pks
     st["threshold"] = threshold
     st["batch"] = batch
     for idx, holder in enumerate(holders):
@@ -123,7 +159,7 @@ def _store_bundle(state: RecordDict, sender: int, first: int, batch: int, bundle
     if len(bundle) % batch:
         raise SecAggError(f"share bundle from node {sender} has a bad length {len(bundle)}")
     size = len(bundle) // batch
-    received = state.config_records[_RECEIVED]
+    received = _record(state, _RECEIVED)
     for i in range(batch):
         received[f"{first + i}:{sender}"] = bundle[i * size:(i + 1) * size]
 
@@ -132,7 +168,7 @@ def _receive_shares(node: NodeContext) -> None:
     """Open the shares neighbours mailed (the relay names the sender of a tampered one)."""
     st = _state(node.state)
     neighbours = {int(v) for v in st.get("neighbours", [])}
-    sum_id = int(node.request.config_records[SUM_KEY]["sum-id"])
+    sum_id = int(_fields(node.request, ("sum-id",), node, "masked sum")["sum-id"])
     first = sum_id - (sum_id - 1) % int(st["batch"])
     for sender, bundle in node.mailbox.receive(f"{SHARES_PURPOSE}:{first}").items():
         if sender not in neighbours:
@@ -160,7 +196,7 @@ def mask_values(node: NodeContext, vec: np.ndarray) -> np.ndarray:
     if sum_id <= int(st["last-sum"]):
         raise SecAggError(f"refusing sum id {sum_id}: ids must increase (last {st['last-sum']}); "
                           "reusing masks would reveal differences of inputs")
-    seeds = state.config_records[_SEEDS]
+    seeds = _record(state, _SEEDS)
     if str(sum_id) not in seeds:
         raise SecAggError(f"no self-mask seed shared for sum {sum_id}")
     codec = FixedPoint(max_abs=float(cfg["max-abs"]), frac_bits=int(cfg["frac-bits"]))
@@ -224,11 +260,11 @@ def unmask(content: RecordDict, node: NodeContext) -> RecordDict:
         raise SecAggError(f"node {me} refuses to unmask: the sum would cover {len(survivors)} "
                           f"node(s), its node policy's min-survivors is "
                           f"{node.policy.min_survivors}")
-    revealed = node.state.config_records[_REVEALED]
+    revealed = _record(node.state, _REVEALED)
     if str(sum_id) in revealed:
         raise SecAggError(f"node {me} refuses to unmask sum {sum_id} twice")
     revealed[str(sum_id)] = True
-    received = node.state.config_records[_RECEIVED]
+    received = _record(node.state, _RECEIVED)
     out: dict[str, bytes] = {}
     for owner in sorted(neighbourhood & survivors):
         out[f"b:{owner}"] = bytes(received.pop(f"{sum_id}:{owner}"))

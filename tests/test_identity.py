@@ -193,6 +193,99 @@ def test_a_substituted_mask_key_aborts_key_setup(tmp_path: Path) -> None:
     assert not shares  # the first node to see the swapped key refused before sharing
 
 
+# -- keys are verified once per run; the cache of verified keys cannot be fooled ------------
+def test_a_verified_key_is_remembered_only_for_its_exact_bytes_node_run_and_roster(
+        tmp_path: Path) -> None:
+    from clients.identity import VERIFIED_STATE, NodeIdentity
+
+    roster = keygen(3, tmp_path)
+    me = NodeIdentity(SigningIdentity.load(tmp_path / "node-0.key"), roster, 0, simulated=False)
+    peer = SigningIdentity.load(tmp_path / "node-1.key")
+    pk = NodeKeys().public_bytes()
+    genuine = peer.sign_key(MAIL_PURPOSE, 7, 1002, 1, pk).to_bytes()
+    state = RecordDict()
+    assert me.check_once(state, MAIL_PURPOSE, 7, 1002, genuine) == (1, pk)
+    assert len(state[VERIFIED_STATE]) == 1
+    assert me.check_once(state, MAIL_PURPOSE, 7, 1002, genuine) == (1, pk)  # remembered
+    assert len(state[VERIFIED_STATE]) == 1
+    # another key for the same node, the same key claimed for another node, run or purpose:
+    # each is checked in full, and refused
+    forged = SigningIdentity.generate().sign_key(MAIL_PURPOSE, 7, 1002, 1, pk).to_bytes()
+    for purpose, run, node, blob in [(MAIL_PURPOSE, 7, 1002, forged),
+                                     (MAIL_PURPOSE, 7, 1003, genuine),
+                                     (MAIL_PURPOSE, 8, 1002, genuine),
+                                     (MASK_KEY_PURPOSE, 7, 1002, genuine)]:
+        with pytest.raises(IdentityError, match="substituted or forged"):
+            me.check_once(state, purpose, run, node, blob)
+    # the same state under another roster (another federation) remembers nothing
+    other = NodeIdentity(me.signer, keygen(3, tmp_path / "other"), 0, simulated=False)
+    with pytest.raises(IdentityError, match="substituted or forged"):
+        other.check_once(state, MAIL_PURPOSE, 7, 1002, genuine)
+    assert len(state[VERIFIED_STATE]) == 1
+
+
+def test_a_peer_mail_key_changed_mid_run_aborts_naming_the_node(tmp_path: Path) -> None:
+    """After a sum (every mail key verified and its pairwise key kept), the server has one node
+    make a new, genuinely signed mail key and hands the new directory out: refused."""
+    configs = _deployed_configs(tmp_path, 4)
+    with LocalGrid(build_client_app(**DIAGNOSTIC_APP), 4, node_configs=configs) as grid:
+        messenger = Messenger(grid, timeout=10)
+        nodes = _hello(grid, messenger)
+        agg = SecureAggregator(messenger, nodes, seed=1)
+        agg.setup()
+        agg.sum("diag_secure_sum", diag_request(2, SHAPES), max_abs=10.0)
+        victim = nodes[2]
+        fresh = messenger.send("relay_keys", {victim: RecordDict()})[victim]
+        messenger.mailroom.add_keys({victim: bytes(fresh["relay-key"]["pk"])})
+        with pytest.raises(NodeError) as err:
+            agg.sum("diag_secure_sum", diag_request(2, SHAPES), max_abs=10.0)
+    text = str(err.value)
+    assert f"refuses a new mail key for node {victim}" in text
+    assert "keys may not change during a run" in text
+
+
+class _SwapLater(SecureAggregator):
+    """Hands ``victim``'s mask key ``swap`` in the share rounds after the first."""
+
+    victim, swap = -1, b""
+
+    def _share_seeds(self, first_sum: int) -> None:
+        if first_sum > 1:
+            self.s_pks[self.victim] = self.swap
+        super()._share_seeds(first_sum)
+
+
+@pytest.mark.parametrize("how", ["genuine key of an earlier setup", "forged"])
+def test_a_mask_key_changed_in_a_later_share_round_aborts_naming_the_node(
+        tmp_path: Path, how: str) -> None:
+    """The nodes verified every mask key in the first share round; in the next one (a new
+    batch of seeds) the server hands one node's key of an earlier setup of this run, signed
+    by that node, or a forged one: the neighbours refuse, naming the node, and share
+    nothing more."""
+    configs = _deployed_configs(tmp_path, 4)
+    with LocalGrid(build_client_app(**DIAGNOSTIC_APP), 4, node_configs=configs) as grid:
+        messenger = Messenger(grid, timeout=10)
+        nodes = _hello(grid, messenger)
+        earlier = SecureAggregator(messenger, nodes, seed=1)
+        earlier.setup()
+        agg = _SwapLater(messenger, nodes, seed=2, seed_batch=1)
+        agg.victim = nodes[1]
+        agg.setup()
+        agg.swap = (earlier.s_pks[agg.victim] if how != "forged" else
+                    _substitute(agg.s_pks[agg.victim], agg.victim, 1, MASK_KEY_PURPOSE))
+        got = agg.sum("diag_secure_sum", diag_request(2, SHAPES), max_abs=10.0)
+        np.testing.assert_allclose(got["v"], diag_expected(2, SHAPES, [0, 1, 2, 3])["v"],
+                                   atol=1e-6)
+        with pytest.raises(NodeError) as err:
+            agg.sum("diag_secure_sum", diag_request(2, SHAPES), max_abs=10.0)
+        # only the victim (handed its neighbours' unchanged keys) may have shared batch 2
+        shared = [r for r in messenger.mailroom.view
+                  if r.purpose == "secagg-share:2" and r.sender != agg.victim]
+    text = str(err.value)
+    assert f"the mask key of node {agg.victim} differs" in text, text
+    assert not shared  # every node handed the swapped key refused before sharing a seed
+
+
 # -- survivor lists that differ from node to node -----------------------------------------
 def _attack_succeeds(d: int, t: int, masked: int) -> bool:
     """Can the server split u's neighbourhood (``d`` neighbours + u) into a group that gives

@@ -130,7 +130,8 @@ PRODUCTION_ACTIONS = {
     "query.hello": "public facts (role, sizes) and the node's own policy",
     "query.relay_keys": "publishes a fresh X25519 public key, signed by the node over its "
                         "own key, run and node id (nothing server-chosen is signed)",
-    "query.secagg_advertise": "publishes a fresh X25519 public key, signed as relay_keys",
+    "query.secagg_advertise": "publishes a fresh X25519 public key (and, asked, a fresh mail "
+                              "key as relay_keys does), each signed as relay_keys",
     "query.secagg_share": "Shamir-shares fresh random seeds, sealed to neighbours",
     "query.secagg_unmask": "reveals shares/keys of one sum under the refusal rules",
     "query.keys_create_secret": "creates a fresh secret, sealed to peers; returns a hash",

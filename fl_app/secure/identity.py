@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -92,9 +93,8 @@ class SigningIdentity:
     @classmethod
     def simulated(cls, partition: int) -> SigningIdentity:
         """The public, deterministic identity of a simulated partition (authenticates
-        nothing: see the module docstring)."""
-        seed = hashlib.sha256(_SIMULATED + str(int(partition)).encode()).digest()
-        return cls(Ed25519PrivateKey.from_private_bytes(seed))
+        nothing: see the module docstring); one object per partition and process."""
+        return _simulated_identity(int(partition))
 
     @classmethod
     def load(cls, path: str | Path) -> SigningIdentity:
@@ -130,15 +130,24 @@ class SigningIdentity:
 
 
 class Roster:
-    """The federation's public signing keys by partition id, handed to nodes out of band."""
+    """The federation's public signing keys by partition id, handed to nodes out of band.
+
+    Read-only (``keys`` is a mapping proxy), so that one roster object can serve every
+    message a node handles (:func:`simulated_roster`)."""
 
     def __init__(self, keys: Mapping[int, bytes], source: str) -> None:
-        self.keys = {int(p): bytes(k) for p, k in keys.items()}
+        self.keys: Mapping[int, bytes] = MappingProxyType(
+            {int(p): bytes(k) for p, k in keys.items()})
         self.source = source
+        digest = hashlib.sha256(b"fedrec-roster|v1|")
+        for p, k in sorted(self.keys.items()):
+            digest.update(int(p).to_bytes(8, "big", signed=True) + k)
+        #: SHA-256 over every (partition, key): what a cache of verified keys is bound to.
+        self.fingerprint = digest.digest()
 
     @classmethod
     def simulated(cls, partitions: Iterable[int]) -> Roster:
-        return cls({p: _simulated_public(p) for p in partitions}, "simulated")
+        return simulated_roster(tuple(int(p) for p in partitions))
 
     @classmethod
     def load(cls, path: str | Path) -> Roster:
@@ -182,9 +191,21 @@ class Roster:
 
 
 @lru_cache(maxsize=4096)
+def _simulated_identity(partition: int) -> SigningIdentity:
+    seed = hashlib.sha256(_SIMULATED + str(partition).encode()).digest()
+    return SigningIdentity(Ed25519PrivateKey.from_private_bytes(seed))
+
+
+@lru_cache(maxsize=4096)
 def _simulated_public(partition: int) -> bytes:
-    """Cached: a simulated node rebuilds the roster for every message it handles."""
     return SigningIdentity.simulated(partition).public_bytes()
+
+
+@lru_cache(maxsize=16)
+def simulated_roster(partitions: tuple[int, ...]) -> Roster:
+    """The simulated roster of ``partitions``, one object per process: a simulated node
+    looks its roster up for every message it handles (the keys are public constants)."""
+    return Roster({p: _simulated_public(p) for p in partitions}, "simulated")
 
 
 def keygen(partitions: int, out: str | Path) -> Roster:

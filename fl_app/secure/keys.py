@@ -52,6 +52,7 @@ __all__ = [
     "seal",
     "open_sealed",
     "split_secret",
+    "split_secrets",
     "combine_secret",
 ]
 
@@ -152,14 +153,27 @@ def split_secret(secret: bytes, threshold: int, n: int) -> list[bytes]:
     Share format: ``version(1) || threshold(2, BE) || length(2, BE) || holder x(2, BE) ||
     limbs (uint32 LE)``, the limbs being the GF(2^31 - 1) values of :mod:`fl_app.secure.shamir`.
     """
+    return split_secrets([secret], threshold, n)[0]
+
+
+def split_secrets(secrets: list[bytes], threshold: int, n: int) -> list[list[bytes]]:
+    """:func:`split_secret` of each of ``secrets`` (all of one length), in one vectorized
+    call: ``out[i][x - 1]`` is holder x's share of secret i. Each secret gets its own random
+    polynomials, exactly as if split alone (a node shares a batch of seeds per round)."""
     threshold, n = int(threshold), int(n)
-    secret = bytes(secret)
-    if not 1 <= len(secret) < 1 << 16:
-        raise ValueError(f"secret length must be in [1, 65535] bytes, got {len(secret)}")
-    ys = shamir.split(shamir.limbs_of(secret), threshold, n)
-    header = bytes([_SHARE_VERSION]) + threshold.to_bytes(2, "big") + len(secret).to_bytes(2, "big")
-    return [header + x.to_bytes(2, "big") + ys[x - 1].astype("<u4").tobytes()
-            for x in range(1, n + 1)]
+    secrets = [bytes(s) for s in secrets]
+    if not secrets:
+        return []
+    size = len(secrets[0])
+    if not 1 <= size < 1 << 16:
+        raise ValueError(f"secret length must be in [1, 65535] bytes, got {size}")
+    if any(len(s) != size for s in secrets):
+        raise ValueError("secrets split together must have one length")
+    ys = shamir.split(np.stack([shamir.limbs_of(s) for s in secrets]), threshold, n)
+    ys = ys.astype("<u4")  # (n, secrets, limbs); every value < 2^31
+    header = bytes([_SHARE_VERSION]) + threshold.to_bytes(2, "big") + size.to_bytes(2, "big")
+    return [[header + x.to_bytes(2, "big") + ys[x - 1, i].tobytes() for x in range(1, n + 1)]
+            for i in range(len(secrets))]
 
 
 def combine_secret(shares: list[bytes]) -> bytes:

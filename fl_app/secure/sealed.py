@@ -19,7 +19,7 @@ naming the sender. Node side: ``clients/sealed.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from flwr.app import ConfigRecord, RecordDict
@@ -31,6 +31,10 @@ MAIL_DIRECTORY = "relay.directory"  # ConfigRecord in requests: "<node>" -> sign
 #: Purpose under which nodes sign their mail keys (``fl_app/secure/identity.py``).
 MAIL_PURPOSE = "mail"
 MAIL_ROUND = "relay.round"  # ConfigRecord in requests: the round this node seals mail in
+#: ConfigRecord in a protocol's request: "also make and publish your mail key" (so a
+#: protocol's first round can open the relay, without a ``relay_keys`` round of its own).
+MAIL_KEYGEN = "relay.keygen"
+MAIL_KEY_REPLY = "relay-key"  # ConfigRecord in replies: {"pk": the node's signed mail key}
 
 _KEY_CONTEXT = b"fedrec-mail|"
 
@@ -88,11 +92,23 @@ class Mailroom:
     view: list[MailRecord] = field(default_factory=list)
     tamper: Callable[[int, int, bytes], bytes] | None = None
     out_record: str = MAIL_OUT  # the reply record that carries outgoing mail
+    #: The directory as a request record, made once per change and shared by every request
+    #: that carries it (n nodes x n keys: building and measuring it per node was most of
+    #: the server's share of key setup at 100 nodes).
+    _directory_record: tuple[dict[int, bytes], ConfigRecord] | None = field(default=None,
+                                                                             repr=False)
 
     def add_keys(self, keys: dict[int, bytes]) -> None:
         """Signed public mail keys from the ``relay_keys`` round (checked by the nodes)."""
         self.directory.update({int(n): bytes(k) for n, k in keys.items()})
         self.informed.clear()  # every node gets the new directory with its next request
+
+    def directory_record(self) -> ConfigRecord:
+        """The current directory as the request record nodes receive (node -> signed key)."""
+        if self._directory_record is None or self._directory_record[0] != self.directory:
+            self._directory_record = (dict(self.directory), ConfigRecord(
+                {str(n): k for n, k in self.directory.items()}))
+        return self._directory_record[1]
 
     def covers(self, nodes: Iterable[int]) -> bool:
         return all(int(n) in self.directory for n in nodes)
@@ -102,7 +118,7 @@ class Mailroom:
         out = RecordDict(dict(content.items()))
         out[MAIL_ROUND] = ConfigRecord({"round": int(round_)})
         if node not in self.informed:
-            out[MAIL_DIRECTORY] = ConfigRecord({str(n): k for n, k in self.directory.items()})
+            out[MAIL_DIRECTORY] = self.directory_record()
             self.informed.add(node)
         mail = self.queues.pop(node, None)
         if mail:
@@ -132,16 +148,38 @@ class Mailroom:
         return {n: len(q) for n, q in self.queues.items() if q}
 
 
-def open_mailroom(messenger, nodes: Iterable[int]) -> Mailroom:  # noqa: ANN001 (a Messenger)
-    """The messenger's mailroom, with mail keys for every node in ``nodes`` (one round if any
-    node has none yet). Every later request through the messenger carries mail."""
+def prepare_mailroom(messenger, nodes: Iterable[int]) -> tuple[Mailroom, list[int]]:  # noqa: ANN001
+    """The messenger's mailroom (made if it has none) and which of ``nodes`` have no mail
+    key yet: they need a ``relay_keys`` round, or :data:`MAIL_KEYGEN` in a protocol's
+    request, then :func:`take_mail_keys` on the replies."""
     nodes = sorted(int(n) for n in nodes)
     room = messenger.mailroom
     if room is None:
         room = messenger.mailroom = Mailroom(nodes=list(nodes))
-    missing = [n for n in nodes if n not in room.directory]
+    return room, [n for n in nodes if n not in room.directory]
+
+
+def take_mail_keys(messenger, room: Mailroom, nodes: Iterable[int],  # noqa: ANN001
+                   replies: Mapping[int, RecordDict]) -> None:
+    """Add the signed mail keys that ``nodes`` sent in ``replies`` (:data:`MAIL_KEY_REPLY`)
+    to the directory; a reply without one is an error naming the node."""
+    keys: dict[int, bytes] = {}
+    for n in nodes:
+        record = replies[n].get(MAIL_KEY_REPLY) if n in replies else None
+        pk = record.get("pk") if isinstance(record, ConfigRecord) else None
+        if not isinstance(pk, bytes):
+            raise RelayError(f"{messenger.label(n)} sent no mail key (field "
+                             f"'{MAIL_KEY_REPLY}.pk')")
+        keys[n] = pk
+    room.add_keys(keys)
+    room.nodes = sorted(set(room.nodes) | set(keys))
+
+
+def open_mailroom(messenger, nodes: Iterable[int]) -> Mailroom:  # noqa: ANN001 (a Messenger)
+    """The messenger's mailroom, with mail keys for every node in ``nodes`` (one round if any
+    node has none yet). Every later request through the messenger carries mail."""
+    room, missing = prepare_mailroom(messenger, nodes)
     if missing:
         replies = messenger.broadcast("relay_keys", RecordDict(), missing, phase="relay_keys")
-        room.add_keys({n: bytes(r.config_records["relay-key"]["pk"]) for n, r in replies.items()})
-        room.nodes = sorted(set(room.nodes) | set(missing))
+        take_mail_keys(messenger, room, missing, replies)
     return room

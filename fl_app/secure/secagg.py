@@ -8,9 +8,12 @@ Key setup, once per run (two synchronous rounds):
 1. ``secagg_advertise``: every node makes an X25519 key pair ``s`` (pairwise mask
    agreement) and publishes the public key signed with its long-term identity
    (``fl_app/secure/identity.py``); the same round opens the sealed relay
-   (``fl_app/secure/sealed.py``) if the run has none yet, whose mail keys are signed too.
+   (``fl_app/secure/sealed.py``) if the run has none yet: a node without a mail key makes
+   one and publishes it, signed too, in the same reply (no ``relay_keys`` round).
 2. ``secagg_share``: the server sends each node its neighbours' signed ``s`` keys; the node
-   refuses any key its publisher's roster entry did not sign (a key-substituting server). The node
+   refuses any key its publisher's roster entry did not sign (a key-substituting server), and
+   in a later share round any key that differs from the one it was given before. Each
+   signature is verified once per run (``clients/identity.py``). The node
    draws a batch of independent self-mask seeds ``b_u^(t)``, one per upcoming sum t,
    Shamir-splits each among its neighbourhood (itself included) with threshold ``t_u``, and
    mails each holder its shares through the sealed relay, which delivers them with the
@@ -70,6 +73,7 @@ from fl_app.secure.fixedpoint import FixedPoint
 from fl_app.secure.identity import SIGNED_KEY_BYTES
 from fl_app.secure.keys import combine_secret
 from fl_app.secure.masks import derive_sum_key, expand_mask
+from fl_app.secure.sealed import MAIL_KEYGEN, prepare_mailroom, take_mail_keys
 
 #: Sealed-relay purpose of a batch of self-mask seed shares (``<purpose>:<first sum>``).
 SHARES_PURPOSE = "secagg-share"
@@ -174,19 +178,21 @@ class SecureAggregator(Aggregator):
 
     # -- setup ----------------------------------------------------------------------------
     def setup(self) -> None:
-        """Key setup: mail keys (if needed), mask keys, the first batch of self-mask seeds."""
-        from fl_app.secure.sealed import open_mailroom
-
-        open_mailroom(self.messenger, self.nodes)
+        """Key setup in two rounds: mask keys (and the mail keys of nodes that have none:
+        the sealed relay opens in the same round), then the first batch of self-mask seeds."""
+        room, keyless = prepare_mailroom(self.messenger, self.nodes)
         self.run_tag = f"{self.seed}:{','.join(map(str, sorted(self.nodes)))}".encode()
         self.graph = neighbour_graph(sorted(self.nodes), self.degree, self.seed)
         self.thresholds = {u: threshold_for(len(vs) + 1, self.threshold_fraction)
                            for u, vs in self.graph.items()}
-        replies = self.messenger.broadcast(
+        request = RecordDict({SUM_KEY: ConfigRecord({"run-tag": self.run_tag})})
+        with_mail_key = RecordDict({**request, MAIL_KEYGEN: ConfigRecord({"make": True})})
+        replies = self.messenger.send(
             "secagg_advertise",
-            RecordDict({SUM_KEY: ConfigRecord({"run-tag": self.run_tag})}),
-            self.nodes, phase="secagg_setup",
+            {u: with_mail_key if u in keyless else request for u in self.nodes},
+            phase="secagg_setup",
         )
+        take_mail_keys(self.messenger, room, keyless, replies)
         self.s_pks = {}
         for node, reply in replies.items():
             keys = reply.config_records.get("keys")
