@@ -28,7 +28,7 @@ from fl_app.records import (
     pop_arrays,
     to_array_record,
 )
-from fl_app.recsys.graph_filters import SparseItemItem, make_filter
+from fl_app.recsys.graph_filters import SCORE_DTYPES, SparseItemItem, make_filter
 from fl_app.recsys.linalg import (
     normalize_rows,
     symmetric_from_upper,
@@ -145,13 +145,18 @@ def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     filters = content.config_records["filters"]
     data = node.data()
     train = _binary_rows(node)
+    dtype = str(cfg.get("score-dtype", "float64"))
+    if dtype not in SCORE_DTYPES:
+        raise ValueError(f"{node.who}: privirec score-dtype must be one of {SCORE_DTYPES}, "
+                         f"got {dtype!r}")
     # One operator per alpha, shared by every filter that uses it (BSPM-LM and -EM then share
     # the blocked kernel); the broadcast upper triangles are dropped once expanded, because
     # at Yelp2018 scale each P~ is ~0.8 GB on a node.
     P: dict[str, SparseItemItem] = {}
     for key in [k for k in arrays if k.startswith("P@") and k.endswith(".shape")]:
         alpha = key.removeprefix("P@").removesuffix(".shape")
-        P[alpha] = SparseItemItem(symmetric_from_upper(csr_from_arrays(arrays, f"P@{alpha}")))
+        P[alpha] = SparseItemItem(symmetric_from_upper(csr_from_arrays(arrays, f"P@{alpha}")),
+                                  dtype=dtype)
         for part in ("data", "indices", "indptr", "shape"):
             del arrays[f"P@{alpha}.{part}"]
     out: dict[str, np.ndarray] = {}

@@ -38,7 +38,7 @@ from flwr.serverapp import Grid
 from fl_app.config import ConfigError, Key
 from fl_app.messaging import Messenger
 from fl_app.records import csr_from_arrays, csr_to_arrays, to_array_record
-from fl_app.recsys.graph_filters import evaluate_centrally, make_filter
+from fl_app.recsys.graph_filters import SCORE_DTYPES, evaluate_centrally, make_filter
 from fl_app.recsys.linalg import (
     item_item_from_gram,
     qr_positive,
@@ -90,6 +90,10 @@ PRIVIREC_KEYS: tuple[Key, ...] = (
         "wire (X, the nodes' Y, S): `float64` (lossless) or `float32` (half the bytes and node "
         "memory; `aggregator = plain` only; the server still does QR in float64)",
         choices=WIRE_DTYPES),
+    Key("privirec-score-dtype", "float64", "precision of a node's products with the explicit "
+        "P~ when it scores its users: `float64` (the centralized reference's arithmetic, to "
+        "rounding) or `float32` (less than half the CPU of each product on Gowalla at ~1e-6 "
+        "relative error; results/privirec/node_cost_gowalla.md)", choices=SCORE_DTYPES),
 )
 
 
@@ -162,6 +166,10 @@ class PriviRec(ProtocolStrategy):
         ``float64`` (default, lossless) or ``float32`` (half the bytes and node memory; the
         server still runs QR and sums in float64, and the nodes' low-rank scoring runs in
         float32). Plain sums only: SecAgg+ replies are 64-bit ring elements either way.
+    score_dtype : precision of each node's products with the explicit P~ at evaluation
+        (``float64`` default; ``float32`` for large catalogues, where these products are
+        almost all of a node's work: docs/protocols/privirec.md). Nothing it computes
+        travels except the metric sums, so any aggregator accepts it.
     """
 
     low_rank = False
@@ -171,7 +179,7 @@ class PriviRec(ProtocolStrategy):
                  rank: int = 0, ritz: bool | None = None, omega: str = "private",
                  aggregator: str = "secagg+", secagg_degree: int = 0, dataset: str = "",
                  seed: int = 0, top_k: int = 20, filter_rank: int = 0,
-                 wire_dtype: str = "float64") -> None:
+                 wire_dtype: str = "float64", score_dtype: str = "float64") -> None:
         if L < 1:
             raise ConfigError(f"privirec-L counts the R~^T Omega round and must be >= 1, got {L}")
         self.filters = tuple(filters)
@@ -186,6 +194,10 @@ class PriviRec(ProtocolStrategy):
             raise ConfigError("privirec-wire-dtype = float32 needs aggregator = 'plain' (SecAgg+ "
                               "sums 64-bit fixed-point ring elements, CKKS its own encoding)")
         self.wire_dtype = wire_dtype
+        if score_dtype not in SCORE_DTYPES:
+            raise ConfigError(f"privirec-score-dtype must be one of {SCORE_DTYPES}, got "
+                              f"{score_dtype!r}")
+        self.score_dtype = score_dtype
         # PriviRec-k: the ideal low-pass part uses at most the k columns there are
         self.max_filter_rank = rank if self.low_rank else 0
         self._filter_objects()  # unknown filter names fail here, before any message
@@ -199,7 +211,8 @@ class PriviRec(ProtocolStrategy):
                    omega=cfg["privirec-omega"], aggregator=cfg["aggregator"],
                    secagg_degree=cfg["secagg-degree"], dataset=cfg["dataset"],
                    seed=cfg["seed"], filter_rank=cfg["privirec-filter-rank"],
-                   wire_dtype=cfg["privirec-wire-dtype"])
+                   wire_dtype=cfg["privirec-wire-dtype"],
+                   score_dtype=cfg["privirec-score-dtype"])
 
     # -- helpers ----------------------------------------------------------------------------
     def _filter_objects(self) -> dict[str, Any]:
@@ -287,7 +300,8 @@ class PriviRec(ProtocolStrategy):
             "arrays": to_array_record(arrays),
             "privirec": ConfigRecord({"dataset": self.dataset, "top-k": self.top_k,
                                       "filter-rank": self.filter_rank,
-                                      "max-filter-rank": self.max_filter_rank}),
+                                      "max-filter-rank": self.max_filter_rank,
+                                      "score-dtype": self.score_dtype}),
             "filters": ConfigRecord(dict.fromkeys(self.filters, True)),
         })
         sums = agg.sum("privirec_evaluate", req, max_abs=float(max_users) + 1.0,
@@ -369,7 +383,7 @@ class PriviRecK(PriviRec):
                    ritz=cfg["privirec-ritz"] == "true", omega=base.omega,
                    aggregator=base.aggregator, secagg_degree=base.secagg_degree,
                    dataset=base.dataset, seed=base.seed, filter_rank=base.filter_rank,
-                   wire_dtype=base.wire_dtype)
+                   wire_dtype=base.wire_dtype, score_dtype=base.score_dtype)
 
     def _use_ritz(self) -> bool:
         return bool(self.ritz)

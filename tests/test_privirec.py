@@ -160,3 +160,24 @@ def test_float32_wire_halves_bytes_and_keeps_results() -> None:
     with pytest.raises(Exception, match="float32 needs aggregator"):
         run_in_process({**cfg, "aggregator": "secagg+", "privirec-wire-dtype": "float32"},
                           num_nodes=3, quiet=True)
+
+
+def test_float32_scoring_keeps_metrics_and_is_checked() -> None:
+    """privirec-score-dtype = float32: the nodes apply P~ in float32 (the blocked kernel), the
+    metrics stay those of float64 scoring to float32's rounding (~1e-6 relative on the
+    scores, so only near-ties could reorder), any aggregator accepts it (nothing it computes
+    travels), and an unknown precision is refused before any message."""
+    cfg = {**BASE, "protocol": "privirec", "aggregator": "plain", "privirec-filter-rank": 6,
+           "privirec-filters": "bspm-em,turbo-cf", "run-name": "test-score64"}
+    policy = {"allow-plain": True, "allow-seeded-omega": True, "allow-sparse-transport": True}
+    r64 = run_in_process(cfg, num_nodes=3, quiet=True, node_policy=policy)
+    r32 = run_in_process({**cfg, "privirec-score-dtype": "float32", "run-name": "test-score32"},
+                         num_nodes=3, quiet=True, node_policy=policy)
+    for name in ("bspm-em", "turbo-cf"):
+        for metric in ("ndcg@20", "recall@20"):
+            key = f"{name}/{metric}"
+            assert r32["metrics"][key] == pytest.approx(r64["metrics"][key], abs=1e-3), key
+    assert r32["communication"]["total_rounds"] == r64["communication"]["total_rounds"]
+    with pytest.raises(Exception, match="privirec-score-dtype.: expected one of float64"):
+        run_in_process({**cfg, "privirec-score-dtype": "float16"}, num_nodes=3, quiet=True,
+                       node_policy=policy)

@@ -113,6 +113,10 @@ class ItemItemOperator:
         raise NotImplementedError
 
 
+#: Arithmetic precisions of :class:`SparseItemItem`'s dense products (what a node may choose).
+SCORE_DTYPES = ("float64", "float32")
+
+
 class SparseItemItem(ItemItemOperator):
     """P~ held explicitly (sparse CSR, or dense ndarray for tiny problems).
 
