@@ -24,6 +24,12 @@ from fl_app.results import print_run_table, write_run
 
 log = logging.getLogger("fedrec")
 
+# Flower's log stream (``flwr run --stream``) stops as soon as it sees the run FINISHED, and
+# the runtime marks it finished one second after its log queue empties; output pushed later
+# (a slow PushLogs on a loaded machine) never reaches the user. Lingering a few upload and
+# stream intervals (0.2 s and 0.5 s in flwr 1.41) before returning lets the final table through.
+_LOG_DELIVERY_SECONDS = 1.5
+
 
 def run_protocol(grid: Grid, cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Run the configured protocol over ``grid``; return the results record."""
@@ -115,6 +121,8 @@ def make_server_app(overrides: Mapping[str, Any] | None = None,
             log.info("results written to %s", path)
         if on_result is not None:
             on_result(record)
+        else:  # under Flower's runtime: let the table reach `flwr run --stream`
+            time.sleep(_LOG_DELIVERY_SECONDS)
 
     return server_app
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -48,4 +49,7 @@ def test_readme_flwr_run_block_works_as_written(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=280)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
+    runs = [json.loads(p.read_text()) for p in (tmp_path / "results" / "runs").glob("*.json")]
+    assert [r["status"] for r in runs] == ["completed"], out[-3000:]
+    assert runs[0]["config"]["protocol"] == "fedmf" and "ndcg@20" in runs[0]["metrics"]
     assert "fedmf on synthetic" in out and "ndcg@20" in out, out[-3000:]
