@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -45,11 +46,25 @@ def test_readme_flwr_run_block_works_as_written(tmp_path: Path) -> None:
     env.pop("VIRTUAL_ENV", None)
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep)
                                   if not p.startswith(str(REPO / ".venv")))
-    proc = subprocess.run(["bash", "-euc", block.group(1)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=280)
+    try:
+        proc = subprocess.run(["bash", "-euc", block.group(1)], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=280)
+    finally:  # `flwr run` leaves its local SuperLink running, detached; its log file is
+        # under this FLWR_HOME, so its command line names the folder
+        _stop_processes_naming(env["FLWR_HOME"])
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     runs = [json.loads(p.read_text()) for p in (tmp_path / "results" / "runs").glob("*.json")]
     assert [r["status"] for r in runs] == ["completed"], out[-3000:]
     assert runs[0]["config"]["protocol"] == "fedmf" and "ndcg@20" in runs[0]["metrics"]
     assert "fedmf on synthetic" in out and "ndcg@20" in out, out[-3000:]
+
+
+def _stop_processes_naming(text: str) -> None:
+    """SIGTERM every process whose command line contains ``text`` (Linux /proc)."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text in cmdline.read_bytes().decode(errors="replace"):
+                os.kill(int(cmdline.parent.name), signal.SIGTERM)
+        except (OSError, ValueError):
+            continue
