@@ -256,16 +256,13 @@ def _sender_lists(ptr: np.ndarray, holders: np.ndarray,
                   me: int) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """Per other holder of this node's convolution items: (the items it holds, ascending
     convolution-local index; their positions in ``holders``)."""
-    out: dict[int, tuple[list[int], list[int]]] = {}
-    for k in range(len(ptr) - 1):
-        for slot in range(int(ptr[k]), int(ptr[k + 1])):
-            s = int(holders[slot])
-            if s != me:
-                ks, slots = out.setdefault(s, ([], []))
-                ks.append(k)
-                slots.append(slot)
-    return {s: (np.asarray(ks, np.int64), np.asarray(sl, np.int64))
-            for s, (ks, sl) in sorted(out.items())}
+    ptr = np.asarray(ptr, np.int64)
+    slots = np.arange(ptr[0], ptr[-1], dtype=np.int64)
+    ks = np.repeat(np.arange(len(ptr) - 1, dtype=np.int64), np.diff(ptr))
+    who = np.asarray(holders, dtype=np.uint64)[slots]  # Flower node ids: unsigned 64-bit
+    other = who != np.uint64(me)
+    slots, ks, who = slots[other], ks[other], who[other]
+    return {int(s): (ks[who == s], slots[who == s]) for s in np.unique(who)}
 
 
 class Session:
