@@ -29,12 +29,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 from flwr.app import RecordDict
 from flwr.serverapp import Grid
 
 from fl_app.config import Key
 from fl_app.messaging import Messenger, NodeTimeoutError
 from fl_app.records import from_array_record
+from fl_app.recsys.cover import assign_items, greedy_cover
 from fl_app.recsys.lightgcn import BACKBONES, LightGCN, layer_mean, n_batches
 from fl_app.recsys.metrics import evaluate_ranking
 from fl_app.secure.pseudonyms import is_pseudonym
@@ -198,29 +200,19 @@ class _Run:
     def assign_convolution(self) -> np.ndarray:
         """Greedy set cover of the items by nodes, then one random cover holder per item."""
         m = len(self.catalogue)
-        holders: list[list[int]] = [[] for _ in range(m)]
-        for n in self.nodes:
-            for i in self.held_idx[n]:
-                holders[i].append(n)
-        count = np.array([len(h) for h in holders])
-        cover: list[int] = [n for n in self.nodes if np.any(count[self.held_idx[n]] == 1)]
-        covered = np.zeros(m, dtype=bool)
-        for n in cover:
-            covered[self.held_idx[n]] = True
-        while not covered.all():
-            gain = {n: int((~covered[self.held_idx[n]]).sum()) for n in self.nodes
-                    if n not in cover}
-            best = max(gain, key=lambda n: (gain[n], -self.nodes.index(n)))
-            cover.append(best)
-            covered[self.held_idx[best]] = True
-        in_cover = set(cover)
-        rng = np.random.default_rng([self.s.seed, 53])
-        # Flower node ids are unsigned 64-bit: draw an index, keep the ids as uint64
-        picks = []
-        for i in range(m):
-            options = [n for n in holders[i] if n in in_cover]
-            picks.append(options[int(rng.integers(len(options)))])
-        conv = np.array(picks, dtype=np.uint64)
+        rows = np.concatenate([np.full(len(self.held_idx[n]), k) for k, n in enumerate(self.nodes)])
+        cols = np.concatenate([self.held_idx[n] for n in self.nodes])
+        holds = sp.csr_matrix((np.ones(len(rows), dtype=bool), (rows, cols)),
+                              shape=(len(self.nodes), m))
+        cover = greedy_cover(holds)
+        picks = assign_items(holds, cover, np.random.default_rng([self.s.seed, 53]))
+        ids = np.asarray(self.nodes, dtype=np.uint64)  # Flower node ids are unsigned 64-bit
+        conv = ids[picks]
+        H = holds.tocsc()
+        H.sort_indices()
+        holders = [[self.nodes[k] for k in H.indices[H.indptr[i]:H.indptr[i + 1]]]
+                   for i in range(m)]
+        in_cover = {self.nodes[k] for k in cover}
         self.holders = holders
         self.cover = sorted(in_cover)
         self.conv_idx = {n: np.flatnonzero(conv == n) for n in self.nodes}
