@@ -24,3 +24,15 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+#: Files started first, in this order: with ``--dist loadfile --no-loadscope-reorder``
+#: (pyproject.toml) xdist hands the first file to worker 0 and the second to worker 1. The
+#: deployment matrix is the longest file (the suite's wall time is at least its time), and
+#: the killed-node file mostly waits, so it overlaps the matrix on the other worker.
+LONGEST_FIRST = ("test_deployment.py", "test_deployment_failure.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
