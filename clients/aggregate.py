@@ -17,7 +17,7 @@ from flwr.app import ConfigRecord, RecordDict
 
 from clients.node import NodeContext
 from clients.registry import handler
-from fl_app.records import to_array_record
+from fl_app.records import config_record, state_record, to_array_record
 from fl_app.secure.aggregate import (
     CIPHER_KEY,
     CONTRIB_KEY,
@@ -103,7 +103,7 @@ def _encrypt(node: NodeContext, vec: np.ndarray, cfg: ConfigRecord) -> list[byte
         raise OverflowError(f"{node.who}: {over} of {vec.size} value(s) outside the declared "
                             f"range max_abs={max_abs:g} of this CKKS sum")
     ctx = get_shared_context(node.state, str(cfg["purpose"]))
-    node.state.config_records.setdefault(_CONTRIBUTED, ConfigRecord())[str(cfg["sum-id"])] = True
+    state_record(node.state, _CONTRIBUTED)[str(cfg["sum-id"])] = True
     return encrypt_packed(ctx, vec.astype(np.float64, copy=False))
 
 
@@ -179,8 +179,8 @@ def decrypt(content: RecordDict, node: NodeContext) -> RecordDict:
         raise AggregationError(f"{node.who}: decrypt request lacks field(s) "
                                f"{', '.join(f'{SUM_KEY}.{k}' for k in missing)}")
     sum_id = str(int(cfg["sum-id"]))
-    contributed = node.state.config_records.get(_CONTRIBUTED, ConfigRecord())
-    done = node.state.config_records.setdefault(_DECRYPTED, ConfigRecord())
+    contributed = config_record(node.state, _CONTRIBUTED) or ConfigRecord()
+    done = state_record(node.state, _DECRYPTED)
     if sum_id not in contributed or sum_id in done:
         raise AggregationError(f"partition {node.partition_id} refuses to decrypt sum {sum_id}: "
                                "it decrypts once each sum it contributed to, nothing else")

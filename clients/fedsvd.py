@@ -16,6 +16,7 @@ from flwr.app import ConfigRecord, RecordDict
 from clients.aggregate import ranking_reply, sum_reply
 from clients.node import NodeContext
 from clients.registry import handler
+from fl_app.records import config_record
 from fl_app.recsys import fedsvd as svd
 from fl_app.secure.aggregate import SUM_KEY
 
@@ -64,7 +65,7 @@ def sync(content: RecordDict, node: NodeContext) -> RecordDict:
         extra = {"fedsvd": ConfigRecord({"z-max": out.z_max})}
     if out.noise is not None:
         node.store_arrays(_NOISE, {"N": out.noise})
-        node.state.config_records[_NOISE_INFO] = ConfigRecord({"t": t_to, "mode": mode,
+        node.state[_NOISE_INFO] = ConfigRecord({"t": t_to, "mode": mode,
                                                                 "weight": weight})
     return sum_reply(node, {"Y": out.update}, extra)
 
@@ -84,7 +85,7 @@ def noise_product(content: RecordDict, node: NodeContext) -> RecordDict:
     if "fedsvd-he" not in content.config_records:
         raise ValueError(f"{node.who}: noise-removal request has no 'fedsvd-he' record")
     req = content.config_records["fedsvd-he"]
-    info = node.state.config_records.get(_NOISE_INFO)
+    info = config_record(node.state, _NOISE_INFO)
     stored = node.load_arrays(_NOISE)
     if info is None or stored is None or int(info["t"]) != int(req["t"]):
         raise ValueError(f"{node.who} refuses noise removal for t = {int(req['t'])}: it holds "
@@ -92,7 +93,7 @@ def noise_product(content: RecordDict, node: NodeContext) -> RecordDict:
     if str(info["mode"]) not in ("secagg+", "ckks"):
         raise ValueError(f"{node.who} refuses noise removal: its update of t = {int(req['t'])} "
                          f"went into a '{info['mode']}' sum, which the server saw unmasked")
-    del node.state.config_records[_NOISE_INFO]  # one answer per synchronization
+    del node.state[_NOISE_INFO]  # one answer per synchronization
     weighted = stored["N"]
     if np.abs(weighted).max(initial=0.0) > float(info["weight"]) * VALUE_BOUND:
         raise ValueError(f"{node.who} refuses noise removal: its noise exceeds the CKKS "
@@ -126,7 +127,7 @@ def _selection_context(node: NodeContext, public: bytes):
         while len(_SELECTION_CONTEXTS) >= _SELECTION_CACHE_SIZE:
             _SELECTION_CONTEXTS.pop(next(iter(_SELECTION_CONTEXTS)))
         _SELECTION_CONTEXTS[key] = hit
-    node.state.config_records[_HE_CONTEXT] = ConfigRecord({"sha256": key[1]})
+    node.state[_HE_CONTEXT] = ConfigRecord({"sha256": key[1]})
     return hit
 
 

@@ -23,6 +23,7 @@ from flwr.app import ConfigRecord, RecordDict
 
 from clients.node import NodeContext
 from clients.registry import handler
+from fl_app.records import config_record
 from fl_app.secure.relay import MAKES, RELAY_KEY, RelayError, secret_mail_purpose
 
 __all__ = ["get_shared_secret", "get_shared_context", "secret_fingerprint"]
@@ -46,21 +47,22 @@ def get_shared_secret(state: RecordDict, purpose: str) -> bytes:
     on this node (the server must call ``relay_secret(..., purpose=...)`` first).
     """
     key = _secret_key(purpose)
-    if key not in state.config_records:
-        held = sorted(k.removeprefix("secret.") for k in state.config_records
-                      if k.startswith("secret."))
+    record = config_record(state, key)
+    if record is None:
+        held = sorted(k.removeprefix("secret.") for k in state
+                      if k.startswith("secret.") and config_record(state, k) is not None)
         raise RelayError(
             f"no shared secret '{purpose}' on this node (holds: {held or 'none'}); the server "
             f"must run fl_app.secure.relay.relay_secret(purpose={purpose!r}) first"
         )
-    return bytes(state.config_records[key]["secret"])
+    return bytes(record["secret"])
 
 
 def get_shared_context(state: RecordDict, purpose: str):
     """The relayed CKKS secret context for ``purpose`` as a TenSEAL context (cached)."""
     from fl_app.secure.he import load_context
 
-    record = state.config_records.get(_secret_key(purpose))
+    record = config_record(state, _secret_key(purpose))
     if record is not None and str(record["make"]) != "ckks-context":
         raise RelayError(f"shared secret '{purpose}' is a {record['make']}, not a CKKS context")
     secret = get_shared_secret(state, purpose)
@@ -78,7 +80,7 @@ def _cfg(content: RecordDict) -> ConfigRecord:
 
 def _store_secret(node: NodeContext, purpose: str, make: str, owner: int, secret: bytes) -> bytes:
     fp = secret_fingerprint(secret)
-    node.state.config_records[_secret_key(purpose)] = ConfigRecord({
+    node.state[_secret_key(purpose)] = ConfigRecord({
         "secret": secret, "make": make, "owner": int(owner), "fingerprint": fp,
     })
     return fp

@@ -30,7 +30,7 @@ from clients.aggregate import sum_reply
 from clients.keyrelay import get_shared_secret
 from clients.node import NodeContext
 from clients.registry import handler
-from fl_app.records import from_array_record, to_array_record
+from fl_app.records import array_record, config_record, from_array_record, to_array_record
 from fl_app.recsys.lightgcn import (
     bpr_terms,
     direct_terms,
@@ -78,11 +78,10 @@ class StateArrays(MutableMapping):
     every round dominated the round's cost."""
 
     def __init__(self, node: NodeContext, name: str) -> None:
-        records = node.state.array_records
-        if name not in records:
-            node.state[name] = ArrayRecord()
-            records = node.state.array_records
-        self.record = records[name]
+        record = array_record(node.state, name)
+        if record is None:
+            record = node.state[name] = ArrayRecord()
+        self.record = record
         self.cache: dict[str, np.ndarray] = {}
 
     def __getitem__(self, key: str) -> np.ndarray:
@@ -248,7 +247,7 @@ def verify(content: RecordDict, node: NodeContext) -> RecordDict:
     stored = StateArrays(node, _PARAMS)
     stored.replace(params)
     stored.flush()
-    node.state.config_records[_FLAGS] = ConfigRecord({"step": -1, "degrees": False})
+    node.state[_FLAGS] = ConfigRecord({"step": -1, "degrees": False})
     return RecordDict()
 
 
@@ -274,10 +273,11 @@ class Session:
         self.me = node.context.node_id
         self.setup = StateArrays(node, _SETUP)
         self.params = StateArrays(node, _PARAMS)
-        if "V" not in self.params or _FLAGS not in node.state.config_records:
+        flags = config_record(node.state, _FLAGS)
+        if "V" not in self.params or flags is None:
             raise LosslessnessError(f"{node.who}: lpgcn_round before the LP-GCN setup")
         self.cur = StateArrays(node, _STEP)
-        self.flags: dict[str, Any] = dict(node.state.config_records[_FLAGS])
+        self.flags: dict[str, Any] = dict(flags)
         self.L = int(self.hp["layers"])
         self.plus = self.hp["backbone"] == "lightgcn+"
         self.dtype = np.dtype(str(self.hp["dtype"]))
@@ -302,7 +302,7 @@ class Session:
         self.cur.flush()
         self.params.flush()
         self.setup.flush()
-        self.node.state.config_records[_FLAGS] = ConfigRecord(self.flags)
+        self.node.state[_FLAGS] = ConfigRecord(self.flags)
 
     def done(self, name: str) -> bool:
         return bool(self.flags.get(name, False))
@@ -663,7 +663,7 @@ def lpgcn_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
 def lpgcn_losses(content: RecordDict, node: NodeContext) -> RecordDict:
     """This node's loss share of every training step so far, as a share of a sum."""
     steps = int(node.config()["steps"])
-    flags = dict(node.state.config_records.get(_FLAGS, ConfigRecord()))
+    flags = dict(config_record(node.state, _FLAGS) or ConfigRecord())
     out = np.zeros(steps)
     for s, value in zip(flags.get("loss-steps", []), flags.get("losses", [])):
         if 0 <= int(s) < steps:
@@ -674,4 +674,7 @@ def lpgcn_losses(content: RecordDict, node: NodeContext) -> RecordDict:
 def stored_params(state: RecordDict) -> dict[str, np.ndarray]:
     """This node's layer-0 rows as kept in its state (``U`` with ``user_ids``; ``V``, ``W``
     with ``conv_real``): for tests that compare a run with the centralized reference."""
-    return from_array_record(state.array_records[_PARAMS])
+    record = array_record(state, _PARAMS)
+    if record is None:
+        raise KeyError(_PARAMS)
+    return from_array_record(record)

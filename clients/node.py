@@ -17,7 +17,7 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, RecordDict
 
 from datasets import DatasetSpec, NodeData, PartitionSpec, load_item_server_data, load_node_data
-from fl_app.records import from_array_record, to_array_record
+from fl_app.records import array_record, config_record, from_array_record, to_array_record
 
 if TYPE_CHECKING:
     from clients.identity import NodeIdentity
@@ -144,9 +144,9 @@ class NodeContext:
             "config" if "config" in records and "dataset" in records["config"] else None)
         if source is not None:
             cfg = dict(records[source])
-            self.state.config_records[_STATE_DATA_KEY] = ConfigRecord(cfg)
-        elif _STATE_DATA_KEY in self.state.config_records:
-            cfg = dict(self.state.config_records[_STATE_DATA_KEY])
+            self.state[_STATE_DATA_KEY] = ConfigRecord(cfg)
+        elif config_record(self.state, _STATE_DATA_KEY) is not None:
+            cfg = dict(config_record(self.state, _STATE_DATA_KEY))
         else:
             raise RuntimeError(
                 f"partition {self.partition_id}: no dataset config received yet "
@@ -182,10 +182,11 @@ class NodeContext:
     # -- private arrays kept in Flower's node state ------------------------------------
     def load_arrays(self, key: str) -> dict[str, np.ndarray] | None:
         """Arrays this node stored under ``key`` in an earlier message, or None."""
-        if key not in self.state.array_records:
+        record = array_record(self.state, key)
+        if record is None:
             return None
-        return from_array_record(self.state.array_records[key])
+        return from_array_record(record)
 
     def store_arrays(self, key: str, arrays: Mapping[str, np.ndarray]) -> None:
         """Keep private arrays (e.g. user factors) in the node state for later messages."""
-        self.state.array_records[key] = to_array_record(arrays)
+        self.state[key] = to_array_record(arrays)

@@ -60,6 +60,8 @@ from typing import Any
 
 from flwr.app import ConfigRecord, RecordDict
 
+from fl_app.records import config_record
+
 #: Environment variable read by ``build_client_app`` (comma-separated ``key=value``).
 POLICY_ENV = "FEDREC_NODE_POLICY"
 #: Record in the handshake reply: the node's policy, acknowledged for the results.
@@ -204,7 +206,9 @@ class NodePolicy:
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise PolicyError(f"{who} refuses {what}: epsilon must be finite and > 0, got "
                               f"{epsilon!r}")
-        record = state.config_records.setdefault(_DP_SPENT, ConfigRecord({"epsilon": 0.0}))
+        record = config_record(state, _DP_SPENT)
+        if record is None:
+            record = state[_DP_SPENT] = ConfigRecord({"epsilon": 0.0})
         spent = float(record["epsilon"])
         if spent + epsilon > self.dp_budget + 1e-12:
             raise PolicyError(

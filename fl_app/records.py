@@ -54,6 +54,12 @@ def config_record(content: RecordDict, key: str) -> ConfigRecord | None:
     return record if isinstance(record, ConfigRecord) else None
 
 
+def array_record(content: RecordDict, key: str) -> ArrayRecord | None:
+    """The ArrayRecord ``content[key]``, or None (see :func:`config_record` for why)."""
+    record = content.get(key)
+    return record if isinstance(record, ArrayRecord) else None
+
+
 def state_record(state: RecordDict, key: str) -> ConfigRecord:
     """The ConfigRecord ``state[key]``, created empty if absent (the node state's
     ``setdefault``, without Flower's per-access view)."""
