@@ -18,6 +18,20 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def show_protocol_phases() -> None:
+    """Print the protocol's own phase lines (logger ``fedrec``: each phase's rounds, bytes and
+    seconds as it ends) during a quiet run, so a run of many minutes shows where it is."""
+    import logging
+
+    fedrec = logging.getLogger("fedrec")
+    if not fedrec.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[%(asctime)s]   %(message)s", "%H:%M:%S"))
+        fedrec.addHandler(handler)
+        fedrec.setLevel(logging.INFO)
+        fedrec.propagate = False
+
+
 def machine_info() -> dict[str, Any]:
     """What the numbers depend on, recorded beside them."""
     import flwr

@@ -36,7 +36,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks._report import log, machine_info, write_report  # noqa: E402
+from benchmarks._report import (  # noqa: E402
+    log,
+    machine_info,
+    show_protocol_phases,
+    write_report,
+)
 from datasets import DatasetSpec, load_dataset  # noqa: E402
 from fl_app.recsys.metrics import evaluate_ranking, popularity_sums  # noqa: E402
 from fl_app.registry import resolve_config  # noqa: E402
@@ -233,6 +238,7 @@ def main() -> None:
     ap.add_argument("--dataset", default="ml-100k", choices=["ml-100k", "gowalla"])
     ap.add_argument("--fed-steps", type=int, default=3, help="gowalla: federated steps timed")
     args = ap.parse_args()
+    show_protocol_phases()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.dataset == "gowalla":

@@ -28,7 +28,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks._report import log, machine_info, write_report  # noqa: E402
+from benchmarks._report import (  # noqa: E402
+    log,
+    machine_info,
+    show_protocol_phases,
+    write_report,
+)
 from datasets import DatasetSpec, load_dataset  # noqa: E402
 from fl_app.recsys.graph_filters import FILTER_NAMES, evaluate_centrally  # noqa: E402
 from fl_app.recsys.metrics import popularity_sums  # noqa: E402
@@ -137,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--out", default=str(REPO / "results" / "privirec"))
     args = p.parse_args(argv)
+    show_protocol_phases()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for dataset in args.datasets:

@@ -23,7 +23,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks._report import log, machine_info, write_report  # noqa: E402
+from benchmarks._report import (  # noqa: E402
+    log,
+    machine_info,
+    show_protocol_phases,
+    write_report,
+)
 from fl_app.simulation import run_in_simulation  # noqa: E402
 
 CASES = {
@@ -112,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(REPO / "results" / "privirec"))
     p.add_argument("--name", default="secagg", help="file stem of the results")
     args = p.parse_args(argv)
+    show_protocol_phases()
     results = [run_case(c) for c in args.cases]
     write_report(Path(args.out) / f"{args.name}.json", results, markdown(results))
     print(markdown(results))
