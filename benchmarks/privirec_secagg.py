@@ -13,7 +13,6 @@ run, PriviRec-k (k = 2048) on Gowalla over 8 nodes, written to
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import sys
 import time
@@ -30,7 +29,7 @@ from benchmarks._report import (  # noqa: E402
     show_protocol_phases,
     write_report,
 )
-from fl_app.results import load_run_arrays, results_dir  # noqa: E402
+from fl_app.results import read_run, results_dir  # noqa: E402
 from fl_app.simulation import run_in_simulation  # noqa: E402
 
 CASES = {
@@ -111,17 +110,11 @@ def _projector_diff(Sa: np.ndarray, Sb: np.ndarray, block: int = 2048) -> float:
 
 
 def _saved_run(run: str) -> tuple[dict, float]:
-    """A run's record as written by the ServerApp, with its ``.npz`` arrays put back."""
+    """A run's record as the ServerApp saved it, and its protocol wall time."""
     path = results_dir() / "runs" / f"{run}.json"
     if not path.is_file():
         raise SystemExit(f"{path}: no saved run (run the case without --reuse-runs first)")
-    rec = json.loads(path.read_text())
-    for dotted, value in load_run_arrays(path).items():
-        node = rec
-        *parents, leaf = dotted.split(".")
-        for key in parents:
-            node = node[key]
-        node[leaf] = value
+    rec = read_run(path)
     return rec, float(rec["seconds"])
 
 

@@ -87,6 +87,29 @@ def load_run_arrays(json_path: Path) -> dict[str, np.ndarray]:
         return {k: z[k] for k in z.files}
 
 
+def read_run(json_path: Path) -> dict[str, Any]:
+    """A run as :func:`write_run` wrote it, with the ``.npz`` arrays back in place (sparse
+    matrices as CSR): what a report rebuilt from saved runs reads."""
+    arrays = load_run_arrays(json_path)
+
+    def restore(value: Any) -> Any:
+        if isinstance(value, dict) and "npz" in value:
+            key = value["npz"]
+            if value.get("sparse"):
+                import scipy.sparse as sp
+
+                return sp.csr_matrix((arrays[f"{key}.data"], arrays[f"{key}.indices"],
+                                      arrays[f"{key}.indptr"]), shape=tuple(value["shape"]))
+            return arrays[key]
+        if isinstance(value, dict):
+            return {k: restore(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [restore(v) for v in value]
+        return value
+
+    return restore(json.loads(Path(json_path).read_text()))
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4f}" if abs(value) < 1e4 else f"{value:.3g}"

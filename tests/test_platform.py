@@ -243,8 +243,10 @@ def test_core_imports_neither_side() -> None:
 
 # -- results ----------------------------------------------------------------------------------
 def test_results_record_what_the_server_received_and_keep_large_arrays(tmp_path: Path) -> None:
+    import scipy.sparse as sp
+
     from fl_app.registry import resolve_config
-    from fl_app.results import load_run_arrays, write_run
+    from fl_app.results import load_run_arrays, read_run, write_run
     from fl_app.server_app import run_protocol
 
     cfg = resolve_config({"protocol": "examples.item_popularity:ItemPopularity",
@@ -268,6 +270,11 @@ def test_results_record_what_the_server_received_and_keep_large_arrays(tmp_path:
     data = json.loads(path.read_text())
     assert data["extra"]["big"] == {"npz": "extra.big", "shape": [100], "dtype": "float64"}
     assert np.array_equal(load_run_arrays(path)["extra.big"], np.arange(100.0))
+    record["extra"]["sparse"] = sp.random(80, 90, density=0.05, random_state=0, format="csr")
+    back = read_run(write_run(record, "privacy-test", out_dir=tmp_path))
+    assert np.array_equal(back["extra"]["big"], np.arange(100.0))
+    assert (back["extra"]["sparse"] != record["extra"]["sparse"]).nnz == 0
+    assert back["metrics"] == pytest.approx(record["metrics"])
 
 
 def test_a_failed_run_keeps_its_partial_results_and_reason() -> None:
