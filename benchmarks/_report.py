@@ -21,15 +21,9 @@ def log(msg: str) -> None:
 def show_protocol_phases() -> None:
     """Print the protocol's own phase lines (logger ``fedrec``: each phase's rounds, bytes and
     seconds as it ends) during a quiet run, so a run of many minutes shows where it is."""
-    import logging
+    from fl_app.server_app import progress_to_console
 
-    fedrec = logging.getLogger("fedrec")
-    if not fedrec.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("[%(asctime)s]   %(message)s", "%H:%M:%S"))
-        fedrec.addHandler(handler)
-        fedrec.setLevel(logging.INFO)
-        fedrec.propagate = False
+    progress_to_console(indent="  ")
 
 
 def machine_info() -> dict[str, Any]:

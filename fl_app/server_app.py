@@ -79,13 +79,14 @@ def _run_strategy(fast_grid: AccountedGrid, messenger: Messenger, cfg: Mapping[s
     return outcome
 
 
-def _progress_to_console() -> None:
+def progress_to_console(indent: str = "") -> None:
     """Phase lines on the console wherever the ServerApp runs (a deployed ServerApp process
-    has no handler for them otherwise, and a long run would print nothing for minutes)."""
+    has no handler for them otherwise, and a long run would print nothing for minutes).
+    ``indent`` sets them under a caller's own lines (the benchmarks)."""
     fedrec_log = logging.getLogger("fedrec")
     if not fedrec_log.handlers:
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", "%H:%M:%S"))
+        handler.setFormatter(logging.Formatter(f"[%(asctime)s] {indent}%(message)s", "%H:%M:%S"))
         fedrec_log.addHandler(handler)
         fedrec_log.setLevel(logging.INFO)
         fedrec_log.propagate = False
@@ -104,7 +105,7 @@ def make_server_app(overrides: Mapping[str, Any] | None = None,
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
         if not quiet:
-            _progress_to_console()
+            progress_to_console()
         cfg = resolve_config({**dict(context.run_config), **dict(overrides or {})})
         try:
             record = run_protocol(grid, cfg)
