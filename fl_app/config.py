@@ -94,8 +94,13 @@ CORE_KEYS: tuple[Key, ...] = (
     Key("timeout", 120.0, "seconds a node may take to answer one request; a silent node then "
         "fails the run with an error naming it (secure sums treat it as a dropout)",
         min=0.001, used_by="all"),
-    Key("min-nodes", 1, "wait (up to `timeout`) until this many SuperNodes are connected; set "
-        "it to the number of data holders in a deployment", min=1, used_by="all"),
+    Key("startup-timeout", 600.0, "seconds the first contact may take (waiting for "
+        "`min-nodes`, then the handshake): it also pays each node's start, e.g. Flower's "
+        "simulation starting its Ray actors (measured at 70 s on a loaded 2-core machine); "
+        "the larger of this and `timeout` applies", min=0.001, used_by="all"),
+    Key("min-nodes", 1, "wait (up to `startup-timeout`) until this many SuperNodes are "
+        "connected; set it to the number of data holders in a deployment", min=1,
+        used_by="all"),
     Key("aggregator", "secagg+", "how sums over nodes are formed: `secagg+` (masked fixed-point "
         "sums, exact), `plain` (labelled clear sums in a fixed node order, for full-scale "
         "accuracy runs), `ckks` (server adds CKKS ciphertexts; a node decrypts)",

@@ -126,10 +126,15 @@ def handshake(messenger: Messenger, cfg: Mapping[str, Any], min_nodes: int = 1,
     federation against ``needs`` and fails with a clear error if nodes disagree on the
     number of items (different data files). Returns the infos in :func:`node_order`.
     """
-    nodes = messenger.node_ids(min_nodes=max(min_nodes, int(cfg.get("min-nodes", 1))))
+    # The first contact also pays each node's start (a simulation's Ray actors are created
+    # when the first messages arrive, a process each importing Flower and the ClientApp), so
+    # it gets its own, longer deadline than a later request.
+    startup = max(messenger.timeout, float(cfg.get("startup-timeout", messenger.timeout)))
+    nodes = messenger.node_ids(min_nodes=max(min_nodes, int(cfg.get("min-nodes", 1))),
+                               wait=startup)
     replies = messenger.broadcast(
-        "hello", RecordDict({"data": ConfigRecord(data_config(cfg))}), nodes, phase="handshake"
-    )
+        "hello", RecordDict({"data": ConfigRecord(data_config(cfg))}), nodes, phase="handshake",
+        timeout=startup)
     infos = {}
     for node, reply in replies.items():
         if "info" not in reply.config_records:

@@ -16,7 +16,9 @@ Knobs for tests:
   one poll after another (to test incremental consumption);
 - ``reverse``: hand replies out in the reverse of the requested order (another arrival
   order, to test that reductions do not depend on it);
-- ``node_configs``: extra node config per node index (e.g. ``{"role": "item-server"}``).
+- ``node_configs``: extra node config per node index (e.g. ``{"role": "item-server"}``);
+- ``cold_start``: seconds before each node's first reply can be pulled (a node's start, as
+  Flower's simulation creating its Ray actors when the first messages arrive).
 
 Use it as a context manager (or call :meth:`close`): creating instruction messages needs
 Flower's process-wide ``TaskIdentity`` (run id, server node id), which the grid sets and
@@ -53,6 +55,7 @@ class LocalGrid(Grid):
         first_node_id: int = 1001,
         reverse: bool = False,
         node_configs: dict[int, dict[str, Any]] | None = None,
+        cold_start: float = 0.0,
     ) -> None:
         self.app = app
         self.run_id = run_id
@@ -72,6 +75,9 @@ class LocalGrid(Grid):
         self.unavailable = set(unavailable)
         self.pull_limit = pull_limit
         self.reverse = reverse
+        self.cold_start = cold_start
+        self._ready_at: dict[str, float] = {}  # request id -> when its reply may be pulled
+        self._started: set[int] = set()
         self.pushed: list[Message] = []
         self.pull_calls = 0
         self._replies: dict[str, Message] = {}  # request id -> reply
@@ -122,6 +128,9 @@ class LocalGrid(Grid):
             if node in self.silent:
                 continue
             self._replies[msg.metadata.message_id] = self._process(msg)
+            if node not in self._started:
+                self._started.add(node)
+                self._ready_at[msg.metadata.message_id] = time.monotonic() + self.cold_start
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
@@ -131,6 +140,8 @@ class LocalGrid(Grid):
         for mid in reversed(ids) if self.reverse else ids:
             if self.pull_limit is not None and len(out) >= self.pull_limit:
                 break
+            if self._ready_at.get(mid, 0.0) > time.monotonic():
+                continue
             reply = self._replies.pop(mid, None)
             if reply is not None:
                 out.append(reply)

@@ -46,16 +46,18 @@ def _wait_for_new(path: Path, needle: str, seen: int, timeout: float) -> None:
     raise AssertionError(f"no new {needle!r} in {path} within {timeout} s")
 
 
-#: Server-side reply timeout for the killed-node run: long enough for the two healthy nodes'
-#: first message (FAB download and unpacking, first imports: 10-20 s on a loaded 2-core
-#: machine, where 15 s failed the handshake), short enough to keep the test quick.
+#: Server-side reply and startup timeout for the killed-node run (the node dies during the
+#: handshake, which waits `startup-timeout`): long enough for the two healthy nodes' first
+#: message (FAB download and unpacking, first imports: 10-20 s on a loaded 2-core machine,
+#: where 15 s failed the handshake), short enough to keep the test quick.
 KILL_TIMEOUT_S = 45.0
 
 
 @pytest.mark.timeout(200)
 def test_killed_supernode_fails_the_run_naming_it(deployment: LocalDeployment) -> None:
     """A one-round FedMF run; SuperNode 2 is killed once it has answered the handshake."""
-    cfg = _config("fedmf", {"rounds": 1, "mf-dim": 4, "timeout": KILL_TIMEOUT_S}, "killed-node")
+    cfg = _config("fedmf", {"rounds": 1, "mf-dim": 4, "timeout": KILL_TIMEOUT_S,
+                               "startup-timeout": KILL_TIMEOUT_S}, "killed-node")
     dep = deployment
     seen = _count(dep.nodes[2].log_path, "query.hello")
     run_id = dep.submit(cfg)

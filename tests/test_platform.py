@@ -283,7 +283,8 @@ def test_a_failed_run_keeps_its_partial_results_and_reason() -> None:
     from fl_app.server_app import run_protocol
 
     cfg = resolve_config({"protocol": "examples.item_popularity:ItemPopularity",
-                          "synthetic-users": 40, "synthetic-items": 30, "timeout": 0.5})
+                          "synthetic-users": 40, "synthetic-items": 30, "timeout": 0.5,
+                          "startup-timeout": 0.5})
     with LocalGrid(build_client_app(["examples.item_popularity"]), 3, silent=[1003]) as grid:
         with pytest.raises(NodeTimeoutError) as err:
             run_protocol(grid, cfg)
@@ -291,6 +292,25 @@ def test_a_failed_run_keeps_its_partial_results_and_reason() -> None:
     assert partial["status"] == "failed"
     assert "did not answer 'hello'" in partial["error"] and "node 1003" in partial["error"]
     assert partial["communication"]["phases"]["handshake"]["rounds"] == 1
+
+
+def test_the_handshake_waits_for_a_slow_start_that_a_later_request_may_not_take() -> None:
+    """Each node's first reply comes 0.6 s after the request (a node's start), three times
+    the per-request `timeout`: the handshake allows `startup-timeout`; without it the same
+    start fails the run."""
+    from fl_app.messaging import NodeTimeoutError
+    from fl_app.registry import resolve_config
+    from fl_app.server_app import run_protocol
+
+    base = {"protocol": "examples.item_popularity:ItemPopularity", "synthetic-users": 40,
+            "synthetic-items": 30, "timeout": 0.2}
+    app = build_client_app(["examples.item_popularity"])
+    with LocalGrid(app, 3, cold_start=0.6) as grid:
+        record = run_protocol(grid, resolve_config({**base, "startup-timeout": 5.0}))
+    assert record["status"] == "completed"
+    with LocalGrid(app, 3, cold_start=0.6) as grid:
+        with pytest.raises(NodeTimeoutError, match="did not answer 'hello' within 0.2 s"):
+            run_protocol(grid, resolve_config({**base, "startup-timeout": 0.2}))
 
 
 def test_secagg_graph_is_complete_for_small_federations_and_logarithmic_above() -> None:
