@@ -95,6 +95,9 @@ def sweep(dataset: str, args: argparse.Namespace, out: Path) -> None:
                                  args.client_cpus))
         res["runs"].sort(key=lambda r: r["k"])
         write_report(path, res | {"machine": machine_info()}, markdown(res))
+    if not args.ks or done >= set(args.ks):  # nothing rerun: refresh the PriviRec comparison
+        kept = json.loads(path.read_text()) if path.is_file() else {}
+        write_report(path, res | {"machine": kept.get("machine", machine_info())}, markdown(res))
     plot(res, out / f"k_sweep_{dataset}.png")
     print(markdown(res), flush=True)
 
