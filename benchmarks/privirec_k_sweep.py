@@ -87,15 +87,14 @@ def sweep(dataset: str, args: argparse.Namespace, out: Path) -> None:
         res["privirec_mb_per_node"] = (bpn["mean_down"] + bpn["mean_up"]) / 1e6
         res["privirec_L"] = fed.get("L")
     done = {r["k"] for r in res["runs"]}
-    for k in args.ks:
-        if k in done:
-            continue
+    todo = [k for k in args.ks if k not in done]
+    for k in todo:  # the report is rewritten after each k, so a crash keeps what was measured
         log(f"{dataset}: privirec-k k={k}")
         res["runs"].append(run_k(dataset, k, args.nodes, args.L, args.filters, args.wire_dtype,
                                  args.client_cpus))
         res["runs"].sort(key=lambda r: r["k"])
         write_report(path, res | {"machine": machine_info()}, markdown(res))
-    if not args.ks or done >= set(args.ks):  # nothing rerun: refresh the PriviRec comparison
+    if not todo:  # nothing rerun: refresh the PriviRec comparison, keep the runs' machine
         kept = json.loads(path.read_text()) if path.is_file() else {}
         write_report(path, res | {"machine": kept.get("machine", machine_info())}, markdown(res))
     plot(res, out / f"k_sweep_{dataset}.png")
