@@ -14,9 +14,10 @@ silo as exemplars), ``dp-eps<e>`` (the protocol at epsilon e), ``dpsgd-<r>ep`` (
 trained by federated DP-SGD with Opacus at the same epsilon, r rounds of one local epoch;
 the paper's DP-MetaMF role; users then fit by the same solver).
 
-    python benchmarks/dp_prototypes.py                  # the default run (see ML, SYN)
-    python benchmarks/dp_prototypes.py --parts ml-100k --seeds 5 --ranks 10 20 30 40 50
-    python benchmarks/dp_prototypes.py --synthetic-users 100000   # the paper's size (slow)
+    python benchmarks/dp_prototypes.py                  # the paper's setting (see ML, SYN)
+    python benchmarks/dp_prototypes.py --parts ml-100k --seeds 2 --ranks 10 50   # quick look
+    python benchmarks/dp_prototypes.py --parts synthetic --synthetic-users 10000 \
+        --synthetic-trials 1                            # a smaller synthetic run
 """
 
 from __future__ import annotations
@@ -54,9 +55,9 @@ from fl_app.recsys.nmf import fit_user_factors, nmf  # noqa: E402
 from fl_app.recsys.poisson import poisson_silos  # noqa: E402
 
 REG = 0.1
-#: The default run (~10-15 min on the shared 2-core machine): 3 seeds and l in {10, 30, 50}
-#: on ML-100K (the paper: 5 seeds, l = 10..50), 10,000 synthetic users (the paper: 100,000).
-ML = {"ranks": [10, 30, 50], "k": 10, "value_max": 5.0, "sparsity": 50,
+#: The default run is the paper's setting: 5 seeds and l = 10..50 on ML-100K, 100,000 x 500
+#: synthetic data with 5 trials per method (see results/dp_prototypes/*.md for its time).
+ML = {"ranks": [10, 20, 30, 40, 50], "k": 10, "value_max": 5.0, "sparsity": 50,
       "epsilons": [1.0, 10.0, 100.0], "nmf_iters": 50, "nmf_tol": 1e-4,
       "dpsgd_rounds": [1, 10], "dpsgd_delta": 1e-3, "dpsgd_clip": 10.0, "dpsgd_lr": 0.05}
 SYN = {"ranks": [20, 50, 80], "ks": [10, 50, 100], "epsilons": [0.005, 0.05, 0.5],
@@ -253,53 +254,81 @@ def rmse(X: np.ndarray, silos: list[np.ndarray], preds: list[np.ndarray]) -> flo
     return float(np.sqrt(sse / X.size))
 
 
-def bench_synthetic(n_users: int, seed: int) -> dict[str, Any]:
+def bench_synthetic(n_users: int, seed: int, trials: int) -> dict[str, Any]:
+    """RMSE and k-means loss per method, k and l: mean and std over ``trials`` draws.
+
+    The data stay fixed (``seed``); a trial redraws what is random in a method (the DP
+    noise, k-means' start, the random exemplars), as the paper averages its private
+    methods over 5 trials. Full MF is deterministic (NNDSVD start), so it runs once.
+    """
     cfg = SYN
     data = poisson_silos(n_users, cfg["items"], cfg["rank_true"], cfg["silos"], seed)
     X, silos = data.X, data.silos
     blocks = [X[rows] for rows in silos]
-    out: dict[str, Any] = {"full": {}, "kmeans": {}, "krandom": {},
-                           **{f"dp-eps{e:g}": {} for e in cfg["epsilons"]}}
-    kloss: dict[str, dict[int, float]] = {name: {} for name in out if name != "full"}
+    names = ["kmeans", "krandom", *(f"dp-eps{e:g}" for e in cfg["epsilons"])]
+    runs: dict[str, dict[int, dict[int, list[float]]]] = {n: {} for n in names}
+    losses: dict[str, dict[int, list[float]]] = {n: {} for n in names}
+    full: dict[int, float] = {}
     for rank in cfg["ranks"]:
         t0 = time.perf_counter()
         V = item_factors(X, rank, cfg)
-        out["full"][rank] = rmse(X, silos, [user_factors(B, V, cfg) @ V.T for B in blocks])
-        log(f"synthetic full l={rank}: {out['full'][rank]:.4f} ({time.perf_counter() - t0:.1f} s)")
+        full[rank] = rmse(X, silos, [user_factors(B, V, cfg) @ V.T for B in blocks])
+        log(f"synthetic full l={rank}: {full[rank]:.4f} ({time.perf_counter() - t0:.1f} s)")
     for k in cfg["ks"]:
-        t0 = time.perf_counter()
-        protos = {"kmeans": [kmeans_centres(B, k, seed) for B in blocks],
-                  "krandom": [krandom(B, k, seed) for B in blocks]}
-        for e in cfg["epsilons"]:
-            protos[f"dp-eps{e:g}"] = [private_prototypes(sp.csr_matrix(B), params(k, e, cfg),
-                                                         (seed, h))[0]
-                                      for h, B in enumerate(blocks)]
-        for name, Ps in protos.items():
-            kloss[name][k] = sum(kmeans_loss(B, P) for B, P in zip(blocks, Ps))
-        log(f"synthetic k={k}: prototypes ({time.perf_counter() - t0:.1f} s)")
-        for rank in cfg["ranks"]:
+        for trial in range(trials):
             t0 = time.perf_counter()
+            protos = {"kmeans": [kmeans_centres(B, k, trial) for B in blocks],
+                      "krandom": [krandom(B, k, trial) for B in blocks]}
+            for e in cfg["epsilons"]:
+                protos[f"dp-eps{e:g}"] = [
+                    private_prototypes(sp.csr_matrix(B), params(k, e, cfg), (trial, h))[0]
+                    for h, B in enumerate(blocks)]
             for name, Ps in protos.items():
-                V = item_factors(np.vstack(Ps), rank, cfg)
-                out[name].setdefault(k, {})[rank] = rmse(
-                    X, silos, [user_factors(B, V, cfg) @ V.T for B in blocks])
-            log(f"synthetic k={k} l={rank} ({time.perf_counter() - t0:.1f} s)")
+                losses[name].setdefault(k, []).append(
+                    sum(kmeans_loss(B, P) for B, P in zip(blocks, Ps)))
+                for rank in cfg["ranks"]:
+                    V = item_factors(np.vstack(Ps), rank, cfg)
+                    runs[name].setdefault(k, {}).setdefault(rank, []).append(rmse(
+                        X, silos, [user_factors(B, V, cfg) @ V.T for B in blocks]))
+            log(f"synthetic k={k} trial {trial + 1}/{trials} "
+                f"({time.perf_counter() - t0:.1f} s)")
+    out = {"full": full, **over_trials(runs, np.mean)}
+    kloss = over_trials(losses, np.mean)
     return {"dataset": "poisson", "n_users": n_users, "n_items": cfg["items"], "seed": seed,
-            "config": cfg, "prototype_config": PROTO, "rmse": out, "kmeans_loss": kloss,
-            "claims": synthetic_claims(out, cfg)}
+            "trials": trials, "config": cfg, "prototype_config": PROTO, "rmse": out,
+            "rmse_std": over_trials(runs, np.std), "kmeans_loss": kloss,
+            "kmeans_loss_std": over_trials(losses, np.std),
+            "claims": synthetic_claims(out, kloss, cfg)}
 
 
-def synthetic_claims(out: dict[str, Any], cfg: dict) -> dict[str, bool]:
-    kmax, ranks = max(cfg["ks"]), cfg["ranks"]
-    dps = [f"dp-eps{e:g}" for e in cfg["epsilons"]]
+def over_trials(values: dict, stat: Any) -> dict:
+    """``stat`` of every list of per-trial values in a nested dict, keeping its keys."""
+    return {key: over_trials(v, stat) if isinstance(v, dict) else float(stat(v))
+            for key, v in values.items()}
+
+
+def synthetic_claims(out: dict[str, Any], kloss: dict[str, dict[int, float]],
+                     cfg: dict) -> dict[str, bool]:
+    """The paper's synthetic claims (Sec. 4.6, Figs. 4-6, B3), decided on the trial means."""
+    kmax, ranks, large = max(cfg["ks"]), cfg["ranks"], cfg["ranks"][1:]
+    dps = [f"dp-eps{e:g}" for e in sorted(cfg["epsilons"])]
     spread = [max(out[n][kmax][r] for n in dps) - min(out[n][kmax][r] for n in dps)
               for r in ranks]
     full = [out["full"][r] for r in ranks]
+
+    def beat_kmeans(at: list[int]) -> bool:
+        return bool(all(out[n][kmax][r] < out["kmeans"][kmax][r] for n in dps for r in at))
+
     return {
         f"RMSE barely moves with epsilon at k={kmax} (spread over epsilons < 1% of Full's "
         "RMSE at every l)": bool(all(s < 0.01 * f for s, f in zip(spread, full))),
-        f"private prototypes beat non-private k-means at k={kmax} (every epsilon, every l)":
-            bool(all(out[n][kmax][r] < out["kmeans"][kmax][r] for n in dps for r in ranks)),
+        f"private prototypes beat non-private k-means at k={kmax} (Fig. 4d: every epsilon, "
+        "every l)": beat_kmeans(ranks),
+        f"private methods are superior for large l (Fig. 6: every epsilon beats k-means at "
+        f"k={kmax}, l in {large})": beat_kmeans(large),
+        "the private prototypes' k-means loss falls as epsilon grows (Fig. B3: at every k)":
+            bool(all(kloss[a][k] > kloss[b][k] for a, b in zip(dps, dps[1:])
+                     for k in cfg["ks"])),
         "Full MF has the lowest RMSE (every k, l)": bool(all(
             out["full"][r] <= out[n][k][r] for n in out if n != "full" for k in cfg["ks"]
             for r in ranks)),
@@ -343,13 +372,15 @@ def plot_synthetic(r: dict[str, Any], path: Path) -> None:
         ax.plot(ranks, [r["rmse"]["full"][l_] for l_ in ranks], "k--", label="full MF")
         for name, by_k in r["rmse"].items():
             if name != "full":
-                ax.plot(ranks, [by_k[k][l_] for l_ in ranks], marker="o", label=name)
+                ax.errorbar(ranks, [by_k[k][l_] for l_ in ranks],
+                            yerr=[r["rmse_std"][name][k][l_] for l_ in ranks], marker="o",
+                            capsize=3, label=name)
         ax.set_title(f"k = {k} prototypes per silo")
         ax.set_xlabel("latent factors l")
     np.atleast_1d(axes)[0].set_ylabel("RMSE")
     np.atleast_1d(axes)[0].legend(fontsize=7)
     fig.suptitle(f"Synthetic Poisson, {r['n_users']} users x {r['n_items']} items, "
-                 f"{r['config']['silos']} silos")
+                 f"{r['config']['silos']} silos, mean +- std over {r['trials']} trials")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -412,19 +443,26 @@ def markdown_synthetic(r: dict[str, Any]) -> str:
              "reconstruction against the full count matrix X (as the paper's code); "
              f"value-max {r['config']['value_max']}, s = {r['config']['sparsity']}. "
              f"Reproduce: `{r['command']}` ({r['seconds']:.0f} s).", "",
+             f"Mean +- std over {r['trials']} trials: the data stay fixed, each trial redraws "
+             "the DP noise, k-means' start and the random exemplars (the paper averages its "
+             "private methods over 5 trials). Full MF is deterministic.", "",
              "| method | k | " + " | ".join(f"l={x}" for x in ranks) + " |",
              "|---|---|" + "---|" * len(ranks),
              "| full | - | " + " | ".join(f"{r['rmse']['full'][x]:.4f}" for x in ranks) + " |"]
     for name, by_k in r["rmse"].items():
         if name == "full":
             continue
+        std = r["rmse_std"][name]
         for k in ks:
-            lines.append(f"| {name} | {k} | " + " | ".join(f"{by_k[k][x]:.4f}" for x in ranks)
-                         + " |")
-    lines += ["", "k-means loss (Eq. 3) of each method's prototypes, summed over silos:", "",
+            lines.append(f"| {name} | {k} | " + " | ".join(
+                f"{by_k[k][x]:.4f} +- {std[k][x]:.4f}" for x in ranks) + " |")
+    lines += ["", "k-means loss (Eq. 3) of each method's prototypes, summed over silos "
+              "(mean +- std over trials):", "",
               "| method | " + " | ".join(f"k={k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
     for name, by_k in r["kmeans_loss"].items():
-        lines.append(f"| {name} | " + " | ".join(f"{by_k[k]:.4g}" for k in ks) + " |")
+        std = r["kmeans_loss_std"][name]
+        lines.append(f"| {name} | " + " | ".join(f"{by_k[k]:.4g} +- {std[k]:.2g}" for k in ks)
+                     + " |")
     kmax = max(ks)
     dps = [n for n in r["rmse"] if n.startswith("dp-")]
     wins = [x for x in ranks if all(r["rmse"][n][kmax][x] < r["rmse"]["kmeans"][kmax][x]
@@ -437,24 +475,35 @@ def markdown_synthetic(r: dict[str, Any]) -> str:
               "code), so any rank-l non-negative V lets the silo's U absorb much of X, and "
               "more so as l grows. So RMSE barely moving with epsilon says little about the "
               "prototypes' quality.",
-              f"- At k={kmax} the private prototypes beat k-means at l in {wins} "
-              f"(all epsilons); the paper's explanation (noise regularizes) fits, but so does "
-              "the point above.", ""]
+              (f"- At k={kmax} the private prototypes beat k-means at l in {wins} "
+               f"(all epsilons); the paper's explanation (noise regularizes) fits, but so does "
+               "the point above." if wins else
+               f"- At k={kmax} the private prototypes beat k-means at no l for all epsilons."),
+              ""]
     lines += ["## The paper's claims here", "",
               *(f"- {'holds' if ok else 'does NOT hold'}: {c}" for c, ok in r["claims"].items()),
               "", "Plot: `synthetic.png`.", ""]
     return "\n".join(lines)
 
 
+def int_keys(values: dict) -> dict:
+    """A nested dict read back from JSON, with its numeric keys (k, l) as ints again."""
+    return {int(key) if key.isdigit() else key: int_keys(v) if isinstance(v, dict) else v
+            for key, v in values.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", nargs="+", default=["ml-100k", "synthetic"],
                         choices=["ml-100k", "synthetic"])
-    parser.add_argument("--seeds", type=int, default=3, help="ML-100K seeds (paper: 5)")
+    parser.add_argument("--seeds", type=int, default=5, help="ML-100K seeds (paper: 5)")
     parser.add_argument("--ranks", type=int, nargs="+", default=ML["ranks"],
                         help="ML-100K latent factors l (paper: 10 20 30 40 50)")
-    parser.add_argument("--synthetic-users", type=int, default=10_000,
-                        help="synthetic users (paper: 100000; the default keeps ~10 min)")
+    parser.add_argument("--synthetic-users", type=int, default=100_000,
+                        help="synthetic users (the paper's 100000; 10000 runs in ~1/3 "
+                             "of the time)")
+    parser.add_argument("--synthetic-trials", type=int, default=5,
+                        help="synthetic trials per method (the paper's 5)")
     parser.add_argument("--out", default=str(REPO / "results" / "dp_prototypes"))
     parser.add_argument("--markdown-only", action="store_true",
                         help="rewrite the .md files from the existing .json files")
@@ -467,11 +516,8 @@ def main(argv: list[str] | None = None) -> int:
         r = json.loads((out / "ml-100k.json").read_text())
         (out / "ml-100k.md").write_text(markdown_ml(r))
         r = json.loads((out / "synthetic.json").read_text())
-        r["rmse"] = {n: ({int(a): b for a, b in v.items()} if n == "full" else
-                         {int(k): {int(a): b for a, b in by.items()} for k, by in v.items()})
-                     for n, v in r["rmse"].items()}
-        r["kmeans_loss"] = {n: {int(k): v for k, v in by.items()}
-                            for n, by in r["kmeans_loss"].items()}
+        for key in ("rmse", "rmse_std", "kmeans_loss", "kmeans_loss_std"):
+            r[key] = int_keys(r[key])  # JSON turned the k and l keys into strings
         (out / "synthetic.md").write_text(markdown_synthetic(r))
         return 0
     ML["ranks"] = list(args.ranks)
@@ -485,10 +531,11 @@ def main(argv: list[str] | None = None) -> int:
         plot_ml(r, out / "ml-100k.png")
     if "synthetic" in args.parts:
         t0 = time.perf_counter()
-        r = bench_synthetic(args.synthetic_users, seed=0)
+        r = bench_synthetic(args.synthetic_users, seed=0, trials=args.synthetic_trials)
         r.update(seconds=time.perf_counter() - t0, machine=machine_info(),
                  command=f"python benchmarks/dp_prototypes.py --parts synthetic "
-                         f"--synthetic-users {args.synthetic_users}")
+                         f"--synthetic-users {args.synthetic_users} --synthetic-trials "
+                         f"{args.synthetic_trials}")
         write_report(out / "synthetic.json", r, markdown_synthetic(r))
         plot_synthetic(r, out / "synthetic.png")
     return 0
