@@ -242,6 +242,11 @@ def test_core_imports_neither_side() -> None:
 
 
 # -- results ----------------------------------------------------------------------------------
+#: The smallest real run: the example protocol on 40 synthetic users.
+TINY_POPULARITY = {"protocol": "examples.item_popularity:ItemPopularity",
+                   "synthetic-users": 40, "synthetic-items": 30}
+
+
 def test_results_record_what_the_server_received_and_keep_large_arrays(tmp_path: Path) -> None:
     import scipy.sparse as sp
 
@@ -249,8 +254,7 @@ def test_results_record_what_the_server_received_and_keep_large_arrays(tmp_path:
     from fl_app.results import load_run_arrays, read_run, write_run
     from fl_app.server_app import run_protocol
 
-    cfg = resolve_config({"protocol": "examples.item_popularity:ItemPopularity",
-                          "synthetic-users": 40, "synthetic-items": 30})
+    cfg = resolve_config(TINY_POPULARITY)
     with LocalGrid(build_client_app(["examples.item_popularity"]), 3) as grid:
         record = run_protocol(grid, cfg)
     privacy = record["privacy"]
@@ -282,9 +286,7 @@ def test_a_failed_run_keeps_its_partial_results_and_reason() -> None:
     from fl_app.registry import resolve_config
     from fl_app.server_app import run_protocol
 
-    cfg = resolve_config({"protocol": "examples.item_popularity:ItemPopularity",
-                          "synthetic-users": 40, "synthetic-items": 30, "timeout": 0.5,
-                          "startup-timeout": 0.5})
+    cfg = resolve_config({**TINY_POPULARITY, "timeout": 0.5, "startup-timeout": 0.5})
     with LocalGrid(build_client_app(["examples.item_popularity"]), 3, silent=[1003]) as grid:
         with pytest.raises(NodeTimeoutError) as err:
             run_protocol(grid, cfg)
@@ -302,8 +304,7 @@ def test_the_handshake_waits_for_a_slow_start_that_a_later_request_may_not_take(
     from fl_app.registry import resolve_config
     from fl_app.server_app import run_protocol
 
-    base = {"protocol": "examples.item_popularity:ItemPopularity", "synthetic-users": 40,
-            "synthetic-items": 30, "timeout": 0.2}
+    base = {**TINY_POPULARITY, "timeout": 0.2}
     app = build_client_app(["examples.item_popularity"])
     with LocalGrid(app, 3, cold_start=0.6) as grid:
         record = run_protocol(grid, resolve_config({**base, "startup-timeout": 5.0}))
