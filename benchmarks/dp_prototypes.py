@@ -17,7 +17,7 @@ the paper's DP-MetaMF role; users then fit by the same solver).
     python benchmarks/dp_prototypes.py                  # the paper's setting (see ML, SYN)
     python benchmarks/dp_prototypes.py --parts ml-100k --seeds 2 --ranks 10 50   # quick look
     python benchmarks/dp_prototypes.py --parts synthetic --synthetic-users 10000 \
-        --synthetic-trials 1                            # a smaller synthetic run
+        --synthetic-repeats 1                           # a smaller synthetic run
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from fl_app.recsys.poisson import poisson_silos  # noqa: E402
 
 REG = 0.1
 #: The default run is the paper's setting: 5 seeds and l = 10..50 on ML-100K, 100,000 x 500
-#: synthetic data with 5 trials per method (see results/dp_prototypes/*.md for its time).
+#: synthetic data with 5 repeats per method (see results/dp_prototypes/*.md for its time).
 ML = {"ranks": [10, 20, 30, 40, 50], "k": 10, "value_max": 5.0, "sparsity": 50,
       "epsilons": [1.0, 10.0, 100.0], "nmf_iters": 50, "nmf_tol": 1e-4,
       "dpsgd_rounds": [1, 10], "dpsgd_delta": 1e-3, "dpsgd_clip": 10.0, "dpsgd_lr": 0.05}
@@ -254,12 +254,13 @@ def rmse(X: np.ndarray, silos: list[np.ndarray], preds: list[np.ndarray]) -> flo
     return float(np.sqrt(sse / X.size))
 
 
-def bench_synthetic(n_users: int, seed: int, trials: int) -> dict[str, Any]:
-    """RMSE and k-means loss per method, k and l: mean and std over ``trials`` draws.
+def bench_synthetic(n_users: int, seed: int, repeats: int) -> dict[str, Any]:
+    """RMSE and k-means loss per method, k and l: mean and std over ``repeats`` draws.
 
-    The data stay fixed (``seed``); a trial redraws what is random in a method (the DP
+    The data stay fixed (``seed``); a repeat redraws what is random in a method (the DP
     noise, k-means' start, the random exemplars), as the paper averages its private
-    methods over 5 trials. Full MF is deterministic (NNDSVD start), so it runs once.
+    methods over 5 trials (a repeat is a whole release; Alg. 2's own trials, ``PROTO``'s
+    ``trials``, are inside it). Full MF is deterministic (NNDSVD start), so it runs once.
     """
     cfg = SYN
     data = poisson_silos(n_users, cfg["items"], cfg["rank_true"], cfg["silos"], seed)
@@ -275,13 +276,13 @@ def bench_synthetic(n_users: int, seed: int, trials: int) -> dict[str, Any]:
         full[rank] = rmse(X, silos, [user_factors(B, V, cfg) @ V.T for B in blocks])
         log(f"synthetic full l={rank}: {full[rank]:.4f} ({time.perf_counter() - t0:.1f} s)")
     for k in cfg["ks"]:
-        for trial in range(trials):
+        for repeat in range(repeats):
             t0 = time.perf_counter()
-            protos = {"kmeans": [kmeans_centres(B, k, trial) for B in blocks],
-                      "krandom": [krandom(B, k, trial) for B in blocks]}
+            protos = {"kmeans": [kmeans_centres(B, k, repeat) for B in blocks],
+                      "krandom": [krandom(B, k, repeat) for B in blocks]}
             for e in cfg["epsilons"]:
                 protos[f"dp-eps{e:g}"] = [
-                    private_prototypes(sp.csr_matrix(B), params(k, e, cfg), (trial, h))[0]
+                    private_prototypes(sp.csr_matrix(B), params(k, e, cfg), (repeat, h))[0]
                     for h, B in enumerate(blocks)]
             for name, Ps in protos.items():
                 losses[name].setdefault(k, []).append(
@@ -290,29 +291,29 @@ def bench_synthetic(n_users: int, seed: int, trials: int) -> dict[str, Any]:
                     V = item_factors(np.vstack(Ps), rank, cfg)
                     runs[name].setdefault(k, {}).setdefault(rank, []).append(rmse(
                         X, silos, [user_factors(B, V, cfg) @ V.T for B in blocks]))
-            log(f"synthetic k={k} trial {trial + 1}/{trials} "
+            log(f"synthetic k={k} repeat {repeat + 1}/{repeats} "
                 f"({time.perf_counter() - t0:.1f} s)")
-    out = {"full": full, **over_trials(runs, np.mean)}
-    kloss = over_trials(losses, np.mean)
+    out = {"full": full, **over_repeats(runs, np.mean)}
+    kloss = over_repeats(losses, np.mean)
     d = cfg["items"]
     return {"dataset": "poisson", "n_users": n_users, "n_items": d, "seed": seed,
-            "trials": trials, "config": cfg, "prototype_config": PROTO, "rmse": out,
-            "rmse_std": over_trials(runs, np.std), "kmeans_loss": kloss,
-            "kmeans_loss_std": over_trials(losses, np.std),
+            "repeats": repeats, "config": cfg, "prototype_config": PROTO, "rmse": out,
+            "rmse_std": over_repeats(runs, np.std), "kmeans_loss": kloss,
+            "kmeans_loss_std": over_repeats(losses, np.std),
             # the loss of prototypes that carry nothing: k all-zero rows (sum of ||x||^2)
             "kmeans_loss_zero": sum(kmeans_loss(B, np.zeros((1, d))) for B in blocks),
             "claims": synthetic_claims(out, kloss, cfg)}
 
 
-def over_trials(values: dict, stat: Any) -> dict:
-    """``stat`` of every list of per-trial values in a nested dict, keeping its keys."""
-    return {key: over_trials(v, stat) if isinstance(v, dict) else float(stat(v))
+def over_repeats(values: dict, stat: Any) -> dict:
+    """``stat`` of every list of per-repeat values in a nested dict, keeping its keys."""
+    return {key: over_repeats(v, stat) if isinstance(v, dict) else float(stat(v))
             for key, v in values.items()}
 
 
 def synthetic_claims(out: dict[str, Any], kloss: dict[str, dict[int, float]],
                      cfg: dict) -> dict[str, bool]:
-    """The paper's synthetic claims (Sec. 4.6, Figs. 4-6, B3), decided on the trial means."""
+    """The paper's synthetic claims (Sec. 4.6, Figs. 4-6, B3), decided on the repeat means."""
     kmax, ranks, large = max(cfg["ks"]), cfg["ranks"], cfg["ranks"][1:]
     dps = [f"dp-eps{e:g}" for e in sorted(cfg["epsilons"])]
     spread = [max(out[n][kmax][r] for n in dps) - min(out[n][kmax][r] for n in dps)
@@ -383,7 +384,7 @@ def plot_synthetic(r: dict[str, Any], path: Path) -> None:
     np.atleast_1d(axes)[0].set_ylabel("RMSE")
     np.atleast_1d(axes)[0].legend(fontsize=7)
     fig.suptitle(f"Synthetic Poisson, {r['n_users']} users x {r['n_items']} items, "
-                 f"{r['config']['silos']} silos, mean +- std over {r['trials']} trials")
+                 f"{r['config']['silos']} silos, mean +- std over {r['repeats']} repeats")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -446,9 +447,9 @@ def markdown_synthetic(r: dict[str, Any]) -> str:
              "reconstruction against the full count matrix X (as the paper's code); "
              f"value-max {r['config']['value_max']}, s = {r['config']['sparsity']}. "
              f"Reproduce: `{r['command']}` ({r['seconds']:.0f} s).", "",
-             f"Mean +- std over {r['trials']} trials: the data stay fixed, each trial redraws "
-             "the DP noise, k-means' start and the random exemplars (the paper averages its "
-             "private methods over 5 trials). Full MF is deterministic.", "",
+             f"Mean +- std over {r['repeats']} repeats: the data stay fixed, each repeat "
+             "redraws the DP noise, k-means' start and the random exemplars (the paper "
+             "averages its private methods over 5 trials). Full MF is deterministic.", "",
              "| method | k | " + " | ".join(f"l={x}" for x in ranks) + " |",
              "|---|---|" + "---|" * len(ranks),
              "| full | - | " + " | ".join(f"{r['rmse']['full'][x]:.4f}" for x in ranks) + " |"]
@@ -460,7 +461,7 @@ def markdown_synthetic(r: dict[str, Any]) -> str:
             lines.append(f"| {name} | {k} | " + " | ".join(
                 f"{by_k[k][x]:.4f} +- {std[k][x]:.4f}" for x in ranks) + " |")
     lines += ["", "k-means loss (Eq. 3) of each method's prototypes, summed over silos "
-              "(mean +- std over trials):", "",
+              "(mean +- std over repeats):", "",
               "| method | " + " | ".join(f"k={k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
     for name, by_k in r["kmeans_loss"].items():
         std = r["kmeans_loss_std"][name]
@@ -508,8 +509,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--synthetic-users", type=int, default=100_000,
                         help="synthetic users (the paper's 100000; 10000 runs in ~1/3 "
                              "of the time)")
-    parser.add_argument("--synthetic-trials", type=int, default=5,
-                        help="synthetic trials per method (the paper's 5)")
+    parser.add_argument("--synthetic-repeats", type=int, default=5,
+                        help="synthetic repeats per method (the paper's 5)")
     parser.add_argument("--out", default=str(REPO / "results" / "dp_prototypes"))
     parser.add_argument("--markdown-only", action="store_true",
                         help="rewrite the .md files from the existing .json files")
@@ -537,11 +538,11 @@ def main(argv: list[str] | None = None) -> int:
         plot_ml(r, out / "ml-100k.png")
     if "synthetic" in args.parts:
         t0 = time.perf_counter()
-        r = bench_synthetic(args.synthetic_users, seed=0, trials=args.synthetic_trials)
+        r = bench_synthetic(args.synthetic_users, seed=0, repeats=args.synthetic_repeats)
         r.update(seconds=time.perf_counter() - t0, machine=machine_info(),
                  command=f"python benchmarks/dp_prototypes.py --parts synthetic "
-                         f"--synthetic-users {args.synthetic_users} --synthetic-trials "
-                         f"{args.synthetic_trials}")
+                         f"--synthetic-users {args.synthetic_users} --synthetic-repeats "
+                         f"{args.synthetic_repeats}")
         write_report(out / "synthetic.json", r, markdown_synthetic(r))
         plot_synthetic(r, out / "synthetic.png")
     return 0
