@@ -522,8 +522,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", type=int, nargs="+", default=ML["ranks"],
                         help="ML-100K latent factors l (paper: 10 20 30 40 50)")
     parser.add_argument("--synthetic-users", type=int, default=100_000,
-                        help="synthetic users (the paper's 100000; 10000 runs in ~1/3 "
-                             "of the time)")
+                        help="synthetic users (the paper's 100000; 10000 take ~40%% of the "
+                             "time)")
     parser.add_argument("--synthetic-repeats", type=int, default=5,
                         help="synthetic repeats per method (the paper's 5)")
     parser.add_argument("--out", default=str(REPO / "results" / "dp_prototypes"))
