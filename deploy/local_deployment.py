@@ -70,9 +70,15 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 #:   4 s for the post. Not on the round path (the reply is sent first; offline here the post
 #:   fails in ~0.2 s), but a local trial has no business calling out, and a blackholed
 #:   network would keep every finished ClientApp process alive 4 s longer.
+#: * ``PYTHONDONTWRITEBYTECODE`` empty: each ``flwr-clientapp`` process imports the app from
+#:   the node's unpacked FAB, and with that variable set (as in this project's CI and sandbox
+#:   shells) no process keeps the bytecode it compiled, so every message recompiled the app:
+#:   0.1-0.2 CPU-s of its ~0.9 s ``import fl_app.client_app``. Empty, the node's first
+#:   message writes ``__pycache__`` beside the FAB's sources and later ones load it.
 NODE_FAST_ENV: dict[str, str] = {
     "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2",
     "FLWR_TELEMETRY_ENABLED": "0",
+    "PYTHONDONTWRITEBYTECODE": "",
 }
 #: What the SuperLink (and its SuperExec and ``flwr-serverapp``) get: no telemetry only.
 LINK_FAST_ENV: dict[str, str] = {"FLWR_TELEMETRY_ENABLED": "0"}
