@@ -110,10 +110,14 @@ def evaluate(silos: list[tuple[sp.csr_matrix, sp.csr_matrix]], scores: list[np.n
             "ndcg": m["ndcg@20"]}
 
 
+def predictions(rows: list, V: np.ndarray, cfg: dict) -> list[np.ndarray]:
+    """Alg. 1, lines 8-10: each silo fits its users' U against the fixed V and predicts."""
+    return [user_factors(X, V, cfg) @ V.T for X in rows]
+
+
 def federated(silos: list, P: np.ndarray, rank: int, cfg: dict) -> list[np.ndarray]:
     """Alg. 1 from stacked prototypes: server NMF, each silo fits U against V."""
-    V = item_factors(P, rank, cfg)
-    return [user_factors(train, V, cfg) @ V.T for train, _ in silos]
+    return predictions([train for train, _ in silos], item_factors(P, rank, cfg), cfg)
 
 
 def dpsgd_item_factors(silos: list, rank: int, eps: float, rounds: int, seed: int,
@@ -187,9 +191,7 @@ def bench_ml(seeds: list[int]) -> dict[str, Any]:
         add_random = [rng.uniform(0, vm, (tr.shape[0], tr.shape[1])) for tr, _ in silos]
         for rank in cfg["ranks"]:
             t0 = time.perf_counter()
-            V = item_factors(allrows, rank, cfg)
-            add("full", rank, evaluate(silos, [user_factors(tr, V, cfg) @ V.T
-                                               for tr, _ in silos], vm))
+            add("full", rank, evaluate(silos, federated(silos, allrows, rank, cfg), vm))
             local = []
             for tr, _ in silos:
                 fit = nmf(tr, rank, REG, cfg["nmf_iters"], cfg["nmf_tol"])
@@ -204,7 +206,7 @@ def bench_ml(seeds: list[int]) -> dict[str, Any]:
                     V, spent = dpsgd_item_factors(silos, rank, 1.0, rounds, seed, cfg)
                 dpsgd_eps.append(spent)
                 add(f"dpsgd-{rounds}ep", rank, evaluate(
-                    silos, [user_factors(tr, V, cfg) @ V.T for tr, _ in silos], vm))
+                    silos, predictions([tr for tr, _ in silos], V, cfg), vm))
             log(f"ml-100k seed {seed} l={rank}: {len(per_seed)} methods "
                 f"({time.perf_counter() - t0:.1f} s)")
     methods: dict[str, dict[str, Any]] = {}
@@ -266,6 +268,7 @@ def bench_synthetic(n_users: int, seed: int, repeats: int) -> dict[str, Any]:
     data = poisson_silos(n_users, cfg["items"], cfg["rank_true"], cfg["silos"], seed)
     X, silos = data.X, data.silos
     blocks = [X[rows] for rows in silos]
+    sparse_blocks = [sp.csr_matrix(B) for B in blocks]  # what a silo's release takes
     names = ["kmeans", "krandom", *(f"dp-eps{e:g}" for e in cfg["epsilons"])]
     runs: dict[str, dict[int, dict[int, list[float]]]] = {n: {} for n in names}
     losses: dict[str, dict[int, list[float]]] = {n: {} for n in names}
@@ -273,7 +276,7 @@ def bench_synthetic(n_users: int, seed: int, repeats: int) -> dict[str, Any]:
     for rank in cfg["ranks"]:
         t0 = time.perf_counter()
         V = item_factors(X, rank, cfg)
-        full[rank] = rmse(X, silos, [user_factors(B, V, cfg) @ V.T for B in blocks])
+        full[rank] = rmse(X, silos, predictions(blocks, V, cfg))
         log(f"synthetic full l={rank}: {full[rank]:.4f} ({time.perf_counter() - t0:.1f} s)")
     for k in cfg["ks"]:
         for repeat in range(repeats):
@@ -282,15 +285,15 @@ def bench_synthetic(n_users: int, seed: int, repeats: int) -> dict[str, Any]:
                       "krandom": [krandom(B, k, repeat) for B in blocks]}
             for e in cfg["epsilons"]:
                 protos[f"dp-eps{e:g}"] = [
-                    private_prototypes(sp.csr_matrix(B), params(k, e, cfg), (repeat, h))[0]
-                    for h, B in enumerate(blocks)]
+                    private_prototypes(B, params(k, e, cfg), (repeat, h))[0]
+                    for h, B in enumerate(sparse_blocks)]
             for name, Ps in protos.items():
                 losses[name].setdefault(k, []).append(
                     sum(kmeans_loss(B, P) for B, P in zip(blocks, Ps)))
                 for rank in cfg["ranks"]:
                     V = item_factors(np.vstack(Ps), rank, cfg)
-                    runs[name].setdefault(k, {}).setdefault(rank, []).append(rmse(
-                        X, silos, [user_factors(B, V, cfg) @ V.T for B in blocks]))
+                    runs[name].setdefault(k, {}).setdefault(rank, []).append(
+                        rmse(X, silos, predictions(blocks, V, cfg)))
             log(f"synthetic k={k} repeat {repeat + 1}/{repeats} "
                 f"({time.perf_counter() - t0:.1f} s)")
     out = {"full": full, **over_repeats(runs, np.mean)}
