@@ -35,8 +35,20 @@ Keys (``docs/threat-model.md`` says what each weaker mode reveals):
   with p >= users it recovers every row of the node exactly).
 - ``allow-sparse-transport``: PriviRec's item-item contribution sent unmasked as a sparse
   matrix (plain mode at full scale).
+- ``allow-dropouts``: let a run's SecAgg+ sums go on over a node set shrunk by dropouts
+  that every survivor signed (a consistency round). Off by default: every sum of a run is
+  then over exactly the node set this node committed to at key setup, and a dropout abandons
+  the sum before anything is unmasked. With it on, a server that declares this node dropped
+  and repeats a request can learn its input as the difference of two sums.
 - ``dp-budget``: total epsilon this node spends on noised releases outside a secure sum
-  (``0``: none).
+  (``0``: none), across every run (the ledger below).
+- ``dp-ledger``: path of the file where this node records its DP spending (keyed by its
+  identity and its data), so a new run does not start at zero.
+- ``min-neighbours`` (default 2): the fewest SecAgg+ neighbours the node accepts.
+- ``lpgcn-min-alpha``, ``lpgcn-min-mask-scale``: the smallest LP-GCN virtual-item rate and
+  cover scale the node accepts (both hide which items it holds).
+- ``memory-budget-mb`` (default 4096): the most a server-chosen size (oversampling, batch,
+  dimension) may make this node allocate for one request.
 - ``min-survivors`` (default 3): the fewest nodes, itself included, this node masks a secure
   sum with, shares its mask seeds among and unmasks for. With 2, each of two nodes learns the
   other's input from the sum; the server's message cannot lower it (nor the Shamir
@@ -55,7 +67,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from flwr.app import ConfigRecord, RecordDict
@@ -89,6 +101,33 @@ def _as_bool(key: str, value: Any) -> bool:
     raise ValueError(f"node policy key '{key}' must be true or false, got {value!r}")
 
 
+def _parse_value(f: Any, key: str, value: Any, source: str) -> Any:
+    """One policy value from its config text, checked against the field's type and minimum
+    (an error names the source and the key, never silently a default)."""
+    if f.type in (bool, "bool"):
+        return _as_bool(key, value)
+    if f.type in (str, "str"):
+        return str(value)
+    lowest = f.metadata.get("min", 0)
+    if f.type in (int, "int"):
+        try:
+            count = int(str(value).strip())
+        except ValueError:
+            count = None
+        if count is None or count < lowest:
+            raise ValueError(f"{source}: node policy key '{key}' must be an integer >= "
+                             f"{lowest}, got {value!r}")
+        return count
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (math.isfinite(number) and number >= lowest):
+        raise ValueError(f"{source}: node policy key '{key}' must be a finite number >= "
+                         f"{lowest:g}, got {value!r}")
+    return number
+
+
 @dataclass(frozen=True)
 class NodePolicy:
     """What this node accepts; every default is the safe choice except
@@ -99,9 +138,15 @@ class NodePolicy:
     allow_noise_removal: bool = False
     allow_seeded_omega: bool = False
     allow_sparse_transport: bool = False
+    allow_dropouts: bool = False
     dp_budget: float = 0.0
+    dp_ledger: str = ""
     diagnostics: bool = False
-    min_survivors: int = 3
+    min_survivors: int = field(default=3, metadata={"min": 2})
+    min_neighbours: int = field(default=2, metadata={"min": 1})
+    lpgcn_min_alpha: float = field(default=0.5, metadata={"min": 0.0})
+    lpgcn_min_mask_scale: float = field(default=1e-5, metadata={"min": 0.0})
+    memory_budget_mb: float = field(default=4096.0, metadata={"min": 1.0})
     allow_simulated_identity: bool = True
 
     @staticmethod
@@ -127,21 +172,7 @@ class NodePolicy:
                     raise ValueError(f"{source}: unknown node policy key '{key}' (known: "
                                      f"{', '.join(sorted(known))})")
                 continue
-            f = known[key]
-            if f.type in (bool, "bool"):
-                updates[f.name] = _as_bool(key, value)
-            elif f.type in (int, "int"):
-                count = int(value)
-                if count < 2:
-                    raise ValueError(f"{source}: node policy key '{key}' must be an integer "
-                                     f">= 2, got {value!r}")
-                updates[f.name] = count
-            else:
-                budget = float(value)
-                if not (math.isfinite(budget) and budget >= 0):
-                    raise ValueError(f"{source}: node policy key '{key}' must be a finite "
-                                     f"number >= 0, got {value!r}")
-                updates[f.name] = budget
+            updates[known[key].name] = _parse_value(known[key], key, value, source)
         return replace(self, **updates)
 
     @classmethod
@@ -176,7 +207,7 @@ class NodePolicy:
                              f"{', '.join(cls.keys())})")
         return cls().merged(value, "node policy")
 
-    def as_config(self) -> dict[str, bool | float]:
+    def as_config(self) -> dict[str, bool | int | float | str]:
         """The policy as ``{key: value}`` (what a node acknowledges in its handshake)."""
         return {self.key_of(f.name): getattr(self, f.name) for f in fields(self)}
 
@@ -195,6 +226,16 @@ class NodePolicy:
             f"'{key}=true' (flower-supernode --node-config \"{key}=true\"), or in a "
             f"simulation run_in_simulation(..., node_policy={{'{key}': True}}) or "
             f"{POLICY_ENV}='{key}=true'")
+
+    def check_size(self, n_bytes: float, what: str, who: str) -> None:
+        """Refuse a request whose server-chosen sizes would make this node allocate more than
+        its ``memory-budget-mb`` for ``what`` (checked before allocating anything)."""
+        mb = float(n_bytes) / 2**20
+        if not math.isfinite(mb) or mb > self.memory_budget_mb:
+            raise PolicyError(
+                f"{who} refuses {what}: the request's sizes need {mb:,.0f} MiB, more than its "
+                f"node policy memory-budget-mb={self.memory_budget_mb:g}. Only the node's "
+                f"operator can raise it (node config 'memory-budget-mb=<MiB>')")
 
     def charge_dp(self, state: RecordDict, epsilon: float, what: str, who: str) -> float:
         """Spend ``epsilon`` of the node's DP budget on ``what``; refuse past the budget.
