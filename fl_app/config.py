@@ -13,6 +13,7 @@ runs silently with a default. Keys use dashes, as Flower run configs do.
 from __future__ import annotations
 
 import difflib
+import math
 import shlex
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -33,7 +34,9 @@ class Key:
     """One typed run-config key.
 
     ``choices`` lists the allowed values (strings); ``min``/``max`` bound numbers
-    (inclusive); ``used_by`` says who reads it, for the configuration reference.
+    (inclusive); ``used_by`` says who reads it, for the configuration reference. A float
+    key takes finite numbers only: NaN passes every ``<``/``>`` bound (each comparison is
+    false), so a ``timeout = nan`` would otherwise be accepted and never expire.
     """
 
     name: str
@@ -54,6 +57,8 @@ class Key:
             out = coerce(self.name, value, self.type)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        if isinstance(out, float) and not math.isfinite(out):
+            raise ConfigError(f"run config '{self.name}': expected a finite number, got {out!r}")
         if self.choices and out not in self.choices:
             allowed = " | ".join(str(c) for c in self.choices)
             raise ConfigError(f"run config '{self.name}': expected one of {allowed}, "

@@ -106,3 +106,15 @@ def test_strategy_loading_errors_are_clear() -> None:
         load_strategy_class("strategies.fedmf:Nope")
     with pytest.raises(ValueError, match="not a flwr"):
         load_strategy_class("fl_app.config:ConfigError")
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "-inf"])
+def test_float_keys_take_finite_numbers_only(raw: str) -> None:
+    """NaN passes every range check and inf is no deadline: both are refused for every
+    float key, timeouts included, whether given as text or as a parsed float."""
+    value = parse_assignments([f"timeout={raw}"])["timeout"]
+    for key in ("timeout", "startup-timeout", "test-ratio", "mf-lr"):
+        for given in (value, raw):
+            with pytest.raises(ConfigError, match=rf"'{key}': expected a finite number"):
+                resolve_config({key: given})
+    assert resolve_config({"timeout": "2.5"})["timeout"] == 2.5
