@@ -68,17 +68,21 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flwr.app import ConfigRecord, RecordDict
 
 from fl_app.records import config_record
 
+if TYPE_CHECKING:
+    from clients.dp_ledger import LedgerKey
+
 #: Environment variable read by ``build_client_app`` (comma-separated ``key=value``).
 POLICY_ENV = "FEDREC_NODE_POLICY"
 #: Record in the handshake reply: the node's policy, acknowledged for the results.
 POLICY_RECORD = "policy"
-#: Node state record of the DP budget spent so far.
+#: Node state record of the DP budget this run spent (``epsilon``) and the ledger's total
+#: after the last charge (``total``); the ledger file is what enforces the budget.
 _DP_SPENT = "policy.dp-spent"
 
 
@@ -237,24 +241,41 @@ class NodePolicy:
                 f"node policy memory-budget-mb={self.memory_budget_mb:g}. Only the node's "
                 f"operator can raise it (node config 'memory-budget-mb=<MiB>')")
 
-    def charge_dp(self, state: RecordDict, epsilon: float, what: str, who: str) -> float:
+    def charge_dp(self, state: RecordDict, epsilon: float, what: str, who: str, *,
+                  key: LedgerKey | None = None, run_id: int = 0) -> float:
         """Spend ``epsilon`` of the node's DP budget on ``what``; refuse past the budget.
 
-        Returns the budget spent so far. The spent total lives in the node's state, so it
-        accumulates over every release of the run.
+        The spending is recorded in the node's own ledger file (``clients/dp_ledger.py``,
+        path :func:`clients.dp_ledger.ledger_path`) under ``key`` (the node's identity and
+        data; ``clients.dp_ledger.charge_node`` passes it), before anything is released, so
+        the budget holds across runs. Without a key the entry is named after ``who`` only.
+        Returns the total spent under the key; the node state keeps this run's share
+        (``_DP_SPENT``: ``epsilon`` of the run, ``total`` of the ledger) for the results.
         """
+        from clients.dp_ledger import BudgetExceeded, Ledger, LedgerKey, ledger_path
+
         epsilon = float(epsilon)
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise PolicyError(f"{who} refuses {what}: epsilon must be finite and > 0, got "
                               f"{epsilon!r}")
+        if epsilon > self.dp_budget + 1e-12:  # refused without touching the ledger
+            raise self._over_budget(epsilon, 0.0, what, who)
+        key = key if key is not None else LedgerKey("unidentified", who)
+        try:
+            total = Ledger(ledger_path(self)).charge(key, epsilon, self.dp_budget, what,
+                                                     run_id)
+        except BudgetExceeded as exc:
+            raise self._over_budget(epsilon, exc.spent, what, who) from None
         record = config_record(state, _DP_SPENT)
         if record is None:
-            record = state[_DP_SPENT] = ConfigRecord({"epsilon": 0.0})
-        spent = float(record["epsilon"])
-        if spent + epsilon > self.dp_budget + 1e-12:
-            raise PolicyError(
-                f"{who} refuses {what}: epsilon {epsilon:g} on top of {spent:g} spent exceeds "
-                f"its node policy dp-budget={self.dp_budget:g}. Only the node's operator can "
-                f"raise it (node config 'dp-budget=<epsilon>')")
-        record["epsilon"] = spent + epsilon
-        return spent + epsilon
+            record = state[_DP_SPENT] = ConfigRecord({"epsilon": 0.0, "total": 0.0})
+        record["epsilon"] = float(record["epsilon"]) + epsilon
+        record["total"] = total
+        return total
+
+    def _over_budget(self, epsilon: float, spent: float, what: str, who: str) -> PolicyError:
+        """The refusal of a charge past ``dp-budget`` (public amounts only)."""
+        return PolicyError(
+            f"{who} refuses {what}: epsilon {epsilon:g} on top of {spent:g} spent exceeds its "
+            f"node policy dp-budget={self.dp_budget:g} (its DP ledger counts every run). Only "
+            f"the node's operator can raise it (node config 'dp-budget=<epsilon>')")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -16,6 +17,18 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Keep test runs from writing into the user's cache or the repo's results/."""
     os.environ.setdefault("FEDREC_CACHE", str(tmp_path_factory.mktemp("cache")))
     os.environ["FEDREC_RESULTS"] = str(tmp_path_factory.mktemp("results"))
+    os.environ["FEDREC_DP_LEDGER"] = str(tmp_path_factory.mktemp("dp") / "session.json")
+
+
+@pytest.fixture(autouse=True)
+def _own_dp_ledger(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """One DP ledger file per test (``clients/dp_ledger.py``): nodes keep their spending
+    across runs, so tests that rerun a DP protocol on the same simulated nodes and data would
+    otherwise spend each other's budgets. A test's own runs share its file."""
+    name = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:20]
+    folder = Path(os.environ["FEDREC_DP_LEDGER"]).parent
+    monkeypatch.setenv("FEDREC_DP_LEDGER", str(folder / f"{name}.json"))
 
 
 @pytest.fixture
