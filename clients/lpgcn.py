@@ -29,6 +29,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 from clients.aggregate import sum_reply
 from clients.keyrelay import get_shared_secret
 from clients.node import NodeContext
+from clients.policy import PolicyError
 from clients.registry import handler
 from fl_app.records import array_record, config_record, from_array_record, to_array_record
 from fl_app.recsys.lightgcn import (
@@ -53,7 +54,7 @@ _SETUP, _PARAMS, _STEP, _EPOCH, _FLAGS = ("lpgcn.setup", "lpgcn.params", "lpgcn.
 
 
 #: This process's rows per (run, node), for the many rounds of a run in one process.
-_DATA: dict[tuple[int, int], Any] = {}
+_DATA: dict[tuple[int, int, str], Any] = {}
 
 
 class LosslessnessError(RuntimeError):
@@ -116,16 +117,98 @@ class StateArrays(MutableMapping):
             self[key] = value
 
 
+#: Arrays of (layers + 1) x (users + items) x dim a node keeps at once in a round (user and
+#: item rows, gradient sums, partials, mailed shares): the memory a request's sizes imply.
+_ROW_COPIES = 6
+_DTYPES = ("float64", "float32")
+
+
+def _data(node: NodeContext) -> Any:
+    """This node's rows, kept per (run, node, data config): ``NodeContext.data()`` rescans
+    the node state on every call, and every LP-GCN request needs them."""
+    key = (node.context.run_id, node.context.node_id, repr(sorted(node.data_config().items())))
+    if key not in _DATA:
+        if len(_DATA) > 256:
+            _DATA.clear()
+        _DATA[key] = node.data()
+    return _DATA[key]
+
+
 def _hp(node: NodeContext) -> dict[str, Any]:
+    """The request's hyperparameters, each server-chosen value that weakens the cover or
+    sizes an allocation checked against this node's policy first."""
     cfg = node.config()
     if "layers" not in cfg:
         raise LosslessnessError(f"{node.who}: LP-GCN request without its hyperparameters")
+    _check_cover(node, cfg)
+    _check_sizes(node, cfg)
     return cfg
+
+
+def _check_cover(node: NodeContext, cfg: dict[str, Any]) -> None:
+    """Refuse a virtual-item rate or cover scale below this node's policy, and any change of
+    them after the node drew its virtual items (they are pinned at ``lpgcn_holdings``).
+
+    ``lpgcn-alpha`` near 0 leaves (almost) no virtual items and ``lpgcn-mask-scale`` near 0
+    makes a virtual holding's gradient rows (almost) exact zeros: either shows the server
+    which pseudonymous items this node really holds. alpha = 0 is the plain mode
+    (``allow-plain``), or allowed by an operator's ``lpgcn-min-alpha = 0``.
+    """
+    pol = node.policy
+    alpha, scale = _finite(node, cfg, "alpha"), _finite(node, cfg, "mask-scale")
+    if alpha == 0 and pol.lpgcn_min_alpha > 0:
+        pol.require("allow-plain", "LP-GCN without virtual items (lpgcn-alpha = 0: the server "
+                    "sees exactly which pseudonymous items this node holds)", node.who)
+    elif alpha < pol.lpgcn_min_alpha:
+        raise PolicyError(
+            f"{node.who} refuses LP-GCN with lpgcn-alpha = {alpha:g}: its node policy "
+            f"lpgcn-min-alpha = {pol.lpgcn_min_alpha:g} (fewer virtual items show the server "
+            "which items this node holds). Only the node's operator can lower it (node config "
+            "'lpgcn-min-alpha=<rate>')")
+    if alpha > 0 and scale < pol.lpgcn_min_mask_scale:
+        raise PolicyError(
+            f"{node.who} refuses LP-GCN with lpgcn-mask-scale = {scale:g}: its node policy "
+            f"lpgcn-min-mask-scale = {pol.lpgcn_min_mask_scale:g} (smaller cover values let the "
+            "server tell virtual holdings from real ones). Only the node's operator can lower "
+            "it (node config 'lpgcn-min-mask-scale=<std>')")
+    pinned = array_record(node.state, _SETUP)
+    if pinned is not None and "cover" in pinned:
+        was = pinned["cover"].numpy()
+        if (alpha, scale) != (float(was[0]), float(was[1])):
+            raise PolicyError(
+                f"{node.who} refuses an LP-GCN request with lpgcn-alpha = {alpha:g}, "
+                f"lpgcn-mask-scale = {scale:g}: its virtual items were drawn for "
+                f"{float(was[0]):g}, {float(was[1]):g}, which hold for the whole run")
+
+
+def _finite(node: NodeContext, cfg: dict[str, Any], key: str) -> float:
+    """``cfg[key]`` as a finite number >= 0 (NaN would pass every ``<`` comparison)."""
+    try:
+        value = float(cfg[key])
+    except (KeyError, TypeError, ValueError):
+        value = float("nan")
+    if not (np.isfinite(value) and value >= 0):
+        raise PolicyError(f"{node.who} refuses the LP-GCN request: 'lpgcn-{key}' must be a "
+                          f"finite number >= 0, got {cfg.get(key)!r}")
+    return value
+
+
+def _check_sizes(node: NodeContext, cfg: dict[str, Any]) -> None:
+    """Refuse, before allocating, server-chosen layers, dimension or precision that would
+    need more than this node's ``memory-budget-mb``."""
+    layers, dim = node.size(cfg, "layers"), node.size(cfg, "dim")
+    if str(cfg.get("dtype")) not in _DTYPES:
+        raise LosslessnessError(f"{node.who}: LP-GCN precision must be one of {_DTYPES}, got "
+                                f"{cfg.get('dtype')!r}")
+    users, items = _data(node).train.shape
+    node.reserve(float(_ROW_COPIES) * (layers + 1) * (users + items) * dim
+                 * np.dtype(str(cfg["dtype"])).itemsize,
+                 f"LP-GCN rows of {layers} layers x dimension {dim}")
 
 
 def _real_rows(node: NodeContext) -> sp.csr_matrix:
     """This node's training rows; refuses a node none of whose users has an item."""
-    train = node.data().train
+    train = _data(node).train
     if train.nnz == 0:
         raise LosslessnessError(
             f"{node.who}: none of its {train.shape[0]} user(s) has a training interaction; "
@@ -150,11 +233,7 @@ def holdings(content: RecordDict, node: NodeContext) -> RecordDict:
     """
     hp = _hp(node)
     train = _real_rows(node)
-    alpha = float(hp["alpha"])
-    if alpha <= 0:
-        node.policy.require("allow-plain", "LP-GCN without virtual items (lpgcn-alpha = 0: the "
-                            "server sees exactly which pseudonymous items this node holds)",
-                            node.who)
+    alpha = float(hp["alpha"])  # checked against the policy by _hp
     secret = get_shared_secret(node.state, SECRET)
     m = train.shape[1]
     pseudo_all = item_pseudonyms(secret, m)
@@ -169,7 +248,8 @@ def holdings(content: RecordDict, node: NodeContext) -> RecordDict:
     held_real = held_real[order]
     setup = StateArrays(node, _SETUP)
     setup.replace({"pseudo_all": pseudo_all, "held_real": held_real,
-                   "held": pseudo_all[held_real], "isreal": np.isin(held_real, real)})
+                   "held": pseudo_all[held_real], "isreal": np.isin(held_real, real),
+                   "cover": np.array([alpha, float(hp["mask-scale"])])})
     setup.flush()
     return RecordDict({"arrays": to_array_record({"held": pseudo_all[held_real]})})
 
@@ -281,12 +361,7 @@ class Session:
         self.L = int(self.hp["layers"])
         self.plus = self.hp["backbone"] == "lightgcn+"
         self.dtype = np.dtype(str(self.hp["dtype"]))
-        key = (node.context.run_id, node.context.node_id)
-        if key not in _DATA:  # NodeContext.data() rescans the node state on every call
-            if len(_DATA) > 256:
-                _DATA.clear()
-            _DATA[key] = node.data()
-        self.data = _DATA[key]
+        self.data = _data(node)
         train = self.data.train
         self.R = sp.csr_matrix(train[:, self.setup["held_real"]], dtype=self.dtype)
         self.R.data[:] = 1
@@ -562,24 +637,32 @@ class Session:
         return progress
 
     def masked(self, part: np.ndarray, layer: int) -> np.ndarray:
-        """The partial with cover rows on virtual items, and (convolution node) the covers of
-        its items' virtual holders taken off, so the server's sum is the true gradient."""
+        """The partial with a cover row on every item another node convolves, real or virtual,
+        and (convolution node) the covers of its items' other holders taken off, so the
+        server's sum is the true gradient.
+
+        Covering real holdings too is what hides the virtual ones: a convolution node's row
+        of an item it holds only virtually would otherwise be its direct terms alone (zero,
+        or the same row at every layer >= 1), and a virtual holder's row would be a pure
+        cover beside real holders' bare partials. Every other holder of an item is real or
+        virtual, so a convolution node with another holder always subtracts a cover.
+        """
         part = np.array(part, dtype=self.dtype)
-        scale = float(self.hp["mask-scale"])
+        scale = float(self.setup["cover"][1])
         step = int(self.flags["step"])
-        isreal = self.setup["isreal"].astype(bool)
         for c in self.conv_nodes():
-            rows = np.flatnonzero((self.conv_of == c) & ~isreal)
-            if len(rows):
-                part[rows] += scale * keyed_normal(self.secret, f"{step}|{layer}|{self.me}|{c}",
-                                                   (len(rows), part.shape[1]))
-        virtual = self.setup["hold_cnt"] == 0
-        for s, (ks, slots) in self.senders.items():
-            ks = ks[virtual[slots]]
-            if len(ks):
-                part[self.conv_hpos[ks]] -= scale * keyed_normal(
-                    self.secret, f"{step}|{layer}|{s}|{self.me}", (len(ks), part.shape[1]))
+            rows = np.flatnonzero(self.conv_of == c)
+            part[rows] += self.cover(step, layer, self.me, c, len(rows), part.shape[1], scale)
+        for s, (ks, _) in self.senders.items():
+            part[self.conv_hpos[ks]] -= self.cover(step, layer, s, self.me, len(ks),
+                                                   part.shape[1], scale)
         return part
+
+    def cover(self, step: int, layer: int, holder: int, conv: int, n: int, d: int,
+              scale: float) -> np.ndarray:
+        """The cover rows ``holder`` adds for the ``n`` items ``conv`` convolves (ascending
+        pseudonym), regenerated by ``conv`` from S to take them off."""
+        return scale * keyed_normal(self.secret, f"{step}|{layer}|{holder}|{conv}", (n, d))
 
     def require_degrees(self) -> None:
         if not self.done("degrees"):
@@ -644,7 +727,7 @@ def lpgcn_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     ``V``: every item's final embedding, in the server's order (ascending pseudonym); this
     node maps it to item ids with its pseudonym table.
     """
-    cfg = node.config()
+    cfg = _hp(node)
     cur, setup = StateArrays(node, _STEP), StateArrays(node, _SETUP)
     layers = int(cfg["layers"])
     if "pseudo_all" not in setup or not all(f"eu{layer}" in cur for layer in range(layers + 1)):
@@ -653,7 +736,7 @@ def lpgcn_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     pseudo = setup["pseudo_all"]
     V = table[np.searchsorted(np.sort(pseudo), pseudo)]
     U = layer_mean([cur[f"eu{layer}"] for layer in range(layers + 1)])
-    data = node.data()
+    data = _data(node)
     sums = evaluate_ranking(lambda rows: U[rows] @ V.T, data.train, data.test,
                             k=int(cfg.get("top-k", 20)))
     return sum_reply(node, {"ranking": sums.to_vector()})
@@ -662,7 +745,8 @@ def lpgcn_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
 @handler("lpgcn_losses")
 def lpgcn_losses(content: RecordDict, node: NodeContext) -> RecordDict:
     """This node's loss share of every training step so far, as a share of a sum."""
-    steps = int(node.config()["steps"])
+    steps = node.size(_hp(node), "steps", minimum=0)
+    node.reserve(8.0 * steps, f"LP-GCN losses of {steps} steps")
     flags = dict(config_record(node.state, _FLAGS) or ConfigRecord())
     out = np.zeros(steps)
     for s, value in zip(flags.get("loss-steps", []), flags.get("losses", [])):
