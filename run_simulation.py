@@ -11,6 +11,7 @@ Results go to results/runs/<run-name>.json (config, metrics, bytes, times).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any
 
@@ -21,13 +22,29 @@ from fl_app.messaging import NodeError, NodeTimeoutError
 from fl_app.registry import protocols
 
 DEFAULTS = {name: key.default for name, key in key_table(CORE_KEYS).items()}
+#: How a node names the policy key it refused on (clients/policy.py ``NodePolicy.require``).
+_REFUSED_KEY = re.compile(r"\(([a-z-]+)=false; policy:")
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Appends ``(default: X)`` to an option's help only when the help does not already say
+    what the default is and the default is a value (not ``""``, ``[]``, None or False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        empty = default is None or default is False or default is argparse.SUPPRESS or (
+            isinstance(default, (str, list)) and not default)
+        if "default" in text or empty or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description="Run a privacy-preserving federated recommendation protocol in a Flower "
                     "simulation.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--protocol", default=DEFAULTS["protocol"],
                    help="one of: " + "; ".join(f"{r.name} ({r.summary})"
@@ -59,6 +76,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _error(message: str, *hints: str) -> int:
+    """Report a user's mistake or a node's refusal: one ``error:`` line (and hint lines)."""
+    print(f"error: {message}", file=sys.stderr)
+    for hint in hints:
+        print(f"hint: {hint}", file=sys.stderr)
+    return 2
+
+
+def policy_hints(message: str) -> list[str]:
+    """How to change every simulated node's policy from this command line, if ``message``
+    is a node's policy refusal (the node itself names the Python and environment routes)."""
+    if "node policy" not in message:
+        return []
+    match = _REFUSED_KEY.search(message)
+    example = f"{match.group(1)}=true" if match else "KEY=VALUE"
+    return [f"set the simulated nodes' policy with --node-policy {example} "
+            "(docs/threat-model.md says what each key allows)"]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     overrides: dict[str, Any] = {
@@ -66,12 +102,18 @@ def main(argv: list[str] | None = None) -> int:
         "data-dir": args.data_dir, "partition": args.partition, "rounds": args.rounds,
         "seed": args.seed, "run-name": args.run_name,
     }
+    from fl_app.simulation import resolve_node_policy, run_in_simulation
+
     try:
         overrides.update(parse_assignments(args.set))
         node_policy = parse_assignments(args.node_policy, "--node-policy")
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return _error(str(exc))
+    try:
+        policy = resolve_node_policy(node_policy or None)
+    except ConfigError as exc:
+        text = str(exc).removeprefix("node policy: ")
+        return _error(f"--node-policy: {text}" if node_policy else text)
     if not args.quiet:  # progress of long runs: phase starts and slow rounds
         import logging
 
@@ -84,18 +126,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.output:
         import os
         os.environ["FEDREC_RESULTS"] = args.output
-    from fl_app.simulation import run_in_simulation
-
     try:
         run_in_simulation(overrides, num_nodes=args.nodes, quiet=args.quiet,
                           verbose_flower=args.verbose_flower, compare=not args.no_compare,
-                          node_policy=node_policy or None)
+                          node_policy=policy)
     except (ConfigError, DataError, FileNotFoundError, NodeTimeoutError, NodeError,
             PolicyError) as exc:
         # Bad input and node failures are one line; any other error (a bug, a user's own
         # protocol raising) keeps its traceback.
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        refused = isinstance(exc, (NodeError, PolicyError))  # by a node, during the run
+        return _error(str(exc), *(policy_hints(str(exc)) if refused else []))
     return 0
 
 

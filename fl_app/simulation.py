@@ -13,8 +13,10 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from clients.policy import NodePolicy
 from datasets import DatasetSpec, load_dataset
-from fl_app.config import run_name
+from datasets.partition import PartitionSpec, partition_users
+from fl_app.config import ConfigError, run_name
 from fl_app.quiet import quiet_flower_noise
 from fl_app.registry import load_strategy_class, resolve_config
 from fl_app.results import print_run_table, write_run
@@ -32,6 +34,83 @@ def backend_config_for(client_cpus: int) -> dict[str, Any]:
     if client_cpus < 1:
         raise ValueError(f"client_cpus must be >= 1, got {client_cpus}")
     return {**DEFAULT_BACKEND, "client_resources": {"num_cpus": client_cpus, "num_gpus": 0.0}}
+
+
+#: Node errors that are answers to the run's input (a refusal by the node's policy, bad data
+#: or config, a roster that does not fit), not bugs: the ServerApp reports each in one line
+#: naming the node, so Flower's copy of the node's traceback is dropped from the console.
+REFUSALS = ("clients.policy.PolicyError", "fl_app.secure.secagg.SecAggError",
+            "fl_app.secure.identity.IdentityError", "datasets.errors.DataError",
+            "fl_app.config.ConfigError")
+#: Flower's header before each ClientApp traceback; the traceback itself says the same.
+_HEADER = "An exception was raised when processing a message by"
+
+
+class NodeRefusalFilter(logging.Filter):
+    """Drops Flower's ERROR records of a node's refusal (:data:`REFUSALS`) and the bare
+    header before each; any other node exception (e.g. a user's protocol code) keeps its
+    traceback on the console."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR:
+            return True
+        message = record.getMessage()
+        if message.startswith(_HEADER):
+            return False
+        return not any(f"{name}:" in message for name in REFUSALS)
+
+
+_REFUSAL_FILTER = NodeRefusalFilter()
+
+
+def resolve_node_policy(node_policy: NodePolicy | Mapping[str, Any] | None) -> NodePolicy:
+    """The simulated nodes' policy (None: ``$FEDREC_NODE_POLICY``), checked before Flower
+    starts: a misspelt or out-of-range key is a ConfigError, not a node failure later."""
+    try:
+        return NodePolicy.coerce(node_policy)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def check_federation_size(cfg: Mapping[str, Any], num_nodes: int, policy: NodePolicy) -> None:
+    """Refuse, before Flower starts, a simulation that could only wait or fail on its nodes.
+
+    Zero nodes, or fewer than ``min-nodes``, would make the handshake wait
+    ``startup-timeout`` for nodes that never connect; too few user nodes for the
+    partition scheme fail on every node; a built-in protocol's SecAgg+ sums need the node
+    policy's ``min-survivors`` user nodes (a user protocol may not sum at all, so it is
+    left to its nodes).
+    """
+    if num_nodes < 1:
+        raise ConfigError(f"simulated nodes (--nodes / num_nodes): expected at least 1, got "
+                          f"{num_nodes}")
+    if int(cfg["min-nodes"]) > num_nodes:
+        raise ConfigError(f"run config 'min-nodes' = {cfg['min-nodes']}: expected at most the "
+                          f"{num_nodes} simulated nodes (--nodes / num_nodes); the run would "
+                          f"wait startup-timeout ({cfg['startup-timeout']:g} s) for the rest")
+    users = num_nodes - int(cfg["item-servers"])
+    if users < 1:
+        raise ConfigError(f"run config 'item-servers' = {cfg['item-servers']}: expected fewer "
+                          f"than the {num_nodes} simulated nodes (--nodes / num_nodes), so "
+                          "that some hold user rows")
+    from fl_app.registry import protocols
+
+    if (cfg["aggregator"] == "secagg+" and cfg["protocol"] in protocols()
+            and users < policy.min_survivors):
+        raise ConfigError(
+            f"{users} user node(s) (--nodes / num_nodes {num_nodes}, item-servers "
+            f"{cfg['item-servers']}): a SecAgg+ sum needs at least the node policy's "
+            f"min-survivors = {policy.min_survivors} (with fewer, each node could learn the "
+            "others' inputs from the sum); use more nodes, or aggregator = plain with the "
+            "node policy allow-plain=true")
+
+
+def check_partitions(cfg: Mapping[str, Any], num_nodes: int) -> None:
+    """Partition the data as the user nodes will (DataError naming an empty partition or a
+    scheme that does not fit), before Flower starts instead of on every node."""
+    users = num_nodes - int(cfg["item-servers"])
+    partition_users(load_dataset(DatasetSpec.from_config(cfg)),
+                    PartitionSpec.from_config(cfg, users))
 
 
 def _ship_by_value(modules: list[str]) -> None:
@@ -58,6 +137,9 @@ def simulate(server_app: Any, client_app: Any, num_nodes: int,
     if not verbose_flower:
         logging.getLogger("flwr").setLevel(logging.WARNING)
     quiet_flower_noise()
+    flwr_log = logging.getLogger("flwr")
+    if _REFUSAL_FILTER not in flwr_log.filters:
+        flwr_log.addFilter(_REFUSAL_FILTER)
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     with warnings.catch_warnings():
@@ -69,7 +151,8 @@ def simulate(server_app: Any, client_app: Any, num_nodes: int,
 def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int = 4, *,
                       quiet: bool = False, backend_config: dict[str, Any] | None = None,
                       verbose_flower: bool = False, compare: bool = False,
-                      node_policy: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                      node_policy: NodePolicy | Mapping[str, Any] | None = None
+                      ) -> dict[str, Any]:
     """Run the configured protocol on ``num_nodes`` simulated SuperNodes; return its record.
 
     ``node_policy``: every simulated node's privacy policy (``clients/policy.py``), e.g.
@@ -81,9 +164,13 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
     the protocol's centralized reference and the item-popularity baseline and add them to
     the record and its table (``record["comparison"]``). Raises the ServerApp's exception
     (e.g. an unknown protocol, a node that timed out) as the same exception type, after
-    Flower has shut the simulation down.
+    Flower has shut the simulation down. Input that could only hang or fail on the nodes
+    (:func:`check_federation_size`, :func:`check_partitions`, a bad ``node_policy``) raises
+    ConfigError or DataError before Flower starts.
     """
     cfg = resolve_config(overrides)  # unknown keys and protocols fail before Ray starts
+    policy = resolve_node_policy(node_policy)
+    check_federation_size(cfg, num_nodes, policy)
 
     from fl_app.client_app import build_client_app
     from fl_app.server_app import make_server_app
@@ -98,10 +185,10 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
     # the user's machine); a deployed node imports only what its operator lists.
     extra = [m for m in [getattr(protocol_cls, "clients", "")] if m]
     _ship_by_value(extra)
-    load_dataset(DatasetSpec.from_config(cfg))
+    check_partitions(cfg, num_nodes)
     box: dict[str, Any] = {}
     server_app = make_server_app(cfg, on_result=box.update, quiet=quiet or compare)
-    simulate(server_app, build_client_app(extra, policy=node_policy), num_nodes, backend_config,
+    simulate(server_app, build_client_app(extra, policy=policy), num_nodes, backend_config,
              verbose_flower)
     if not box:
         raise RuntimeError("the simulation ended without a result (see the log above)")
