@@ -233,6 +233,10 @@ def holdings(content: RecordDict, node: NodeContext) -> RecordDict:
     """
     hp = _hp(node)
     train = _real_rows(node)
+    if "held" in StateArrays(node, _SETUP):
+        raise PolicyError(f"{node.who} refuses a second lpgcn_holdings in this run: its "
+                          "virtual items are drawn once (two draws would differ in the "
+                          "virtual items only, showing the server the real ones)")
     alpha = float(hp["alpha"])  # checked against the policy by _hp
     secret = get_shared_secret(node.state, SECRET)
     m = train.shape[1]
@@ -256,36 +260,102 @@ def holdings(content: RecordDict, node: NodeContext) -> RecordDict:
 
 @handler("lpgcn_assign")
 def assign(content: RecordDict, node: NodeContext) -> RecordDict:
-    """Learn each held item's convolution node; mail each convolution node, sealed, how many
-    of this node's users really hold each item they share (0: virtual): the verification."""
+    """Learn each held item's convolution node and, as a convolution node, each of its items'
+    holders; mail every other holder, sealed, the pseudonyms of the items it convolves for
+    it (the confirmation). Nothing about real or virtual holdings leaves before
+    ``lpgcn_verify`` checked the confirmations against the server's assignment."""
     setup = StateArrays(node, _SETUP)
     if "held" not in setup:
         raise LosslessnessError(f"{node.who}: lpgcn_assign before lpgcn_holdings")
+    if "conv_of" in setup:
+        raise PolicyError(f"{node.who} refuses a second lpgcn_assign in this run: its "
+                          "convolution assignment is fixed once (a new one would send its "
+                          "verification to other nodes)")
     got = node.arrays()
     me = node.context.node_id
     conv_of = got["conv_of"].astype(np.uint64)  # Flower node ids are unsigned 64-bit
     if len(conv_of) != len(setup["held"]):
         raise LosslessnessError(f"{node.who}: the server assigned {len(conv_of)} items, this "
                                 f"node holds {len(setup['held'])}")
-    R = _real_rows(node)[:, setup["held_real"]].tocsc()
-    counts = np.diff(R.indptr).astype(np.int64)  # users of this node really holding each item
-    for c in np.unique(conv_of[conv_of != me]):
-        node.mailbox.send(int(c), "lpgcn-verify", pack({"count": counts[conv_of == c]}))
     conv_hpos = np.flatnonzero(conv_of == me)
-    setup.update({"conv_of": conv_of, "conv_hpos": conv_hpos, "own_count": counts[conv_hpos],
-                  "hold_ptr": got.get("hold_ptr", np.zeros(1, np.int64)),
-                  "hold_nodes": got.get("hold_nodes", np.zeros(0, np.uint64))})
+    ptr = np.asarray(got.get("hold_ptr", np.zeros(1, np.int64)), np.int64)
+    holders = np.asarray(got.get("hold_nodes", np.zeros(0, np.uint64)), np.uint64)
+    _check_holder_lists(node, ptr, holders, len(conv_hpos))
+    for c, (ks, _) in _sender_lists(ptr, holders, me).items():
+        node.mailbox.send(c, "lpgcn-confirm", pack({"items": setup["held"][conv_hpos[ks]]}))
+    setup.update({"conv_of": conv_of, "conv_hpos": conv_hpos, "hold_ptr": ptr,
+                  "hold_nodes": holders})
     setup.flush()
     return RecordDict()
 
 
+def _check_holder_lists(node: NodeContext, ptr: np.ndarray, holders: np.ndarray,
+                        n_conv: int) -> None:
+    """The holder lists of this node's convolution items: one list per item, each naming
+    this node once and no node twice (a list is what this node confirms to, and later
+    takes verification mail from)."""
+    me = np.uint64(node.context.node_id)
+    if (len(ptr) != n_conv + 1 or ptr[0] != 0 or np.any(np.diff(ptr) < 1)
+            or ptr[-1] != len(holders)):
+        raise LosslessnessError(f"{node.who}: the server's holder lists ('hold_ptr') do not "
+                                f"give one non-empty list for each of its {n_conv} "
+                                "convolution items")
+    item = np.repeat(np.arange(n_conv), np.diff(ptr))
+    pairs = np.unique(np.stack([item.astype(np.uint64), holders]), axis=1)
+    if pairs.shape[1] != len(holders) or np.count_nonzero(holders == me) != n_conv or not (
+            np.all(np.bincount(item[holders == me], minlength=n_conv) == 1)):
+        raise LosslessnessError(f"{node.who}: the server's holder lists must name this node "
+                                "once in every list of its convolution items and no node twice "
+                                "in one list")
+
+
 @handler("lpgcn_verify")
 def verify(content: RecordDict, node: NodeContext) -> RecordDict:
+    """The verification, in two requests: first every node checks the confirmations and
+    mails its counts; then every convolution node forms its items' degrees."""
+    setup = StateArrays(node, _SETUP)
+    if "conv_of" not in setup:
+        raise LosslessnessError(f"{node.who}: lpgcn_verify before lpgcn_assign")
+    if "counts_sent" not in setup:
+        _mail_counts(node, setup)
+    elif "conv_degree" not in setup:
+        _degrees(node, setup)
+    else:
+        raise PolicyError(f"{node.who} refuses a third lpgcn_verify in this run: its "
+                          "verification is done")
+    setup.flush()
+    return RecordDict()
+
+
+def _mail_counts(node: NodeContext, setup: StateArrays) -> None:
+    """Mail each convolution node, sealed, how many of this node's users really hold each
+    item they share (0: virtual), once that node confirmed convolving exactly the items the
+    server assigned to it: the server alone cannot route these counts to a node that does
+    not hold and convolve the items (it holds them itself, or lists this node as a holder
+    of items it does not convolve)."""
+    me = node.context.node_id
+    conv_of, held = setup["conv_of"], setup["held"]
+    confirmed = {s: unpack(b)["items"] for s, b in node.mailbox.receive("lpgcn-confirm").items()}
+    assigned = {int(c): held[conv_of == c] for c in np.unique(conv_of) if int(c) != me}
+    for c in sorted(set(assigned) | set(confirmed)):
+        if c not in confirmed or c not in assigned or not np.array_equal(
+                np.sort(confirmed[c]), assigned[c]):
+            raise PolicyError(
+                f"{node.who} refuses the convolution assignment: node {c} does not confirm "
+                "convolving exactly the items the server assigned to it for this node, so "
+                "this node sends it nothing about which of them it really holds")
+    R = _real_rows(node)[:, setup["held_real"]].tocsc()
+    counts = np.diff(R.indptr).astype(np.int64)  # users of this node really holding each item
+    for c in assigned:
+        node.mailbox.send(c, "lpgcn-verify", pack({"count": counts[conv_of == c]}))
+    setup.update({"own_count": counts[setup["conv_hpos"]], "counts_sent": np.ones(1)})
+
+
+def _degrees(node: NodeContext, setup: StateArrays) -> None:
     """Convolution node: true degrees of its items from the verification mail; refuse an item
     no user really holds; mail each holder the degrees of the items it shares; initialise
     this node's layer-0 rows (its users' U rows, its convolution items' V and W rows)."""
     hp = _hp(node)
-    setup = StateArrays(node, _SETUP)
     me = node.context.node_id
     conv_hpos = setup["conv_hpos"]
     ptr, holders = setup["hold_ptr"], setup["hold_nodes"]
@@ -295,6 +365,10 @@ def verify(content: RecordDict, node: NodeContext) -> RecordDict:
     if missing:
         raise LosslessnessError(f"{node.who}: no verification mail from node(s) {missing}, "
                                 "which hold items this node convolves")
+    extra = sorted(set(mail) - set(per_sender))
+    if extra:
+        raise LosslessnessError(f"{node.who}: verification mail from node(s) {extra}, which "
+                                "the server did not list as holders of its items")
     degree = setup["own_count"].astype(np.float64).copy()
     hold_cnt = np.zeros(len(holders), dtype=np.int64)
     for s, (ks, slots) in per_sender.items():
@@ -305,9 +379,9 @@ def verify(content: RecordDict, node: NodeContext) -> RecordDict:
         hold_cnt[slots] = mail[s]
     if len(degree) and degree.min() < 1:
         raise LosslessnessError(
-            f"{node.who}: {int((degree < 1).sum())} of the items it convolves have no real "
-            "training interaction (held only as virtual items); LP-GCN needs every catalogue "
-            "item to have one (drop items without training interactions from the catalogue)")
+            f"{node.who}: some of the items it convolves have no real training interaction "
+            "(held only as virtual items); LP-GCN needs every catalogue item to have one "
+            "(drop items without training interactions from the catalogue)")
     for s, (ks, _) in per_sender.items():
         node.mailbox.send(int(s), "lpgcn-degree", pack({"degree": degree[ks]}))
     dtype = np.dtype(str(hp["dtype"]))
@@ -317,18 +391,16 @@ def verify(content: RecordDict, node: NodeContext) -> RecordDict:
     if hp["backbone"] == "lightgcn+":
         params["W"] = init_rows(conv_real, dim, seed, "W", std, dtype)
     else:
-        ids = node.data().user_ids
+        ids = _data(node).user_ids
         params["U"] = init_rows(ids, dim, seed, "U", std, dtype)
         params["user_ids"] = np.asarray(ids, np.int64)
     held_degree = np.zeros(len(setup["held"]))
     held_degree[conv_hpos] = degree
     setup.update({"hold_cnt": hold_cnt, "conv_degree": degree, "degree": held_degree})
-    setup.flush()
     stored = StateArrays(node, _PARAMS)
     stored.replace(params)
     stored.flush()
     node.state[_FLAGS] = ConfigRecord({"step": -1, "degrees": False})
-    return RecordDict()
 
 
 def _sender_lists(ptr: np.ndarray, holders: np.ndarray,

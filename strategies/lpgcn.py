@@ -219,7 +219,8 @@ class _Run:
         return conv
 
     def verify(self) -> None:
-        """Assignment round (nodes mail the verification) and verification round."""
+        """Assignment round (convolution nodes mail their holders a confirmation), then the
+        verification's two rounds (counts to confirmed convolution nodes; degrees back)."""
         contents = {}
         for n in self.nodes:
             arrays = {"conv_of": self.conv[self.held_idx[n]]}
@@ -231,8 +232,9 @@ class _Run:
                 arrays["hold_nodes"] = np.asarray([x for h in lists for x in h], np.uint64)
             contents[n] = self.request(n, arrays)
         self.send("lpgcn_assign", contents, "lpgcn-setup")
-        self.send("lpgcn_verify", {n: self.request(n, None) for n in self.nodes},
-                  "lpgcn-setup")
+        for _ in range(2):  # counts once confirmed, then degrees
+            self.send("lpgcn_verify", {n: self.request(n, None) for n in self.nodes},
+                      "lpgcn-setup")
 
     # -- training -----------------------------------------------------------------------------
     def train(self) -> RunOutcome:
