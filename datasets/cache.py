@@ -23,6 +23,7 @@ import numpy as np
 
 from .containers import NodeData
 from .csr import csr_from_arrays, csr_to_arrays
+from .errors import first_non_finite
 from .partition import PartitionSpec
 from .sources import fingerprint
 from .spec import DatasetSpec
@@ -92,14 +93,15 @@ def write_node(path: Path, key: str, node: NodeData) -> bool:
 
 
 def read_node(path: Path, key: str) -> NodeData | None:
-    """The cached node, or None when absent, unreadable or written for another key."""
+    """The cached node, or None when absent, unreadable, written for another key or holding
+    non-finite values."""
     if not path.is_file():
         return None
     try:
         with np.load(path, allow_pickle=False) as z:
             if str(z["key"]) != key:
                 return None
-            return NodeData(
+            node = NodeData(
                 partition_id=int(z["partition_id"]),
                 user_ids=z["user_ids"],
                 train=csr_from_arrays(z, "train", sep="_"),
@@ -112,3 +114,12 @@ def read_node(path: Path, key: str) -> NodeData | None:
             )
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return None
+    return node if _finite(node) else None
+
+
+def _finite(node: NodeData) -> bool:
+    """Whether a cached node's values are all finite: a damaged cache file is re-derived from
+    the source files (whose reader names the bad line) instead of being trusted."""
+    arrays = (node.train.data, node.test.data,
+              node.user_features if node.user_features is not None else np.zeros(0))
+    return all(first_non_finite(a) is None for a in arrays)

@@ -11,7 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .containers import RawData
-from .errors import DataError
+from .errors import DataError, require_finite_array
 
 
 def read_txt(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -67,6 +67,7 @@ def _read_npz(path: Path) -> sp.csr_matrix:
         m = sp.load_npz(path)
     except Exception as exc:  # zipfile/KeyError/ValueError from a foreign .npz
         raise DataError(f"{path}: not a scipy sparse .npz ({type(exc).__name__}: {exc})") from None
+    require_finite_array(m.data, path, "data")  # before CSR sums duplicates
     m = sp.csr_matrix(m, dtype=np.float64)
     m.sort_indices()
     return m

@@ -12,7 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .containers import RawData
-from .errors import DataError
+from .errors import DataError, require_finite_lines
 
 N_GENRES = 19
 _DATA_FIELDS = ("user", "item", "rating", "timestamp")
@@ -57,7 +57,9 @@ def read_ratings(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         ratings.append(r)
     if not users:
         raise DataError(f"{path}: no ratings found")
-    return np.asarray(users, np.int64), np.asarray(items, np.int64), np.asarray(ratings)
+    values = np.asarray(ratings, dtype=np.float64)
+    require_finite_lines(values, path, "rating", "a finite number", encoding="latin-1")
+    return np.asarray(users, np.int64), np.asarray(items, np.int64), values
 
 
 def read_users(path: Path) -> dict[str, np.ndarray]:
