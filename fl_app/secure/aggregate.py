@@ -45,6 +45,11 @@ SUM_KEY = "secagg"  # ConfigRecord in requests: mode, sum id, range, wire dtype
 VALUES_KEY = "secagg.values"  # ArrayRecord in replies: masked or plain values
 CIPHER_KEY = "secagg.cipher"  # ConfigRecord in replies: CKKS chunks
 SHAPES_KEY = "secagg.shapes"  # ConfigRecord in replies: name -> shape, in order
+#: Array every masked or encrypted reply carries beside the protocol's arrays: ``max_abs`` if
+#: the node clipped any value into the declared range, else 0. Its sum counts the nodes that
+#: clipped, which is all the server learns: a node never refuses a sum because of its values
+#: (a refusal, or a count of offending values, would be an oracle on them).
+CLIPPED_KEY = "secagg.clipped"
 #: Relay purpose of the CKKS secret context the ckks aggregator uses.
 CKKS_PURPOSE = "aggregate-ckks"
 #: ConfigRecords of a decrypt request: every contribution's chunks and signed digest by node.
@@ -144,7 +149,9 @@ def reply_values(reply: RecordDict, label: str, layout: list[tuple[str, tuple]],
                  dtypes: tuple[str, ...]) -> np.ndarray:
     """The value vector of a sum reply, checked against the declared layout: present, 1-D,
     one of ``dtypes``, exactly :func:`layout_size` values (a short reply must never be
-    broadcast onto every coordinate). Errors name the node and the field, never values."""
+    broadcast onto every coordinate), and finite when floating point (one NaN or inf would
+    make every node's coordinate of the total unusable). Errors name the node and the
+    field, never values nor how many are bad (a refusal is no oracle)."""
     field = f"{VALUES_KEY}.v"
     if VALUES_KEY not in reply.array_records or "v" not in reply.array_records[VALUES_KEY]:
         raise AggregationError(f"{label} answered a sum without field '{field}'")
@@ -156,7 +163,21 @@ def reply_values(reply: RecordDict, label: str, layout: list[tuple[str, tuple]],
     if values.shape != (n,):
         raise AggregationError(f"{label}: field '{field}' has shape {values.shape}; its "
                                f"declared arrays {dict(layout)} need ({n},)")
+    _require_finite(values, label, field, layout)
     return values
+
+
+def _require_finite(values: np.ndarray, label: str, field: str,
+                    layout: list[tuple[str, tuple]]) -> None:
+    """Refuse a floating-point reply holding NaN or inf (masked integer replies have none),
+    naming the first declared array that holds one."""
+    if values.dtype.kind != "f" or np.isfinite(values).all():
+        return
+    first = int(np.argmin(np.isfinite(values)))
+    ends = np.cumsum([int(np.prod(s)) if s else 1 for _, s in layout])
+    array = layout[int(np.searchsorted(ends, first, side="right"))][0]
+    raise AggregationError(f"{label}: field '{field}' (declared array '{array}') holds "
+                           "non-finite values (NaN or inf); a sum takes finite numbers only")
 
 
 def in_node_order(replies: Iterable[tuple[int, T]], order: Sequence[int]) -> Iterator[tuple[int, T]]:
@@ -247,6 +268,20 @@ class Aggregator(ABC):
         if self._layout is None:
             raise AggregationError(f"no node answered '{action}'")
 
+    def _checked(self, sums: dict[str, np.ndarray], phase: str,
+                 max_abs: float) -> dict[str, np.ndarray]:
+        """``sums`` without :data:`CLIPPED_KEY`; an error if any node had to clip (the sum is
+        then not the protocol's: its declared range is too small)."""
+        flag = sums.pop(CLIPPED_KEY, None)
+        clipped = 0 if flag is None else int(round(float(np.ravel(flag)[0]) / max_abs))
+        if clipped > 0:
+            raise AggregationError(
+                f"'{phase}': {clipped} node(s) had values outside the declared range "
+                f"max_abs={max_abs:g} and clipped them, so the sum is not exact; the protocol "
+                "must declare a larger range (nodes report only whether they clipped, inside "
+                "the sum)")
+        return sums
+
     def _record(self, phase: str, action: str, layout: list[tuple[str, tuple]], nodes: int,
                 dropped: Iterable[int] = (), members: Iterable[int] | None = None,
                 form: str | None = None) -> None:
@@ -313,6 +348,7 @@ class CkksAggregator(Aggregator):
         self.public_context: bytes | None = None
         self.decrypter = random.Random(seed).choice(self.nodes)
         self.slots = 0  # CKKS slots per ciphertext (from the public context, at setup)
+        self._max_abs = 1.0  # declared range of the latest sum (its clip flag's unit)
         #: sum id -> node -> (ciphertext chunks, signed digest) of the latest sum, kept
         #: until its decryption
         self.contributions: dict[int, dict[int, tuple[list[bytes], bytes]]] = {}
@@ -344,6 +380,7 @@ class CkksAggregator(Aggregator):
             "purpose": CKKS_PURPOSE})
         total = EncryptedSum(self.public_context, "ckks")
         self.contributions = {self.sum_id: {}}  # only the latest sum is ever decrypted
+        self._max_abs = float(max_abs)
         for node, reply in self._ordered_replies(action, requests, phase, on_reply):
             label = self.messenger.label(node)
             if CIPHER_KEY not in reply.config_records or \
@@ -395,7 +432,7 @@ class CkksAggregator(Aggregator):
                                     phase=f"{phase}:decrypt")[self.decrypter]
         self.messenger.ledger.mark(f"{phase}:decrypt", VALUES_KEY, "decrypted sum")
         values = reply_values(reply, self.messenger.label(self.decrypter), layout, ("float64",))
-        return unflatten(values, layout)
+        return self._checked(unflatten(values, layout), phase, self._max_abs)
 
     def sum(self, action: str, content: RecordDict | Mapping[int, RecordDict], *,
             max_abs: float, phase: str | None = None, on_reply: Reply | None = None,
