@@ -83,13 +83,42 @@ def _ranking(node: NodeContext, V: np.ndarray, seed: int, k: int) -> RankingSums
     return evaluate_ranking(lambda rows: U[rows] @ V.T, data.train, data.test, k=k)
 
 
+def _checked_V(node: NodeContext, V: np.ndarray) -> np.ndarray:
+    """The request's item factors, items x mf-dim (the dimension is the server's choice)."""
+    n_items = node.data().n_items
+    if V.ndim != 2 or V.shape[0] != n_items or V.shape[1] < 1:
+        raise ValueError(f"{node.who}: the request's item factors V have shape {V.shape}, "
+                         f"expected ({n_items}, mf-dim >= 1) for {n_items} items")
+    return V
+
+
+def _reserve_training(node: NodeContext, V: np.ndarray, cfg: dict[str, Any], mode: str) -> None:
+    """Refuse before training when the server's mf-dim, negatives and batch size would need
+    more than this node's memory budget: index and loss arrays per BPR triple (negatives
+    per training pair), per-triple factor rows (every triple at once in exact mode, one
+    batch in local mode), and user and item factors with gradients and Adam moments."""
+    data = node.data()
+    dim = V.shape[1]
+    triples = float(data.train.nnz) * node.size(cfg, "negatives")
+    if mode == "local":
+        node.size(cfg, "epochs")
+        rows_at_once = min(float(node.size(cfg, "batch-size")), triples)
+    else:
+        rows_at_once = triples
+    n_bytes = 8.0 * (8 * triples + 6 * rows_at_once * dim
+                     + 6 * (len(data.user_ids) + data.n_items) * dim)
+    node.reserve(n_bytes, f"FedMF {mode} training (mf-dim={dim}, negatives, batch size)")
+
+
 @handler("fedmf_train")
 def fedmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
     """Train this node's users on the broadcast V; reply this node's share of the item sum."""
     cfg = node.config()
-    V = node.arrays()["V"]
-    state = _load_state(node, V.shape[1], int(cfg["seed"]))
+    V = _checked_V(node, node.arrays()["V"])
     mode = str(cfg["mode"])
+    if mode in ("exact", "local"):
+        _reserve_training(node, V, cfg, mode)
+    state = _load_state(node, V.shape[1], int(cfg["seed"]))
     if mode == "exact":
         share = _train_exact(node, V, cfg, state)
     elif mode == "local":
@@ -104,7 +133,10 @@ def fedmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
 def fedmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Recall/NDCG sums of this node's users with the final V, as its share of a sum."""
     cfg = node.config()
-    sums = _ranking(node, node.arrays()["V"], int(cfg["seed"]), int(cfg.get("top-k", 20)))
+    V = _checked_V(node, node.arrays()["V"])
+    node.reserve(8.0 * len(node.data().user_ids) * V.shape[1],
+                 f"FedMF evaluation (mf-dim={V.shape[1]})")
+    sums = _ranking(node, V, int(cfg["seed"]), node.size(cfg, "top-k", default=20))
     return sum_reply(node, {"ranking": sums.to_vector()})
 
 

@@ -19,6 +19,7 @@ from clients.node import NodeContext
 from clients.registry import handler
 from fl_app.records import to_array_record
 from fl_app.recsys.mvmf import (
+    BLOCK,
     MVMFConfig,
     attribute_matrix,
     check_attributes,
@@ -34,8 +35,11 @@ from fl_app.recsys.mvmf import (
 _FACTORS = "mvmf.factors"  # node state: SGD users' ids and factors
 
 
-def _model(cfg: dict[str, Any]) -> MVMFConfig:
-    return MVMFConfig(dim=int(cfg["dim"]), lam1=float(cfg["lam1"]), lam2=float(cfg["lam2"]),
+def _model(node: NodeContext) -> MVMFConfig:
+    """The request's model config; its dimension K is a server-chosen size."""
+    cfg = node.config()
+    return MVMFConfig(dim=node.size(cfg, "dim"), lam1=float(cfg["lam1"]),
+                      lam2=float(cfg["lam2"]),
                       alpha=float(cfg["alpha"]), rho=float(cfg["rho"]),
                       weighting=str(cfg["weighting"]), p_update=str(cfg["p-update"]),
                       lr=float(cfg["lr"]), beta1=float(cfg["beta1"]), beta2=float(cfg["beta2"]),
@@ -52,6 +56,11 @@ def _user_inputs(node: NodeContext, model: MVMFConfig) -> tuple[Any, np.ndarray,
                                                                 np.ndarray]:
     """This node's rows, dummy attributes and the request's Q and U, checked."""
     data = node.data()
+    K = model.dim
+    # per block of BLOCK users: K x K systems and dense items x K rows; factors, gradients
+    node.reserve(8.0 * (BLOCK * K * K * 2 + 4 * BLOCK * data.n_items * (K + 1)
+                        + 4 * (data.n_items + len(data.user_ids)) * K),
+                 f"MVMF user step (dim={K})")
     dcfg = node.data_config()
     X = check_attributes(attribute_matrix(data.user_attributes, str(dcfg["dataset"]),
                                           int(dcfg.get("synthetic-clusters", 10)), node.who),
@@ -76,9 +85,10 @@ def mvmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
     """One epoch of this node's users; their summed gradients as a share of a sum."""
     _require(node, "user", "mvmf_train")
     cfg = node.config()
-    model = _model(cfg)
+    model = _model(node)
     data, X, Q, U = _user_inputs(node, model)
-    step = users_step(data.train, X, data.user_ids, Q, U, model, int(cfg["epoch"]),
+    step = users_step(data.train, X, data.user_ids, Q, U, model,
+                      node.size(cfg, "epoch", minimum=0),
                       _factors(node))
     if model.p_update == "sgd" and step.factors:
         ids = np.array(sorted(step.factors), dtype=np.int64)
@@ -94,12 +104,12 @@ def mvmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Ranking sums of this node's users (new users' p from eq. 15) as a share of a sum."""
     _require(node, "user", "mvmf_evaluate")
     cfg = node.config()
-    model = _model(cfg)
+    model = _model(node)
     data, X, Q, U = _user_inputs(node, model)
-    P = user_factors_for_scoring(data.train, X, data.user_ids, Q, U, model, int(cfg["epoch"]),
-                                 _factors(node))
-    sums = rating_ranking_sums(user_scores(P, Q), data.train, data.test, int(cfg["top-k"]),
-                               float(cfg["threshold"]))
+    P = user_factors_for_scoring(data.train, X, data.user_ids, Q, U, model,
+                                 node.size(cfg, "epoch", minimum=0), _factors(node))
+    sums = rating_ranking_sums(user_scores(P, Q), data.train, data.test,
+                               node.size(cfg, "top-k"), float(cfg["threshold"]))
     return sum_reply(node, {"ranking": sums})
 
 
@@ -108,16 +118,20 @@ def _item_inputs(node: NodeContext, action: str) -> tuple[Any, np.ndarray, np.nd
     data = node.data()
     Y = check_item_features(data.item_features, data.n_items, node.who)
     Q = node.arrays()["Q"]
-    if Q.shape[0] != data.n_items:
-        raise ValueError(f"{node.who}: the request's Q has {Q.shape[0]} rows for "
-                         f"{data.n_items} items")
+    if Q.ndim != 2 or Q.shape[0] != data.n_items:
+        raise ValueError(f"{node.who}: the request's Q has shape {Q.shape}, expected "
+                         f"({data.n_items}, K) for {data.n_items} items")
+    K = Q.shape[1]
+    # Q^T Q, V (features x K) and the residual E = Y - Q V^T, items x features, twice
+    node.reserve(8.0 * (K * K * 2 + Y.shape[1] * K * 3 + data.n_items * (Y.shape[1] * 3 + K)),
+                 f"MVMF item-server step (K={K})")
     return data, Y, Q
 
 
 @handler("mvmf_item_gradient")
 def mvmf_item_gradient(content: RecordDict, node: NodeContext) -> RecordDict:
     """The item server: V (eq. 11) for the broadcast Q, and sum_d f(j,d) in clear."""
-    model = _model(node.config())
+    model = _model(node)
     _, Y, Q = _item_inputs(node, "mvmf_item_gradient")
     _, term, loss = item_server_step(Y, Q, model.lam1, model.lam2)
     return RecordDict({"arrays": to_array_record({"item-term": term,
@@ -127,7 +141,7 @@ def mvmf_item_gradient(content: RecordDict, node: NodeContext) -> RecordDict:
 @handler("mvmf_item_cold")
 def mvmf_item_cold(content: RecordDict, node: NodeContext) -> RecordDict:
     """The item server: its new items and their factors from eq. 17 (V from the final Q)."""
-    model = _model(node.config())
+    model = _model(node)
     data, Y, Q = _item_inputs(node, "mvmf_item_cold")
     V, _, _ = item_server_step(Y, Q, model.lam1, model.lam2)
     cold = np.asarray(data.cold_items, dtype=np.int64)

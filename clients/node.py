@@ -17,6 +17,7 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, RecordDict
 
 from datasets import DatasetSpec, NodeData, PartitionSpec, load_item_server_data, load_node_data
+from datasets.synthetic import footprint_bytes as synthetic_bytes
 from fl_app.records import array_record, config_record, from_array_record, to_array_record
 
 if TYPE_CHECKING:
@@ -158,9 +159,19 @@ class NodeContext:
         return cfg
 
     def data(self) -> NodeData:
-        """This node's rows (train/test) and side features; an item server's item features."""
+        """This node's rows (train/test) and side features; an item server's item features.
+
+        The data config comes from the server, so the synthetic sizes in it are checked
+        against this node's ``memory-budget-mb`` before anything is generated.
+        """
         cfg = self.data_config()
         spec = DatasetSpec.from_config(cfg)
+        if spec.name == "synthetic":
+            self.reserve(synthetic_bytes(spec.synthetic_users, spec.synthetic_items,
+                                         spec.synthetic_rank, spec.synthetic_density,
+                                         spec.synthetic_clusters),
+                         "the data config's synthetic dataset (synthetic-users x "
+                         "synthetic-items, synthetic-rank)")
         if self.role == "item-server":
             return _cached_item_server_data(spec)
         part = PartitionSpec.from_config(cfg, self.user_partitions)
@@ -178,6 +189,33 @@ class NodeContext:
         """The request's ConfigRecord ``name`` as a dict (empty if absent)."""
         record = self.request.config_records.get(name)
         return dict(record) if record is not None else {}
+
+    # -- server-chosen sizes ---------------------------------------------------------------
+    def size(self, cfg: Mapping[str, Any], key: str, *, minimum: int = 1,
+             default: int | None = None) -> int:
+        """The size ``cfg[key]`` the server chose, as an integer >= ``minimum``.
+
+        A size is the server's own number, so the refusal may echo it; a float that is not
+        whole, a bool, text or a value below ``minimum`` is refused, never rounded.
+        """
+        if key not in cfg:
+            if default is None:
+                raise ValueError(f"{self.who}: request has no size '{key}'")
+            return default
+        value = cfg[key]
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ValueError(f"{self.who} refuses the request: size '{key}' must be an integer "
+                             f">= {minimum}, got {value!r}")
+        return value
+
+    def reserve(self, n_bytes: float, what: str) -> None:
+        """Refuse, before allocating, a request whose server-chosen sizes need more than this
+        node's ``memory-budget-mb`` (``clients/policy.py``)."""
+        self.policy.check_size(n_bytes, what, self.who)
 
     # -- private arrays kept in Flower's node state ------------------------------------
     def load_arrays(self, key: str) -> dict[str, np.ndarray] | None:

@@ -101,6 +101,8 @@ def gram(content: RecordDict, node: NodeContext) -> RecordDict:
         raise MemoryError(
             f"partition {node.partition_id}: a dense masked item-item matrix for {n} items "
             f"needs {n * (n + 1) * 4 / 2**30:.1f} GiB; use secagg='none' or privirec-k")
+    # the upper triangle's values and its two int64 index arrays
+    node.reserve(24.0 * (n * (n + 1) // 2), f"PriviRec's dense item-item sum ({n} items)")
     rows, cols = np.triu_indices(n)
     dense = np.asarray(G[rows, cols]).ravel()
     return sum_reply(node, {"gram": dense})
@@ -117,20 +119,37 @@ def power_step(content: RecordDict, node: NodeContext) -> RecordDict:
     cfg = content.config_records["privirec"]
     arrays = arrays_of(content)
     data = node.data()
-    A = normalize_rows(_binary_rows(node), arrays["item_deg"])
     if "X" not in arrays:
+        p = node.size(cfg, "p")
+        # Omega's rows (drawn, then clipped: ~3 copies) and Y = R~^T Omega, items x p
+        node.reserve(8.0 * p * (3 * len(data.user_ids) + data.n_items),
+                     f"PriviRec's oversampling p={p} (Omega and R~^T Omega)")
         if str(cfg["omega"]) == "seeded":
             node.policy.require("allow-seeded-omega", "PriviRec omega 'seeded' (the server "
                                 "knows Omega and, with p >= users, recovers every row)",
                                 node.who)
-        omega = omega_rows(data.user_ids, int(cfg["p"]), str(cfg["omega"]), int(cfg["seed"]))
+        A = normalize_rows(_binary_rows(node), arrays["item_deg"])
+        omega = omega_rows(data.user_ids, p, str(cfg["omega"]), int(cfg["seed"]))
         out = {"Y": np.asarray(A.T @ omega)}
     else:
-        X = arrays["X"]
+        X = _checked_X(node, arrays["X"], data.n_items, len(data.user_ids))
+        A = normalize_rows(_binary_rows(node), arrays["item_deg"])
         A = A.astype(X.dtype, copy=False)  # a float32 wire keeps the node's products in float32 too
         AX = np.asarray(A @ X)
         out = {"H": AX.T @ AX} if cfg.get("ritz") else {"Y": np.asarray(A.T @ AX)}
     return sum_reply(node, out)
+
+
+def _checked_X(node: NodeContext, X: np.ndarray, n_items: int, n_users: int) -> np.ndarray:
+    """The request's X, items x k, refused unless its k columns fit the node's budget for
+    R~ X (users x k), R~^T R~ X (items x k) and the k x k Ritz sum."""
+    if X.ndim != 2 or X.shape[0] != n_items:
+        raise ValueError(f"{node.who}: the request's X has shape {X.shape}, expected "
+                         f"({n_items}, k) for {n_items} items")
+    k = X.shape[1]
+    node.reserve(float(X.dtype.itemsize) * k * (n_users + n_items + k),
+                 f"PriviRec's power step with X of {k} columns")
+    return X
 
 
 @handler("privirec_evaluate")
@@ -160,10 +179,11 @@ def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
         for part in ("data", "indices", "indptr", "shape"):
             del arrays[f"P@{alpha}.{part}"]
     out: dict[str, np.ndarray] = {}
-    k = int(cfg.get("top-k", 20))
+    k = node.size(cfg, "top-k", default=20)
+    ranks = [node.size(cfg, key, minimum=0, default=0)
+             for key in ("filter-rank", "max-filter-rank")]
     for name in sorted(filters):
-        flt = make_filter(name, str(cfg["dataset"]), int(cfg.get("filter-rank", 0)),
-                          int(cfg.get("max-filter-rank", 0)))
+        flt = make_filter(name, str(cfg["dataset"]), *ranks)
         P_tilde = P.get(f"{flt.alpha:g}") if flt.needs_P else None
         flt.fit(arrays["item_deg"], P_tilde, arrays.get("S"), arrays.get("eigvals"))
         sums = evaluate_ranking(lambda rows, f=flt: f.score(train[rows]), train, data.test,

@@ -135,6 +135,20 @@ def _picks(model: LatentModel, density: float, rng: np.random.Generator) -> tupl
     return np.concatenate(r_idx), np.concatenate(c_idx)
 
 
+def footprint_bytes(n_users: int, n_items: int, rank: int, density: float,
+                    clusters: int = 10) -> float:
+    """About how many bytes :func:`generate` holds at its peak for these sizes (float, so a
+    size like 10**12 never overflows): factors and features per user and item, one chunk of
+    dense logits (keys, Gumbel noise, argsort, mask), and about 64 bytes per picked pair.
+    Callers check it against a memory budget before generating (the sizes may come from a
+    server)."""
+    users, items = float(n_users), float(n_items)
+    per_row = 8.0 * (2 * rank + 2 * max(USER_FEATURE_DIM, ITEM_FEATURE_DIM) + 4) + 80.0
+    chunk = 32.0 * min(users * items, max(float(_CHUNK_ENTRIES), items))
+    pairs = 64.0 * max(density * users * items, users, items)
+    return (users + items) * per_row + chunk + pairs + 8.0 * clusters * rank
+
+
 def generate(
     n_users: int,
     n_items: int,
