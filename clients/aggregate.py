@@ -20,6 +20,7 @@ from clients.registry import handler
 from fl_app.records import config_record, state_record, to_array_record
 from fl_app.secure.aggregate import (
     CIPHER_KEY,
+    CLIPPED_KEY,
     CONTRIB_KEY,
     SHAPES_KEY,
     SIGNED_KEY,
@@ -54,6 +55,8 @@ def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
     elif mode == "ckks":
         node.policy.require("allow-ckks", "a CKKS sum (mode 'ckks': every node and the "
                             "decrypter hold the secret key)", node.who)
+    if mode in ("secagg+", "ckks"):
+        arrays = clipped_into_range(arrays, _declared_range(cfg, node))
     vec, layout = flatten(arrays)
     reply = RecordDict({SHAPES_KEY: ConfigRecord({name: list(s) for name, s in layout})})
     if mode == "plain":
@@ -77,6 +80,44 @@ def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
     return reply
 
 
+def _declared_range(cfg: ConfigRecord, node: NodeContext) -> float:
+    """The sum's declared ``max-abs``: finite and > 0, else a refusal (it depends only on the
+    request, so refusing it reveals nothing about this node's values)."""
+    try:
+        max_abs = float(cfg["max-abs"])
+    except (KeyError, TypeError, ValueError):
+        max_abs = float("nan")
+    if not (np.isfinite(max_abs) and max_abs > 0):
+        raise AggregationError(f"{node.who}: sum request field '{SUM_KEY}.max-abs' must be a "
+                               f"finite number > 0, got {cfg.get('max-abs')!r}")
+    return max_abs
+
+
+def clipped_into_range(arrays: Mapping[str, np.ndarray],
+                       max_abs: float) -> dict[str, np.ndarray]:
+    """``arrays`` clipped into [-max_abs, max_abs] (NaN to 0), plus :data:`CLIPPED_KEY`.
+
+    Why clip instead of refusing: whether a node refuses would depend on its values, and a
+    server could ask again with other ranges (each a fresh sum id) to learn a histogram of
+    them. Clipping answers every request alike; the flag (``max_abs`` if anything was
+    clipped, else 0) travels inside the masked or encrypted sum, so the server learns only
+    how many nodes clipped, and fails the sum.
+    """
+    out: dict[str, np.ndarray] = {}
+    clipped = False
+    for name, arr in arrays.items():
+        a = np.asarray(arr)
+        inside = np.abs(a) <= max_abs  # False for NaN and inf
+        if not inside.all():
+            clipped = True
+            a = np.where(np.isnan(a), 0.0, np.clip(a, -max_abs, max_abs)).astype(a.dtype)
+        out[name] = a
+    if CLIPPED_KEY in out:
+        raise AggregationError(f"array name {CLIPPED_KEY!r} is reserved for the sum layer")
+    out[CLIPPED_KEY] = np.array([max_abs if clipped else 0.0])
+    return out
+
+
 def ranking_reply(node: NodeContext, score: Callable[[sp.csr_matrix], np.ndarray],
                   batch_size: int = 512) -> RecordDict:
     """Recall/NDCG/... sums of this node's users as its share of a sum (``Federation.evaluate``).
@@ -97,11 +138,6 @@ def _encrypt(node: NodeContext, vec: np.ndarray, cfg: ConfigRecord) -> list[byte
     from clients.keyrelay import get_shared_context
     from fl_app.secure.he import encrypt_packed
 
-    max_abs = float(cfg["max-abs"])
-    over = int(np.count_nonzero(~(np.abs(vec) <= max_abs)))  # NaN counts as out of range
-    if over:
-        raise OverflowError(f"{node.who}: {over} of {vec.size} value(s) outside the declared "
-                            f"range max_abs={max_abs:g} of this CKKS sum")
     ctx = get_shared_context(node.state, str(cfg["purpose"]))
     state_record(node.state, _CONTRIBUTED)[str(cfg["sum-id"])] = True
     return encrypt_packed(ctx, vec.astype(np.float64, copy=False))

@@ -22,13 +22,18 @@ from fl_app.secure.keys import NodeKeys, split_secrets
 from fl_app.secure.masks import expand_mask
 from fl_app.secure.sealed import MAIL_KEY_REPLY, MAIL_KEYGEN
 from fl_app.secure.secagg import (
-    MASK_KEY_PURPOSE,
     SHARES_PURPOSE,
+    SURVIVORS_PURPOSE,
     SecAggError,
     agreement_context,
+    commitment,
+    graph_degree,
+    mask_key_purpose,
     masking_minimum,
+    neighbour_graph,
     pairwise_sum_key,
     self_mask,
+    survivors_digest,
     threshold_for,
 )
 
@@ -37,6 +42,8 @@ _RECEIVED = "secagg.received"  # ConfigRecord: "<sum>:<owner>" -> my share of ow
 _SEEDS = "secagg.seeds"  # ConfigRecord: "<sum>" -> my own self-mask seed for that sum
 _REVEALED = "secagg.revealed"  # ConfigRecord: sums this node has already unmasked
 _MASK_KEYS = "secagg.mask-keys"  # ConfigRecord: neighbour -> its signed mask key, as verified
+_COMMITTED = "secagg.committed"  # ConfigRecord: the run's node set and dropouts (whole run)
+_CONFIRMED = "secagg.confirmed"  # ConfigRecord: sums whose survivor set this node signed
 
 
 def _fields(content: RecordDict, keys: tuple[str, ...], node: NodeContext,
@@ -76,24 +83,74 @@ def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
     If the request asks (:data:`MAIL_KEYGEN`, the run has no sealed relay yet), the node
     makes its mail key in the same round (``clients/sealed.py``): one round less of key
     setup, the same fresh signed key as ``relay_keys``."""
+    cfg = _fields(content, ("run-tag", "members", "degree", "graph-seed"), node,
+                  "secagg_advertise")
+    members = _commit_members(node, [int(v) for v in cfg["members"]])
+    run_tag = bytes(cfg["run-tag"])
+    commit = commitment(run_tag, members, int(cfg["degree"]), int(cfg["graph-seed"]))
     s_keys = NodeKeys()
     state = node.state
+    previous = config_record(state, _STATE)
     state[_STATE] = ConfigRecord({
-        "run-tag": bytes(_fields(content, ("run-tag",), node, "secagg_advertise")["run-tag"]),
+        "run-tag": run_tag,
         "s-sk": s_keys.private_bytes(),
-        "last-sum": 0,
+        # sum ids keep increasing across key setups of a run: a refused or abandoned id is
+        # never answered again, whichever setup asks
+        "last-sum": int(previous["last-sum"]) if previous is not None else 0,
+        "commit": commit,
+        "degree": int(cfg["degree"]),
+        "graph-seed": int(cfg["graph-seed"]),
     })
     state[_RECEIVED] = ConfigRecord()
     state[_SEEDS] = ConfigRecord()
-    state[_REVEALED] = ConfigRecord()
     state[_MASK_KEYS] = ConfigRecord()
-    signed = node.identity.sign(MASK_KEY_PURPOSE, node.context.run_id, node.context.node_id,
-                                s_keys.public_bytes())
+    for key in (_REVEALED, _CONFIRMED):
+        if config_record(state, key) is None:
+            state[key] = ConfigRecord()
+    signed = node.identity.sign(mask_key_purpose(commit), node.context.run_id,
+                                node.context.node_id, s_keys.public_bytes())
     reply = RecordDict({"keys": ConfigRecord({"s-pk": signed})})
     if config_record(content, MAIL_KEYGEN) is not None:
         reply[MAIL_KEY_REPLY] = ConfigRecord({"pk": new_mail_key(
             node.state, node.identity, node.context.run_id, node.context.node_id)})
     return reply
+
+
+def _commit_members(node: NodeContext, members: list[int]) -> list[int]:
+    """The run's node set this node sums over, fixed at its first key setup of the run.
+
+    Why: two sums of the same request over sets that differ by one node give that node's
+    input as their difference. So the node commits to one set per run (bound into its signed
+    mask key, which its neighbours check) and refuses a key setup with any other set; later
+    it leaves the set only through dropouts every survivor signed (``allow-dropouts``)."""
+    me = node.context.node_id
+    if len(set(members)) != len(members) or me not in members:
+        raise SecAggError(f"{node.who} refuses key setup: field '{SUM_KEY}.members' must list "
+                          "distinct node ids including this node")
+    if len(members) < node.policy.min_survivors:
+        raise SecAggError(f"{node.who} refuses key setup: {len(members)} node(s) in the run's "
+                          f"set, its node policy's min-survivors is {node.policy.min_survivors}")
+    members = sorted(members)
+    committed = config_record(node.state, _COMMITTED)
+    if committed is None:
+        node.state[_COMMITTED] = ConfigRecord({"members": members, "dropped": [],
+                                               "dropped-at": []})
+    elif [int(v) for v in committed["members"]] != members:
+        raise SecAggError(f"{node.who} refuses key setup: the node set differs from the one it "
+                          "committed to earlier in this run (sums over different sets could be "
+                          "differenced)")
+    return members
+
+
+def _committed(node: NodeContext, before: int | None = None) -> tuple[list[int], set[int]]:
+    """(the run's committed node set, the nodes dropped from it by signed dropouts in sums
+    before ``before``, or in any sum)."""
+    record = config_record(node.state, _COMMITTED)
+    if record is None:
+        raise SecAggError("secure aggregation used before key setup (secagg_advertise)")
+    gone = {int(v) for v, t in zip(record["dropped"], record["dropped-at"])
+            if before is None or int(t) < before}
+    return [int(v) for v in record["members"]], gone
 
 
 @handler("secagg_share")
@@ -104,8 +161,21 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     cfg = _fields(content, ("neighbours", "threshold", "first-sum", "batch", "s-pks"), node,
                   "secagg_share")
     me = node.context.node_id
-    neighbours = sorted({int(v) for v in cfg["neighbours"]} - {me})
+    members, _ = _committed(node)
+    neighbours = neighbour_graph(members, graph_degree(int(st["degree"])),
+                                 int(st["graph-seed"]))[me]
+    if sorted(int(v) for v in cfg["neighbours"]) != neighbours:
+        raise SecAggError(f"{node.who} refuses the share round: its neighbours are not the "
+                          "ones the committed node set, degree and graph seed give (a server "
+                          "choosing neighbourhoods could cut the graph)")
+    if len(neighbours) < min(node.policy.min_neighbours, len(members) - 1):
+        raise SecAggError(f"{node.who} refuses the share round: {len(neighbours)} neighbour(s), "
+                          f"its node policy's min-neighbours is {node.policy.min_neighbours}")
     first, batch = int(cfg["first-sum"]), int(cfg["batch"])
+    if not (first > int(st["last-sum"]) and 1 <= batch <= 4096):
+        raise SecAggError(f"{node.who} refuses the share round: seeds must be for sums after "
+                          f"its last ({st['last-sum']}) in a batch of 1..4096, got first-sum "
+                          f"{first}, batch {batch}")
     holders = [me, *neighbours]
     minimum = node.policy.min_survivors
     if len(holders) < minimum:
@@ -117,7 +187,7 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     # holders rebuild this node's self-mask seed.
     threshold = max(threshold_for(len(holders)), int(cfg["threshold"]))
     listed = [int(v) for v in cfg["neighbours"]]
-    if len(cfg["s-pks"]) != len(listed):
+    if len(cfg["s-pks"]) != len(listed) or len(set(listed)) != len(listed):
         raise SecAggError(f"{node.who}: secagg_share lists {len(listed)} neighbours and "
                           f"{len(cfg['s-pks'])} mask keys")
     signed = {v: bytes(pk) for v, pk in zip(listed, cfg["s-pks"])}
@@ -132,8 +202,9 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
                           "key setup (a key substitution by the server?)")
     # every neighbour's mask key must carry its signature: a key the server put in its
     # place would give the server the pairwise masks (each key is verified once per run)
-    s_pks = [node.identity.check_once(node.state, MASK_KEY_PURPOSE, node.context.run_id, v,
-                                      signed[v])[1] for v in neighbours]
+    # ... and bind the same commitment (node set and graph): a neighbour shown another set
+    # would have signed another purpose
+    s_pks = [_checked_mask_key(node, str(st["commit"]), v, signed[v]) for v in neighbours]
     for v in neighbours:
         kept[str(v)] = signed[v]
     seeds = {first + i: secrets.token_bytes(32) for i in range(batch)}  # 256-bit HKDF keys
@@ -152,6 +223,20 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
         else:
             node.mailbox.send(holder, f"{SHARES_PURPOSE}:{first}", bundle)
     return RecordDict()
+
+
+def _checked_mask_key(node: NodeContext, commit: str, v: int, blob: bytes) -> bytes:
+    """Neighbour ``v``'s mask key, if its roster signature covers this node's commitment."""
+    try:
+        return node.identity.check_once(node.state, mask_key_purpose(commit),
+                                        node.context.run_id, v, blob)[1]
+    except PermissionError:
+        partition = int.from_bytes(bytes(blob)[:4], "big", signed=True)
+        raise SecAggError(
+            f"{node.who} refuses the share round: the secagg-mask key published for node {v} "
+            f"(partition {partition}) does not carry that partition's signature over this "
+            "node's committed node set and graph: substituted or forged on the way, or that "
+            "node was shown another node set; refusing it") from None
 
 
 def _store_bundle(state: RecordDict, sender: int, first: int, batch: int, bundle: bytes) -> None:
@@ -196,23 +281,30 @@ def mask_values(node: NodeContext, vec: np.ndarray) -> np.ndarray:
     if sum_id <= int(st["last-sum"]):
         raise SecAggError(f"refusing sum id {sum_id}: ids must increase (last {st['last-sum']}); "
                           "reusing masks would reveal differences of inputs")
+    # the id is spent before any other check: a refused request is never answered later
+    st["last-sum"] = sum_id
     seeds = _record(state, _SEEDS)
     if str(sum_id) not in seeds:
         raise SecAggError(f"no self-mask seed shared for sum {sum_id}")
+    alive = {int(v) for v in cfg["alive"]}
+    members, dropped = _committed(node)
+    expected = {int(v) for v in st["neighbours"]} - dropped
+    if alive != expected:
+        raise SecAggError(f"{node.who} refuses sum {sum_id}: the server's alive list is not its "
+                          "neighbours in the run's committed node set (less the dropouts its "
+                          "survivors signed); a sum over another set could be differenced")
+    if len(set(members) - dropped) < node.policy.min_survivors:
+        raise SecAggError(f"{node.who} refuses sum {sum_id}: the run's node set has "
+                          f"{len(set(members) - dropped)} node(s) left, its node policy's "
+                          f"min-survivors is {node.policy.min_survivors}")
     codec = FixedPoint(max_abs=float(cfg["max-abs"]), frac_bits=int(cfg["frac-bits"]))
     try:
-        out = codec.encode(vec)
-    except OverflowError as exc:  # the message names the range and a count, never values
+        out = codec.encode(vec)  # sum_reply clipped vec into the range first
+    except (OverflowError, ValueError) as exc:  # names the range, never values or counts
         raise OverflowError(f"{node.who}: {exc}") from None
     n = out.shape[0]
     out += self_mask(bytes(seeds[str(sum_id)]), sum_id, n)
-    alive = {int(v) for v in cfg["alive"]}
-    members = (alive & {int(v) for v in st["neighbours"]}) | {me}
-    if len(members) < node.policy.min_survivors:
-        raise SecAggError(f"{node.who} refuses sum {sum_id}: only {len(members)} node(s) with "
-                          f"itself would mask it together (the server's alive list), its node "
-                          f"policy's min-survivors is {node.policy.min_survivors}")
-    masked_with = alive & {int(v) for v in st["neighbours"]}
+    masked_with = alive
     needed = masking_minimum(len(st["neighbours"]), int(st["threshold"]))
     if len(masked_with) < needed:
         raise SecAggError(
@@ -226,50 +318,126 @@ def mask_values(node: NodeContext, vec: np.ndarray) -> np.ndarray:
                 out += expand_mask(key, sum_id, n)
             else:
                 out -= expand_mask(key, sum_id, n)
-    st["last-sum"] = sum_id
     del seeds[str(sum_id)]  # each seed serves one sum
     return out
+
+
+def _split(node: NodeContext, cfg: ConfigRecord, sum_id: int,
+           what: str) -> tuple[list[int], list[int]]:
+    """The server's survivor and dropped lists of sum ``sum_id``, checked against this node's
+    own record: both inside the run's committed set, disjoint, together exactly the nodes
+    not yet dropped, this node a survivor, at least ``min-survivors`` survivors; dropouts
+    only if its policy allows them."""
+    me = node.context.node_id
+    survivors = sorted({int(v) for v in cfg["survivors"]})
+    dropped = sorted({int(v) for v in cfg["dropped"]})
+    members, gone = _committed(node, before=sum_id)
+    refuse = f"{node.who} refuses to {what} sum {sum_id}"
+    if set(survivors) & set(dropped) or me not in survivors or \
+            set(survivors) | set(dropped) != set(members) - gone:
+        raise SecAggError(f"{refuse}: the survivor and dropped lists must split the run's "
+                          "committed node set (less earlier signed dropouts), with this node a "
+                          "survivor")
+    if len(survivors) < node.policy.min_survivors:
+        raise SecAggError(f"{refuse}: the sum would cover {len(survivors)} node(s), its node "
+                          f"policy's min-survivors is {node.policy.min_survivors}")
+    if dropped and not node.policy.allow_dropouts:
+        raise SecAggError(f"{refuse} with dropouts: its node policy does not allow dropouts "
+                          "(allow-dropouts=false), so every sum of the run must hold the whole "
+                          "committed node set")
+    return survivors, dropped
+
+
+def _spend(node: NodeContext, record: str, sum_id: int, what: str) -> None:
+    """Mark ``sum_id`` used for ``what`` before any other check (refused or not, once)."""
+    st = _state(node.state)
+    if sum_id != int(st["last-sum"]):
+        raise SecAggError(f"{node.who} refuses to {what} sum {sum_id}: its last sum is "
+                          f"{st['last-sum']}")
+    done = _record(node.state, record)
+    if str(sum_id) in done:
+        raise SecAggError(f"{node.who} refuses to {what} sum {sum_id} twice")
+    done[str(sum_id)] = True
+
+
+@handler("secagg_confirm")
+def confirm(content: RecordDict, node: NodeContext) -> RecordDict:
+    """The consistency round of a sum with dropouts: sign the survivor and dropped lists,
+    once per sum. The dropped nodes leave this node's committed set for the rest of the run
+    (a dropped node never comes back, so the server cannot alternate sets)."""
+    cfg = _fields(content, ("sum-id", "survivors", "dropped"), node, "secagg_confirm")
+    sum_id = int(cfg["sum-id"])
+    _spend(node, _CONFIRMED, sum_id, "confirm")
+    survivors, dropped = _split(node, cfg, sum_id, "confirm")
+    if not dropped:
+        raise SecAggError(f"{node.who} refuses to confirm sum {sum_id}: it has no dropouts")
+    record = config_record(node.state, _COMMITTED)
+    record["dropped"] = [*record["dropped"], *dropped]
+    record["dropped-at"] = [*record["dropped-at"], *[sum_id] * len(dropped)]
+    signed = node.identity.sign(SURVIVORS_PURPOSE, node.context.run_id, node.context.node_id,
+                                survivors_digest(sum_id, survivors, dropped))
+    return RecordDict({"confirm": ConfigRecord({"signed": signed})})
+
+
+def _check_confirmations(node: NodeContext, cfg: ConfigRecord, sum_id: int,
+                         survivors: list[int], dropped: list[int]) -> None:
+    """Every survivor's signature on exactly these lists (checked against the roster), each
+    from its own partition: then no survivor was shown another split of this sum."""
+    refuse = f"{node.who} refuses to unmask sum {sum_id}"
+    signatures = cfg.get("confirmations")
+    if not isinstance(signatures, list) or len(signatures) != len(survivors):
+        raise SecAggError(f"{refuse}: a sum with dropouts needs every survivor's signature on "
+                          f"the lists (field '{SUM_KEY}.confirmations')")
+    digest = survivors_digest(sum_id, survivors, dropped)
+    partitions: set[int] = set()
+    for v, blob in zip(survivors, signatures):
+        try:
+            partition, signed = node.identity.check(SURVIVORS_PURPOSE, node.context.run_id, v,
+                                                    bytes(blob))
+        except PermissionError as exc:
+            raise SecAggError(f"{refuse}: {exc}") from None
+        if signed != digest or partition in partitions:
+            raise SecAggError(f"{refuse}: node {v} did not sign these survivor and dropped "
+                              "lists (another split was shown to it, or its signature is "
+                              "reused)")
+        partitions.add(partition)
 
 
 @handler("secagg_unmask")
 def unmask(content: RecordDict, node: NodeContext) -> RecordDict:
     """Reveal what the server needs to finish sum t, under the refusal rules.
 
-    For each surviving member of this node's neighbourhood: its share of that member's
-    ``b^(t)``. For each dropped neighbour: the per-sum pairwise key. Never both for one peer
-    in one sum, and nothing if fewer than the threshold of the neighbourhood survive.
+    The survivor and dropped lists must split the run's committed node set (:func:`_split`);
+    with dropouts, every survivor must have signed them (:func:`confirm`). Then for each
+    surviving member of this node's neighbourhood: its share of that member's ``b^(t)``; for
+    each dropped neighbour: the per-sum pairwise key. Never both for one peer in one sum, each
+    sum once (refused or not), and nothing if fewer than the threshold of the neighbourhood
+    survive.
     """
     me = node.context.node_id
     st = _state(node.state)
     cfg = _fields(content, ("sum-id", "survivors", "dropped"), node, "secagg_unmask")
     sum_id = int(cfg["sum-id"])
-    if sum_id != int(st["last-sum"]):
-        raise SecAggError(f"node {me} refuses to unmask sum {sum_id}: its last sum is "
-                          f"{st['last-sum']}")
-    survivors = {int(v) for v in cfg["survivors"]}
-    dropped = {int(v) for v in cfg["dropped"]}
-    if survivors & dropped or me not in survivors:
-        raise SecAggError(f"node {me} refuses to unmask: inconsistent survivor/dropped lists")
+    _spend(node, _REVEALED, sum_id, "unmask")
+    survivors, dropped = _split(node, cfg, sum_id, "unmask")
+    if dropped:
+        _check_confirmations(node, cfg, sum_id, survivors, dropped)
+        confirmed = config_record(node.state, _CONFIRMED)
+        if str(sum_id) not in confirmed:
+            raise SecAggError(f"{node.who} refuses to unmask sum {sum_id}: it did not sign its "
+                              "survivor lists itself")
     neighbours = {int(v) for v in st["neighbours"]}
     neighbourhood = neighbours | {me}
-    if len(neighbourhood & survivors) < int(st["threshold"]):
-        raise SecAggError(f"node {me} refuses to unmask: only {len(neighbourhood & survivors)} "
-                          f"of its {len(neighbourhood)} neighbourhood survive, threshold is "
+    alive = neighbourhood & set(survivors)
+    if len(alive) < int(st["threshold"]):
+        raise SecAggError(f"{node.who} refuses to unmask: only {len(alive)} of its "
+                          f"{len(neighbourhood)} neighbourhood survive, threshold is "
                           f"{st['threshold']}")
-    if len(survivors) < node.policy.min_survivors:
-        raise SecAggError(f"node {me} refuses to unmask: the sum would cover {len(survivors)} "
-                          f"node(s), its node policy's min-survivors is "
-                          f"{node.policy.min_survivors}")
-    revealed = _record(node.state, _REVEALED)
-    if str(sum_id) in revealed:
-        raise SecAggError(f"node {me} refuses to unmask sum {sum_id} twice")
-    revealed[str(sum_id)] = True
     received = _record(node.state, _RECEIVED)
     out: dict[str, bytes] = {}
-    for owner in sorted(neighbourhood & survivors):
+    for owner in sorted(alive):
         out[f"b:{owner}"] = bytes(received.pop(f"{sum_id}:{owner}"))
     keys = _pairwise_keys(st, me, sum_id)
-    for owner in sorted(neighbours & dropped):
+    for owner in sorted(neighbours & set(dropped)):
         out[f"k:{owner}"] = keys[owner]
     return RecordDict({"revealed": ConfigRecord(out)})
-

@@ -261,7 +261,8 @@ def test_results_record_what_the_server_received_and_keep_large_arrays(tmp_path:
     assert privacy["aggregator"] == "secagg+"
     assert {s["form"] for s in privacy["sums"]} == {"masked"}
     assert privacy["received"]["degrees"]["records"]["secagg.values"]["form"] == "masked"
-    assert privacy["received"]["degrees"]["records"]["secagg.values"]["entries"]["v"] == [30]
+    # 30 item degrees and the one-value clip flag every masked reply carries
+    assert privacy["received"]["degrees"]["records"]["secagg.values"]["entries"]["v"] == [31]
     # the mail keys come with the SecAgg+ mask keys: no relay_keys round of their own
     assert "relay_keys" not in privacy["received"]
     setup = privacy["received"]["secagg_setup"]

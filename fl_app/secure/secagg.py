@@ -51,9 +51,11 @@ SecAgg+ and plain sums agree.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
@@ -146,6 +148,38 @@ def agreement_context(run_tag: bytes, purpose: bytes) -> bytes:
     return b"fedrec-secagg|" + run_tag + b"|" + purpose
 
 
+#: Purpose under which a survivor signs the survivor set of a sum with dropouts.
+SURVIVORS_PURPOSE = "secagg-survivors"
+#: Wire value of ``degree`` for the complete graph.
+COMPLETE_GRAPH = -1
+
+
+def commitment(run_tag: bytes, members: list[int], degree: int, graph_seed: int) -> str:
+    """Digest of what a node commits to at key setup: the run's node set and the public
+    neighbour graph over it. Every node binds its signed mask key to it
+    (:func:`mask_key_purpose`), so a neighbour told another set or graph refuses the key."""
+    text = f"{bytes(run_tag).hex()}|{sorted(int(m) for m in members)}|{int(degree)}|" \
+        f"{int(graph_seed)}"
+    return hashlib.sha256(b"fedrec-secagg-commit|v1|" + text.encode()).hexdigest()
+
+
+def mask_key_purpose(commit: str) -> str:
+    """The signature purpose of a mask key: bound to the signer's commitment."""
+    return f"{MASK_KEY_PURPOSE}|{commit}"
+
+
+def graph_degree(degree: int) -> int | None:
+    """The :func:`neighbour_graph` degree of a wire value (:data:`COMPLETE_GRAPH`: None)."""
+    return None if int(degree) == COMPLETE_GRAPH else int(degree)
+
+
+def survivors_digest(sum_id: int, survivors: list[int], dropped: list[int]) -> bytes:
+    """What every survivor of a sum with dropouts signs (32 bytes): the sum id and both
+    lists, so one signature can never vouch for another split."""
+    text = f"{int(sum_id)}|{sorted(map(int, survivors))}|{sorted(map(int, dropped))}"
+    return hashlib.sha256(b"fedrec-secagg-survivors|v1|" + text.encode()).digest()
+
+
 # ----------------------------------------------------------------------------- server side
 class SecureAggregator(Aggregator):
     """Server side of SecAgg+ sums for one run: key setup once, then any number of sums.
@@ -164,8 +198,9 @@ class SecureAggregator(Aggregator):
 
     def __init__(self, messenger: Messenger, nodes: list[int], *, degree: int | None = None,
                  threshold_fraction: float = 0.5, seed: int = 0, seed_batch: int = 16,
-                 drop: set[int] | None = None) -> None:
+                 drop: set[int] | None = None, allow_dropouts: bool | None = None) -> None:
         super().__init__(messenger, nodes)
+        self._allow_dropouts = allow_dropouts
         self.degree, self.threshold_fraction = degree, threshold_fraction
         self.seed, self.seed_batch = seed, seed_batch
         self.drop = set(drop or ())
@@ -185,7 +220,10 @@ class SecureAggregator(Aggregator):
         self.graph = neighbour_graph(sorted(self.nodes), self.degree, self.seed)
         self.thresholds = {u: threshold_for(len(vs) + 1, self.threshold_fraction)
                            for u, vs in self.graph.items()}
-        request = RecordDict({SUM_KEY: ConfigRecord({"run-tag": self.run_tag})})
+        request = RecordDict({SUM_KEY: ConfigRecord({
+            "run-tag": self.run_tag, "members": sorted(int(u) for u in self.nodes),
+            "degree": COMPLETE_GRAPH if self.degree is None else int(self.degree),
+            "graph-seed": int(self.seed)})})
         with_mail_key = RecordDict({**request, MAIL_KEYGEN: ConfigRecord({"make": True})})
         replies = self.messenger.send(
             "secagg_advertise",
@@ -269,21 +307,54 @@ class SecureAggregator(Aggregator):
         discarded = dropped & self.drop
         self.messenger.record_dropout(phase, action, discarded,
                                       "reply discarded by the server (test knob 'drop')")
-        if dropped and self.fixed_set:
+        if dropped and (self.fixed_set or not self.allow_dropouts):
             self._record(phase, action, layout, len(arrived), dropped, members=arrived)
+            why = ("this protocol needs the same node set in every sum" if self.fixed_set else
+                   "not every node's policy allows dropouts (allow-dropouts), so every sum "
+                   "of the run must hold the node set committed at key setup")
             raise SecAggError(
-                f"'{phase}': {', '.join(label(n) for n in sorted(dropped))} dropped out; this "
-                "protocol needs the same node set in every sum (sums over different sets "
-                "could be differenced), so the sum is abandoned before unmasking and nothing "
-                "about any input is revealed")
-        total = self._unmask(total, set(arrived), dropped, phase)
+                f"'{phase}': {', '.join(label(n) for n in sorted(dropped))} did not answer "
+                f"(dropped out); {why} (sums over different sets could be differenced), so "
+                "the sum is abandoned before unmasking and nothing about any input is revealed")
+        confirmations = self._confirm(sorted(arrived), sorted(dropped), phase) if dropped \
+            else {}
+        total = self._unmask(total, set(arrived), dropped, phase, confirmations)
         self._record(phase, action, layout, len(arrived), dropped, members=arrived)
         self.messenger.ledger.mark(phase, VALUES_KEY, "masked")
         self.messenger.ledger.mark(f"{phase}:unmask", "revealed", "unmasking shares")
-        return unflatten(codec.decode(total), layout)
+        return self._checked(unflatten(codec.decode(total), layout), phase, max_abs)
+
+    @property
+    def allow_dropouts(self) -> bool:
+        """Whether sums may go on over fewer nodes: the constructor's choice, else true only
+        if every node acknowledged ``allow-dropouts`` in the handshake (the nodes enforce it
+        themselves; this only spares a round they would refuse)."""
+        if self._allow_dropouts is not None:
+            return self._allow_dropouts
+        policies = self.messenger.node_policies
+        return all(bool(policies.get(u, {}).get("allow-dropouts", False)) for u in self.nodes)
+
+    def _confirm(self, survivors: list[int], dropped: list[int], phase: str) -> dict[int, bytes]:
+        """The consistency round of a sum with dropouts (Bonawitz et al. 2017, round 3): every
+        survivor signs the survivor and dropped lists once; each survivor later unmasks only
+        if it holds every survivor's signature on the lists it is shown, so no two survivors
+        can be shown different splits."""
+        req = RecordDict({SUM_KEY: ConfigRecord({
+            "sum-id": self.sum_id, "survivors": survivors, "dropped": dropped})})
+        replies = self.messenger.send("secagg_confirm", {v: req for v in survivors},
+                                      phase=f"{phase}:confirm")
+        out: dict[int, bytes] = {}
+        for v in survivors:
+            record = replies[v].config_records.get("confirm")
+            signed = record.get("signed") if record is not None else None
+            if not isinstance(signed, bytes):
+                raise SecAggError(f"{self.messenger.label(v)} answered the consistency round "
+                                  "without field 'confirm.signed'")
+            out[v] = signed
+        return out
 
     def _unmask(self, total: np.ndarray, survivors: set[int], dropped: set[int],
-                phase: str) -> np.ndarray:
+                phase: str, confirmations: Mapping[int, bytes] | None = None) -> np.ndarray:
         """Remove survivors' self masks and the masks survivors shared with dropped nodes.
 
         Tolerates nodes that go silent during this round: a survivor's self-mask seed needs
@@ -292,9 +363,11 @@ class SecureAggregator(Aggregator):
         those two held it); then the sum is abandoned with an error naming both.
         """
         askers = sorted(survivors)
-        req = RecordDict({SUM_KEY: ConfigRecord({
-            "sum-id": self.sum_id, "survivors": askers, "dropped": sorted(dropped),
-        })})
+        fields: dict[str, Any] = {"sum-id": self.sum_id, "survivors": askers,
+                                  "dropped": sorted(dropped)}
+        if confirmations:
+            fields["confirmations"] = [confirmations[v] for v in askers]
+        req = RecordDict({SUM_KEY: ConfigRecord(fields)})
         action, round_phase = "secagg_unmask", f"{phase}:unmask"
         replies = dict(self.messenger.iter_replies(
             action, {v: req for v in askers}, phase=round_phase, allow_missing=True))
@@ -332,7 +405,10 @@ class SecureAggregator(Aggregator):
         for u, shares in b_shares.items():
             seed = self._combine(u, shares, "self-mask seed")
             total -= self_mask(seed, self.sum_id, n)
-        self.alive -= dropped | silent
+        # A node silent here is not dropped: its input is in this sum, and it stays in the
+        # node set every later sum must hold (nodes refuse any other set unless they allow
+        # dropouts, and then a later sum's consistency round drops it).
+        self.alive -= dropped
         return total
 
     def _combine(self, owner: int, shares: list[bytes], what: str) -> bytes:
