@@ -1,7 +1,10 @@
 """This node's signing identity and the federation roster (``fl_app/secure/identity.py``).
 
 Node config ``identity-key`` (this node's PEM private key) and ``roster`` (the roster JSON)
-give a deployed node its identity; both or neither. Without them the node uses its
+give a deployed node its identity; both or neither. An item server holds no user rows: its
+partition id is negative (-1 when its node config gives none; ``keygen --item-servers K``
+makes keys for -1..-K). A roster that names roles (newer ``keygen``) must name this node's
+config ``role`` for its partition; rosters without roles are accepted as before. Without them the node uses its
 partition's simulated identity and the simulated roster, if its policy allows
 (``allow-simulated-identity``). Either way the node signs every key it publishes and
 checks every key it is handed, so a key the server substitutes is refused.
@@ -90,6 +93,7 @@ def load_identity(cfg: Mapping[str, Any], policy: NodePolicy, who: str) -> NodeI
         if roster.keys.get(partition) != signer.public_bytes():
             raise IdentityError(f"{who}: its identity key {key_path} is not the key the "
                                 f"roster {roster_path} lists for partition {partition}")
+        _check_role(roster, partition, str(cfg.get("role", "") or ""), who)
         return NodeIdentity(signer, roster, partition, simulated=False)
     policy.require("allow-simulated-identity", "simulated identities (public "
                         "deterministic signing keys; node config has no 'identity-key' and "
@@ -97,6 +101,16 @@ def load_identity(cfg: Mapping[str, Any], policy: NodePolicy, who: str) -> NodeI
     known = max(int(cfg.get("num-partitions", 0)), partition + 1)
     roster = Roster.simulated((-1, *range(known)))  # one cached object per process
     return NodeIdentity(SigningIdentity.simulated(partition), roster, partition, simulated=True)
+
+
+def _check_role(roster: Roster, partition: int, role: str, who: str) -> None:
+    """Refuse a node whose config ``role`` is not the one the roster lists for its partition
+    (e.g. an item server's key given to a user node); a roster or node config without a
+    role says nothing to check."""
+    listed = roster.roles.get(partition)
+    if listed and role and listed != role:
+        raise IdentityError(f"{who}: node config role {role!r}, but the roster "
+                            f"{roster.source} lists partition {partition} as {listed!r}")
 
 
 def _load_files(key_path: str, roster_path: str) -> tuple[SigningIdentity, Roster]:

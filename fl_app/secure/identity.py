@@ -12,10 +12,13 @@ purpose or node id, and one partition cannot be claimed by two node ids.
 
 Where identities come from:
 
-- deployment: ``python -m fl_app.secure.identity keygen --partitions N --out DIR`` writes one
-  private key per partition (``node-<i>.key``, PEM, mode 0600) and ``roster.json``; each
-  SuperNode gets ``--node-config "identity-key='DIR/node-<i>.key' roster='DIR/roster.json'"``
-  (its own key file only) and its policy ``allow-simulated-identity=false``;
+- deployment: ``python -m fl_app.secure.identity keygen --partitions N [--item-servers K]
+  --out DIR`` writes one private key per data holder's partition 0..N-1 (``node-<i>.key``)
+  and per item server, partitions -1..-K (``item-server-<k>.key`` for partition -k; an item
+  server holds no user rows, so its partition id is negative and -1 by default), PEM, mode
+  0600, and ``roster.json`` with each entry's role; each SuperNode gets ``--node-config
+  "identity-key='DIR/<its key>' roster='DIR/roster.json'"`` (its own key file only) and its
+  policy ``allow-simulated-identity=false``;
 - simulation: Flower's simulation gives nodes no files, so a node without ``identity-key``
   uses the *simulated* identity of its partition, derived from a public constant. The
   checks run the same way, but anyone can compute these keys: they authenticate nothing,
@@ -41,8 +44,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-#: Roster file format version.
+#: Roster file format version. ``roles`` is an optional member: rosters without it load,
+#: and a reader that knows only ``nodes`` reads rosters with it.
 ROSTER_VERSION = 1
+#: Roles a roster entry may name (the node roles of ``clients/node.py``).
+ROSTER_ROLES = ("user", "silo", "item-server")
 #: Bytes of a :class:`SignedKey` (partition int32 | public key | signature).
 SIGNED_KEY_BYTES = 4 + 32 + 64
 _SIMULATED = b"fedrec-privacy/simulated-identity/v1|"
@@ -133,17 +139,32 @@ class Roster:
     """The federation's public signing keys by partition id, handed to nodes out of band.
 
     Read-only (``keys`` is a mapping proxy), so that one roster object can serve every
-    message a node handles (:func:`simulated_roster`)."""
+    message a node handles (:func:`simulated_roster`). ``roles`` gives the role of the
+    partitions it names (:data:`ROSTER_ROLES`), so an operator sees who each key belongs to
+    and a node whose config declares another role is refused; a roster may name none."""
 
-    def __init__(self, keys: Mapping[int, bytes], source: str) -> None:
+    def __init__(self, keys: Mapping[int, bytes], source: str,
+                 roles: Mapping[int, str] | None = None) -> None:
         self.keys: Mapping[int, bytes] = MappingProxyType(
             {int(p): bytes(k) for p, k in keys.items()})
+        self.roles: Mapping[int, str] = MappingProxyType(
+            {int(p): str(r) for p, r in (roles or {}).items()})
         self.source = source
+        self._check_roles()
         digest = hashlib.sha256(b"fedrec-roster|v1|")
         for p, k in sorted(self.keys.items()):
             digest.update(int(p).to_bytes(8, "big", signed=True) + k)
         #: SHA-256 over every (partition, key): what a cache of verified keys is bound to.
         self.fingerprint = digest.digest()
+
+    def _check_roles(self) -> None:
+        for p, role in self.roles.items():
+            if role not in ROSTER_ROLES:
+                raise IdentityError(f"roster {self.source}: partition {p} has role {role!r}, "
+                                    f"expected one of {', '.join(ROSTER_ROLES)}")
+            if p not in self.keys:
+                raise IdentityError(f"roster {self.source}: 'roles' names partition {p}, "
+                                    "which has no key in 'nodes'")
 
     @classmethod
     def simulated(cls, partitions: Iterable[int]) -> Roster:
@@ -158,19 +179,25 @@ class Roster:
                 raise ValueError(f"'version' is {data.get('version')!r}, expected "
                                  f"{ROSTER_VERSION}")
             keys = {int(p): bytes.fromhex(k) for p, k in data["nodes"].items()}
+            roles = {int(p): r for p, r in data.get("roles", {}).items()}
         except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
             raise IdentityError(f"roster {path}: expected JSON {{\"version\": "
                                 f"{ROSTER_VERSION}, \"nodes\": {{\"<partition>\": "
-                                f"\"<hex Ed25519 public key>\"}}}} ({exc})") from None
+                                f"\"<hex Ed25519 public key>\"}}, optional \"roles\": "
+                                f"{{\"<partition>\": \"{'|'.join(ROSTER_ROLES)}\"}}}} "
+                                f"({exc})") from None
         bad = [p for p, k in keys.items() if len(k) != 32]
         if bad:
             raise IdentityError(f"roster {path}: the key of partition {bad[0]} is not 32 bytes")
-        return cls(keys, str(path))
+        return cls(keys, str(path), roles)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(
-            {"version": ROSTER_VERSION,
-             "nodes": {str(p): k.hex() for p, k in sorted(self.keys.items())}}, indent=2) + "\n")
+        data: dict[str, object] = {
+            "version": ROSTER_VERSION,
+            "nodes": {str(p): k.hex() for p, k in sorted(self.keys.items())}}
+        if self.roles:
+            data["roles"] = {str(p): r for p, r in sorted(self.roles.items())}
+        Path(path).write_text(json.dumps(data, indent=2) + "\n")
 
     def verify(self, purpose: str, run_id: int, node_id: int, signed: SignedKey) -> bytes:
         """The public key ``node_id`` published, if its signature checks; else an error
@@ -208,16 +235,38 @@ def simulated_roster(partitions: tuple[int, ...]) -> Roster:
     return Roster({p: _simulated_public(p) for p in partitions}, "simulated")
 
 
-def keygen(partitions: int, out: str | Path) -> Roster:
-    """One identity per partition in ``out`` (``node-<i>.key``) and the ``roster.json``."""
+def key_file_name(partition: int, role: str) -> str:
+    """``node-<i>.key`` for a data holder's partition i, ``item-server-<k>.key`` for an item
+    server's partition -k."""
+    return f"item-server-{-partition}.key" if role == "item-server" else f"node-{partition}.key"
+
+
+def federation_roles(partitions: int, item_servers: int = 0,
+                     role: str = "user") -> dict[int, str]:
+    """Partition -> role of a federation: data holders 0..partitions-1 with ``role`` (user or
+    silo), item servers -1..-item_servers (item servers hold no user rows)."""
+    if role not in ROSTER_ROLES or role == "item-server":
+        raise ValueError(f"data holders' role must be user or silo, got {role!r}")
+    if partitions < 0 or item_servers < 0 or partitions + item_servers < 1:
+        raise ValueError(f"expected partitions >= 0 and item servers >= 0, at least one node "
+                         f"in all; got {partitions} and {item_servers}")
+    return {**{p: role for p in range(partitions)},
+            **{-k: "item-server" for k in range(1, item_servers + 1)}}
+
+
+def keygen(partitions: int, out: str | Path, item_servers: int = 0,
+           role: str = "user") -> Roster:
+    """One identity per node of :func:`federation_roles` in ``out`` (:func:`key_file_name`)
+    and the ``roster.json`` with every entry's key and role."""
+    roles = federation_roles(partitions, item_servers, role)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     keys = {}
-    for p in range(partitions):
+    for p, r in roles.items():
         identity = SigningIdentity.generate()
-        identity.save(out / f"node-{p}.key")
+        identity.save(out / key_file_name(p, r))
         keys[p] = identity.public_bytes()
-    roster = Roster(keys, str(out / "roster.json"))
+    roster = Roster(keys, str(out / "roster.json"), roles)
     roster.save(out / "roster.json")
     return roster
 
@@ -226,13 +275,22 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m fl_app.secure.identity",
                                      description="Make node identities and the roster.")
     sub = parser.add_subparsers(dest="command", required=True)
-    gen = sub.add_parser("keygen", help="one Ed25519 key per partition, plus roster.json")
-    gen.add_argument("--partitions", type=int, required=True)
+    gen = sub.add_parser("keygen", help="one Ed25519 key per node, plus roster.json")
+    gen.add_argument("--partitions", type=int, required=True,
+                     help="data holders: partitions 0..N-1 (key files node-<i>.key)")
+    gen.add_argument("--item-servers", type=int, default=0,
+                     help="item servers: partitions -1..-K (key files item-server-<k>.key)")
+    gen.add_argument("--role", choices=("user", "silo"), default="user",
+                     help="the data holders' role in the roster")
     gen.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    roster = keygen(args.partitions, args.out)
-    print(f"wrote {len(roster.keys)} node keys and {roster.source}: give SuperNode i only "
-          f"node-<i>.key, every SuperNode the roster")
+    try:
+        roster = keygen(args.partitions, args.out, args.item_servers, args.role)
+    except ValueError as exc:
+        parser.error(str(exc))
+    print(f"wrote {len(roster.keys)} node keys and {roster.source}: give data holder i only "
+          f"node-<i>.key and item server k (partition-id=-k) only item-server-<k>.key, "
+          f"every SuperNode the roster")
 
 
 if __name__ == "__main__":
