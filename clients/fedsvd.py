@@ -1,19 +1,28 @@
 """Federated SVD node (paper 002): local power iterations on this node's rows, its noisy
 update as a share of a sum, and fedsvd-utility's homomorphic noise product.
 
-The node never sends M'_i, its local bases or its noise in clear. What it checks on its own
-(``clients/policy.py``): its entries respect the declared bound m_hat (the sensitivity and the
-sums' range stand on it); fedsvd-privacy's noisy release outside a secure sum (plain mode)
-is charged to its DP budget; the noise product needs ``allow-noise-removal``, is answered
-once per synchronization and only if its update went into a masked sum.
+The node never sends M'_i, its local bases or its noise in clear. What it enforces on its
+own (``clients/policy.py``), whatever the request declares: its M'_i is clipped to the
+declared bound m_hat and fedsvd-privacy's basis to z_hat (clips, not refusals, so no answer
+depends on the data); fedsvd-privacy's noisy release outside a secure sum (plain mode) is
+charged to its DP ledger (``clients/dp_ledger.py``) before it is computed, by Theorem 2 with
+the rank, bounds, sigma and iteration count the node itself uses, and a delta outside (0, 1)
+is refused; server-chosen sizes are bounded by ``memory-budget-mb``; the noise product needs
+``allow-noise-removal``, is answered once per synchronization and only if its update went
+into a masked sum.
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
 from clients.aggregate import ranking_reply, sum_reply
+from clients.dp_ledger import charge_node
 from clients.node import NodeContext
 from clients.registry import handler
 from fl_app.records import config_record
@@ -21,52 +30,116 @@ from fl_app.recsys import fedsvd as svd
 from fl_app.secure.aggregate import SUM_KEY
 
 _NOISE = "fedsvd.noise"  # arrays in node state: this node's weighted noise of the last sync
-_NOISE_INFO = "fedsvd.noise-info"  # ConfigRecord: its iteration t and the sum's mode
+_NOISE_INFO = "fedsvd.noise-info"  # ConfigRecord: its iteration t, the sum's mode, w_i, std
+#: A noise must fit the selection's range within this many standard deviations (exceeded
+#: with probability < 1e-32; the node then clips it rather than refuse on its value).
+_RANGE_STDS = 12.0
 
 
 def _rows(node: NodeContext, params: svd.SvdParams):
-    """This node's rows, checked against the declared bound m_hat (no values in errors)."""
+    """This node's rows, clipped so every entry of its M'_i is within the declared m_hat
+    (``svd.clip_gram``: a clip, never a refusal, so the answer does not depend on the data)."""
     rows = node.data().train
     if rows.shape[0] == 0:
         raise ValueError(f"{node.who} holds no rows: it cannot take part in federated SVD")
-    if svd.max_gram_entry(rows) > params.m_hat:
-        raise ValueError(f"{node.who} refuses: an entry of its M'_i = M_i^T M_i / s_i exceeds "
-                         f"the declared fedsvd-m-hat = {params.m_hat:g}, so the sensitivity "
-                         "and the sums' range would not hold; raise fedsvd-m-hat to the data's "
-                         "bound (1 for 0/1 data, max rating^2 otherwise)")
-    return rows
+    return svd.clip_gram(rows, params.m_hat)
+
+
+@dataclass(frozen=True)
+class _Block:
+    """One request's work, every server-chosen value checked by the node."""
+
+    scheme: str
+    params: svd.SvdParams
+    rows: Any
+    Z: np.ndarray
+    sigma: float
+    t_from: int
+    t_to: int
+    weight: float
+    mode: str
+
+
+def _block(node: NodeContext) -> _Block:
+    """The request's parameters, rows and basis, checked before any work: clear errors for
+    unknown, non-finite or out-of-range values and for sizes past ``memory-budget-mb``;
+    fedsvd-privacy's basis clipped to the declared z_hat (Alg. 3's honest server sends it
+    clipped already), so Theorem 2's bound holds for what the node multiplies."""
+    cfg, who = node.config(), node.who
+    try:
+        scheme, params = str(cfg["scheme"]), svd.params_from_config(cfg)
+        params.check_release()
+        t_from, t_to, n_nodes = int(cfg["t-from"]), int(cfg["t-to"]), int(cfg["n-nodes"])
+        rows_total = float(cfg["rows-total"])
+    except (KeyError, ValueError, TypeError, OverflowError) as exc:
+        raise ValueError(f"{who} refuses the fedsvd request: {exc}") from None
+    if scheme not in svd.SCHEMES:
+        raise ValueError(f"{who} refuses the fedsvd request: scheme {scheme!r} is not one of "
+                         f"{svd.SCHEMES}")
+    if not (0 <= t_from < t_to and n_nodes >= 1):
+        raise ValueError(f"{who} refuses the fedsvd request: it needs 0 <= t-from < t-to and "
+                         f"n-nodes >= 1, got t-from={t_from}, t-to={t_to}, n-nodes={n_nodes}")
+    rows = _rows(node, params)
+    Z = np.asarray(node.arrays()["Z"], dtype=np.float64)
+    if Z.ndim != 2 or Z.shape[0] != rows.shape[1] or Z.shape[1] < 1:
+        raise ValueError(f"{who} refuses the fedsvd request: the basis Z has shape {Z.shape}, "
+                         f"expected ({rows.shape[1]}, r) with r >= 1")
+    node.policy.check_size(8.0 * Z.shape[1] * (rows.shape[0] + 6 * rows.shape[1]),
+                           f"a fedsvd block of rank {Z.shape[1]}", who)
+    if not np.all(np.isfinite(Z)):
+        raise ValueError(f"{who} refuses the fedsvd request: the basis Z is not finite")
+    if not (math.isfinite(rows_total) and rows_total >= rows.shape[0]):
+        raise ValueError(f"{who} refuses the fedsvd request: rows-total must be finite and at "
+                         f"least this node's row count, got {rows_total!r}")
+    Z = svd.node_basis(scheme, Z, params)
+    return _Block(scheme, params, rows, Z, params.node_sigma(scheme, n_nodes), t_from, t_to,
+                  rows.shape[0] / rows_total, _sum_mode(node))
+
+
+def _sum_mode(node: NodeContext) -> str:
+    """The aggregator the request names ('' when it names none; ``sum_reply`` checks it)."""
+    record = node.request.config_records.get(SUM_KEY)
+    return str(record["mode"]) if record is not None and "mode" in record else ""
+
+
+def _charge(node: NodeContext, block: _Block) -> None:
+    """fedsvd-privacy outside a secure sum: charge the node's ledger before computing, from
+    what the node itself uses (its rank, its clipped bounds, its sigma, its iterations)."""
+    if block.scheme != "fedsvd-privacy" or block.mode != "plain" or block.sigma <= 0:
+        return
+    epsilon = svd.release_epsilon(block.params, block.sigma, block.Z.shape[1],
+                                  block.t_to - block.t_from)
+    charge_node(node, epsilon, f"fedsvd-privacy iterations {block.t_from + 1}..{block.t_to} "
+                "released in a plain sum")
 
 
 def _noise(shape: tuple[int, ...], std: float) -> np.ndarray:
     return svd.draw_noise(shape, std)  # looked up per call (tests substitute known noise)
 
 
+def _work(node: NodeContext) -> tuple[_Block, svd.SyncContribution | np.ndarray]:
+    """Check, charge, then compute this node's block (the charge is written first)."""
+    block = _block(node)
+    _charge(node, block)
+    return block, svd.node_block(block.scheme, block.rows, block.Z, block.t_from, block.t_to,
+                                 block.params, block.sigma, block.weight, _noise)
+
+
 @handler("fedsvd_sync")
 def sync(content: RecordDict, node: NodeContext) -> RecordDict:
     """Local iterations t_from+1 .. t_to-1 from the common basis, then this node's weighted
     noisy update of synchronization t_to as its share of the sum."""
-    cfg = node.config()
-    scheme, params = str(cfg["scheme"]), svd.params_from_config(cfg)
-    rows = _rows(node, params)
-    t_from, t_to = int(cfg["t-from"]), int(cfg["t-to"])
-    sigma = params.node_sigma(scheme, int(cfg["n-nodes"]))
-    weight = rows.shape[0] / float(cfg["rows-total"])
-    mode = str(node.request.config_records[SUM_KEY]["mode"]) \
-        if SUM_KEY in node.request.config_records else ""
-    if scheme == "fedsvd-privacy" and mode == "plain" and sigma > 0:
-        node.policy.charge_dp(node.state, (t_to - t_from) * svd.theorem2_epsilon(params, sigma),
-                              f"fedsvd-privacy iterations {t_from + 1}..{t_to} released in a "
-                              "plain sum", node.who)
-    out = svd.node_block(scheme, rows, node.arrays()["Z"], t_from, t_to, params, sigma, weight,
-                         _noise)
-    assert isinstance(out, svd.SyncContribution)
+    block, out = _work(node)
+    if not isinstance(out, svd.SyncContribution):
+        raise ValueError(f"{node.who} refuses fedsvd_sync: t-to = {block.t_to} is not a "
+                         "synchronization (the output rule is 'fedsvd_output')")
     extra = None
-    if scheme == "fedpower":
+    if block.scheme == "fedpower":
         extra = {"fedsvd": ConfigRecord({"z-max": out.z_max})}
     if out.noise is not None:
         node.store_arrays(_NOISE, {"N": out.noise})
-        node.state[_NOISE_INFO] = ConfigRecord({"t": t_to, "mode": mode,
-                                                                "weight": weight})
+        node.state[_NOISE_INFO] = ConfigRecord({"t": block.t_to, "mode": block.mode,
+                                                "weight": block.weight, "std": block.sigma})
     return sum_reply(node, {"Y": out.update}, extra)
 
 
@@ -94,10 +167,12 @@ def noise_product(content: RecordDict, node: NodeContext) -> RecordDict:
         raise ValueError(f"{node.who} refuses noise removal: its update of t = {int(req['t'])} "
                          f"went into a '{info['mode']}' sum, which the server saw unmasked")
     del node.state[_NOISE_INFO]  # one answer per synchronization
-    weighted = stored["N"]
-    if np.abs(weighted).max(initial=0.0) > float(info["weight"]) * VALUE_BOUND:
-        raise ValueError(f"{node.who} refuses noise removal: its noise exceeds the CKKS "
-                         f"selection's range +-{VALUE_BOUND:g} (lower fedsvd-sigma)")
+    std, weight = float(info.get("std", 0.0)), float(info["weight"])
+    if _RANGE_STDS * std > VALUE_BOUND:  # public parameters only: never the noise drawn
+        raise ValueError(f"{node.who} refuses noise removal: noise of standard deviation "
+                         f"{std:g} does not fit the CKKS selection's range +-{VALUE_BOUND:g} "
+                         f"({_RANGE_STDS:g} standard deviations; lower fedsvd-sigma)")
+    weighted = np.clip(stored["N"], -weight * VALUE_BOUND, weight * VALUE_BOUND)
     ctx = _selection_context(node, bytes(req["public-context"]))
     products = ctx.product(bytes(req["selection"]), weighted)
     return RecordDict({"fedsvd-he": ConfigRecord({"products": products})})
@@ -135,18 +210,10 @@ def _selection_context(node: NodeContext, public: bytes):
 def output(content: RecordDict, node: NodeContext) -> RecordDict:
     """The output rule when T is not a synchronization: the last local iterations, then
     w_i Z_T^(i) D_{T+1}^(i) as this node's share of a sum."""
-    cfg = node.config()
-    scheme, params = str(cfg["scheme"]), svd.params_from_config(cfg)
-    rows = _rows(node, params)
-    sigma = params.node_sigma(scheme, int(cfg["n-nodes"]))
-    t_from, t_to = int(cfg["t-from"]), int(cfg["t-to"])
-    mode = str(node.request.config_records[SUM_KEY]["mode"])
-    if scheme == "fedsvd-privacy" and mode == "plain" and sigma > 0:
-        node.policy.charge_dp(node.state, (t_to - t_from) * svd.theorem2_epsilon(params, sigma),
-                              f"fedsvd-privacy iterations {t_from + 1}..{t_to} released in a "
-                              "plain sum", node.who)
-    Z = svd.node_block(scheme, rows, node.arrays()["Z"], t_from, t_to, params, sigma,
-                       rows.shape[0] / float(cfg["rows-total"]), _noise)
+    block, Z = _work(node)
+    if isinstance(Z, svd.SyncContribution):
+        raise ValueError(f"{node.who} refuses fedsvd_output: t-to = {block.t_to} is a "
+                         "synchronization (its request is 'fedsvd_sync')")
     return sum_reply(node, {"Z": np.asarray(Z)})
 
 

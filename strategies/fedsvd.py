@@ -56,8 +56,9 @@ FEDSVD_KEYS: tuple[Key, ...] = (
     Key("fedsvd-z-hat", 0.2, "z_hat: fedsvd-privacy clips every entry of Z to [-z_hat, "
         "z_hat]", min=1e-12),
     Key("fedsvd-m-hat", 1.0, "m_hat: declared bound on the entries of every node's M'_i = "
-        "M_i^T M_i / s_i (1 for 0/1 data); a node whose entries exceed it refuses. Enters "
-        "the sensitivity 2 sqrt(r) m_hat z_hat and the sums' declared range", min=1e-12),
+        "M_i^T M_i / s_i (1 for 0/1 data); a node whose entries exceed it clips them (column "
+        "scaling), never refuses. Enters the sensitivity 2 sqrt(r) m_hat z_hat and the sums' "
+        "declared range", min=1e-12),
     Key("fedsvd-delta", 1e-5, "delta of the DP accounting", min=1e-300, max=0.5),
     Key("fedsvd-ddp", False, "fedsvd-privacy: distributed DP, each node's noise scaled by "
         "1/sqrt(n)"),

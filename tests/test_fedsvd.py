@@ -189,7 +189,7 @@ def test_node_refuses_noise_removal_without_its_opt_in():
             policy={})
 
 
-def test_dp_charged_by_the_node_sums_to_the_accounted_epsilon():
+def test_dp_charged_by_the_node_sums_to_the_accounted_epsilon(tmp_path):
     from clients.policy import _DP_SPENT
 
     cfg = {**DATA, "protocol": "fedsvd-privacy", "aggregator": "plain", "fedsvd-k": 2,
@@ -201,9 +201,115 @@ def test_dp_charged_by_the_node_sums_to_the_accounted_epsilon():
     for ctx in grid.contexts.values():
         assert float(ctx.state.config_records[_DP_SPENT]["epsilon"]) == \
             pytest.approx(dp["epsilon"], rel=1e-12)
-    with pytest.raises(Exception, match="dp-budget"):
-        run({**cfg, "fedsvd-iterations": 4}, policy={"allow-plain": True,
-                                                     "dp-budget": dp["epsilon"]})
+    with pytest.raises(Exception, match="dp-budget"):  # a fresh ledger, one iteration more
+        run({**cfg, "fedsvd-iterations": 4}, policy={
+            "allow-plain": True, "dp-budget": dp["epsilon"],
+            "dp-ledger": str(tmp_path / "fresh.json")})
+
+
+# -- a server that declares other parameters than the node uses ------------------------------
+PRIVATE = {**DATA, "protocol": "fedsvd-privacy", "aggregator": "plain", "fedsvd-k": 2,
+           "fedsvd-rank": 2, "fedsvd-iterations": 1, "fedsvd-sync-every": 1,
+           "fedsvd-sigma": 2.0}
+
+
+@pytest.fixture
+def attacked(tmp_path, monkeypatch):
+    """An honest fedsvd-privacy run on a MaliciousGrid (zero 'noise', so a reply shows the
+    signal), then ``attack(changes, Z=None) -> (reply values, charge, node rows)`` replays
+    its first sync request with the config ``changes`` (and basis ``Z``)."""
+    import json
+    import time
+
+    from flwr.app import ArrayRecord
+
+    from fl_app.records import from_array_record, to_array_record
+    from fl_app.secure.aggregate import VALUES_KEY
+    from tests.malicious import MaliciousGrid, copy_content
+
+    monkeypatch.setattr(svd, "draw_noise", lambda shape, std: np.zeros(shape))
+    ledger = tmp_path / "ledger.json"
+    policy = {"allow-plain": True, "dp-budget": 1e12, "dp-ledger": str(ledger),
+              "memory-budget-mb": 1}
+    grid = MaliciousGrid(build_client_app(policy=policy), NODES)
+    grid.__enter__()
+    run_protocol(grid, resolve_config(PRIVATE))
+    request = grid.requests("fedsvd_sync")[0]
+    pid = int(grid.contexts[request.metadata.dst_node_id].node_config["partition-id"])
+    rows = blocks(PRIVATE)[pid]
+
+    def charged_since(start: float) -> float:
+        entries = json.loads(ledger.read_text())["entries"].values()
+        return sum(float(r["epsilon"]) for e in entries for r in e["releases"]
+                   if r["time"] >= start)
+
+    def attack(changes: dict, Z: np.ndarray | None = None):
+        content = copy_content(request.content)
+        content["protocol"] = content["protocol"].copy()
+        content["protocol"].update(changes)
+        if Z is not None:
+            content["arrays"] = to_array_record({"Z": Z})
+        start = time.time()
+        reply = grid.replay(request, content)
+        assert isinstance(reply[VALUES_KEY], ArrayRecord)
+        return from_array_record(reply[VALUES_KEY])["v"], charged_since(start), rows
+
+    yield attack
+    grid.__exit__(None, None, None)
+
+
+def test_a_declared_tiny_z_hat_cannot_release_a_large_basis_cheaply(attacked):
+    """A server that declares z-hat = 2e-7 and rank 1 but sends a large 5-column Z: the node
+    clips Z to the declared bound (so the release is what the charge covers) and charges by
+    the 5 columns it multiplies, not the declared rank."""
+    big = 1000.0 * np.ones((30, 5))
+    values, charge, rows = attacked({"fedsvd-z-hat": 2e-7, "fedsvd-rank": 1}, big)
+    params = svd.SvdParams(r=1, z_hat=2e-7, sigma=2.0)
+    honest = svd.release_epsilon(params, 2.0, 5, 1)
+    assert charge == pytest.approx(honest, rel=1e-12)
+    assert charge > svd.release_epsilon(params, 2.0, 1, 1)  # the declared rank's charge
+    weight = rows.shape[0] / 60.0
+    expected = weight * svd.gram_product(rows, svd.clip_entries(big, 2e-7))
+    np.testing.assert_allclose(values, expected.ravel(), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("delta", [1.0, 2.0, 0.0, -1e-5, float("nan")])
+def test_delta_outside_the_unit_interval_is_refused_clearly(attacked, delta):
+    from tests.malicious import Refused
+
+    with pytest.raises(Refused, match=r"fedsvd-delta must be in \(0, 1\)") as err:
+        attacked({"fedsvd-delta": delta})
+    assert "partition" in str(err.value)
+
+
+@pytest.mark.parametrize(("key", "value"), [("fedsvd-z-hat", float("inf")),
+                                            ("fedsvd-z-hat", 0.0),
+                                            ("fedsvd-m-hat", float("nan")),
+                                            ("fedsvd-sigma", float("inf"))])
+def test_non_finite_bounds_are_refused_clearly(attacked, key, value):
+    from tests.malicious import Refused
+
+    with pytest.raises(Refused, match=f"{key} must be finite"):
+        attacked({key: value})
+
+
+def test_m_hat_is_a_clip_not_a_data_dependent_refusal(attacked):
+    """Any declared m-hat is answered (no bit about the data), and the release is within it:
+    entries of the clipped M'_i are at most m_hat, so |M'_i Z| <= d m_hat max|Z|."""
+    for m_hat in (1e-6, 0.05, 10.0):
+        values, _, rows = attacked({"fedsvd-m-hat": m_hat})
+        weight = rows.shape[0] / 60.0
+        assert np.abs(values).max() <= weight * 30 * m_hat * 1.0 * (1 + 1e-9)
+    assert svd.max_gram_entry(svd.clip_gram(rows, 0.05)) <= 0.05 * (1 + 1e-12)
+    exact = svd.max_gram_entry(rows)
+    assert svd.clip_gram(rows, exact) is rows  # data within the bound: unchanged
+
+
+def test_server_chosen_rank_is_bounded_by_the_memory_budget(attacked):
+    from tests.malicious import Refused
+
+    with pytest.raises(Refused, match="memory-budget-mb"):
+        attacked({}, np.zeros((30, 5000)))
 
 
 # -- accounting -----------------------------------------------------------------------------
@@ -234,9 +340,9 @@ def test_bad_input_fails_before_any_protocol_message(extra, match):
         run({**DATA, "protocol": "fedsvd-privacy", "aggregator": "plain", **extra})
 
 
-def test_utility_refuses_a_plain_aggregator_and_nodes_refuse_entries_over_m_hat():
+def test_utility_refuses_a_plain_aggregator_and_nodes_clip_entries_over_m_hat():
     with pytest.raises(ConfigError, match="secure aggregator"):
         run({**DATA, "protocol": "fedsvd-utility", "aggregator": "plain"})
-    with pytest.raises(Exception, match="fedsvd-m-hat"):
-        run({**EXACT, "protocol": "fedpower", "aggregator": "plain", "fedsvd-m-hat": 0.05,
-             "fedsvd-rank": 2, "fedsvd-iterations": 1})
+    record, _ = run({**EXACT, "protocol": "fedpower", "aggregator": "plain",
+                     "fedsvd-m-hat": 0.05, "fedsvd-rank": 2, "fedsvd-iterations": 1})
+    assert record["metrics"]

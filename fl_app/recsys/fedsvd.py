@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -84,10 +84,21 @@ class SvdParams:
         if self.T < 1 or self.p < 1:
             raise ValueError(f"fedsvd-iterations ({self.T}) and fedsvd-sync-every ({self.p}) "
                              "must be >= 1")
+        self.check_release()
+
+    def check_release(self) -> None:
+        """Clear errors for the privacy parameters a release and its charge stand on (the
+        node checks them on every request: they come from the server)."""
+        for name, value in (("fedsvd-z-hat", self.z_hat), ("fedsvd-m-hat", self.m_hat)):
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+        if not (math.isfinite(self.delta) and 0 < self.delta < 1):
+            raise ValueError(f"fedsvd-delta must be in (0, 1), got {self.delta!r} (Theorem "
+                             "2's ln(1.25/delta) is not a DP bound outside it)")
         for name, value in (("fedsvd-sigma", self.sigma), ("fedsvd-sigma-server",
                                                            self.sigma_server)):
             if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be finite and >= 0, got {value}")
+                raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
 
     def is_sync(self, t: int) -> bool:
         """Whether iteration t (1-based) synchronizes (Alg. 1: t in I_T^p; Alg. 2/3: p | t)."""
@@ -131,6 +142,13 @@ def clip_entries(Z: np.ndarray, z_hat: float) -> np.ndarray:
     return np.clip(Z, -z_hat, z_hat)
 
 
+def node_basis(scheme: str, Z: np.ndarray, params: SvdParams) -> np.ndarray:
+    """The common basis as a node uses it: fedsvd-privacy clips it to z_hat itself (the
+    server's clip(orth(Y), z_hat) already is; the initial orth basis may not be), so Theorem
+    1's |z_jl| <= z_hat holds for every basis the node multiplies, whatever the server sent."""
+    return clip_entries(Z, params.z_hat) if scheme == "fedsvd-privacy" else Z
+
+
 def procrustes(Z: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """The orthogonal D minimizing ||Z D - reference||_F (Schonemann 1966): U V^T."""
     U, _, Vt = np.linalg.svd(Z.T @ reference)
@@ -141,6 +159,25 @@ def gram_product(rows: sp.spmatrix, Z: np.ndarray) -> np.ndarray:
     """M'_i Z = (1/s_i) M_i^T (M_i Z), without forming the d x d matrix."""
     s_i = rows.shape[0]
     return np.asarray(rows.T @ (rows @ Z)) / s_i
+
+
+def clip_gram(rows: sp.spmatrix, m_hat: float) -> sp.spmatrix:
+    """``rows`` with column j scaled by min(1, sqrt(m_hat / m'_jj)), so that every entry of
+    the clipped M'_i is within [-m_hat, m_hat] (|m'_jk| <= sqrt(m'_jj m'_kk), Cauchy-Schwarz).
+
+    Why a clip and not a refusal: a node that refuses when its data exceed the declared
+    bound answers the server a data-dependent bit per request (repeatable with other
+    bounds). Clipping enforces the bound Theorem 1 and the sums' range use, and leaves data
+    within the bound unchanged.
+    """
+    if rows.shape[0] == 0:
+        return rows
+    sq = rows.multiply(rows) if sp.issparse(rows) else np.square(rows)
+    diag = np.asarray(sq.sum(axis=0)).ravel() / rows.shape[0]
+    scale = np.sqrt(np.minimum(1.0, m_hat / np.maximum(diag, np.finfo(np.float64).tiny)))
+    if np.all(scale >= 1.0):
+        return rows
+    return sp.csr_matrix(sp.csr_matrix(rows) @ sp.diags(scale))
 
 
 def max_gram_entry(rows: sp.spmatrix) -> float:
@@ -160,8 +197,22 @@ def sensitivity(params: SvdParams) -> float:
 
 def theorem2_epsilon(params: SvdParams, sigma: float) -> float:
     """Theorem 2 (one iteration): eps = sqrt(8 r ln(1.25/delta)) m_hat z_hat / sigma."""
+    params.check_release()
     return math.sqrt(8 * params.r * math.log(1.25 / params.delta)) * params.m_hat * \
         params.z_hat / sigma
+
+
+def release_epsilon(params: SvdParams, sigma: float, rank: int, iterations: int) -> float:
+    """What a node charges for ``iterations`` noisy fedsvd-privacy iterations it computes
+    itself: Theorem 2 with the rank ``rank`` of the basis it actually multiplies (its
+    entries clipped to z_hat, its M'_i to m_hat by :func:`clip_gram`) and the noise ``sigma``
+    it actually adds. A declared rank or bound cannot lower it: the node enforces both."""
+    if not (math.isfinite(sigma) and sigma > 0):
+        raise ValueError(f"fedsvd-privacy noise sigma must be finite and > 0, got {sigma!r}")
+    if rank < 1 or iterations < 1:
+        raise ValueError(f"a release needs rank >= 1 and iterations >= 1, got {rank}, "
+                         f"{iterations}")
+    return iterations * theorem2_epsilon(replace(params, r=int(rank)), sigma)
 
 
 def fedpower_claimed_epsilon(params: SvdParams, min_rows: int) -> float:
@@ -344,6 +395,7 @@ def run_in_process(scheme: str, blocks: Sequence[sp.spmatrix], params: SvdParams
         raise ValueError(f"unknown scheme {scheme!r}; expected one of {SCHEMES}")
     d = blocks[0].shape[1]
     params.check(d)
+    blocks = [clip_gram(b, params.m_hat) for b in blocks]  # as every node does
     sizes = [b.shape[0] for b in blocks]
     s = float(sum(sizes))
     weights = [si / s for si in sizes]
@@ -355,7 +407,7 @@ def run_in_process(scheme: str, blocks: Sequence[sp.spmatrix], params: SvdParams
     common = initial_basis(d, params.r, params.seed)
     out = InProcessRun(Z_bar=common)
     node_t = server_t = node_cpu = 0.0
-    local = [common] * n
+    local = [node_basis(scheme, common, params)] * n
     for t in range(1, params.T + 1):
         t0, c0 = time.perf_counter(), time.process_time()
         if not params.is_sync(t):
@@ -386,7 +438,7 @@ def run_in_process(scheme: str, blocks: Sequence[sp.spmatrix], params: SvdParams
         common = server_step(scheme, total, params, removed=removed,
                              z_max=max(c.z_max for c in parts), noise=server_noise)
         server_t += time.perf_counter() - t1
-        local = [common] * n
+        local = [node_basis(scheme, common, params)] * n
         out.commons.append(common)
         if per_iteration:
             out.estimates.append(common)
