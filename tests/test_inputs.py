@@ -326,3 +326,22 @@ def test_honest_sizes_pass() -> None:
     reply = _ask("fedmf_train", {**_fedmf(), **plain}, policy={"allow-plain": True})
     assert reply.config_records[SHAPES_KEY]["grad"] == [N_ITEMS, 4]
     assert _ask("hello", {}).config_records["info"]["n-items"] == N_ITEMS
+
+
+def test_privirec_dense_item_item_sum_past_the_budget_is_refused() -> None:
+    """The catalogue size comes from the server's data config, so the dense |I| x |I| sum
+    is checked against the budget too."""
+    with pytest.raises(Refused, match=r"PriviRec's dense item-item sum \(600 items\).*"
+                                      r"memory-budget-mb=3"):
+        _ask("privirec_gram", {"privirec": ConfigRecord({"alpha": 0.5})},
+             policy={"memory-budget-mb": 3}, data={"synthetic-items": 600})
+
+
+def test_fedmf_evaluate_checks_top_k_and_the_dimension() -> None:
+    records = _fedmf()
+    records["protocol"] = ConfigRecord({"seed": 0, "top-k": 0})
+    with pytest.raises(Refused, match=r"size 'top-k' must be an integer >= 1, got 0"):
+        _ask("fedmf_evaluate", records)
+    with pytest.raises(Refused, match=r"FedMF evaluation \(mf-dim=20000\).*"
+                                      r"memory-budget-mb=1"):
+        _ask("fedmf_evaluate", _fedmf(dim=20000), policy={"memory-budget-mb": 1})
