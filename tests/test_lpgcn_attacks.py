@@ -1,0 +1,234 @@
+"""LP-GCN against a deviating server: the node's virtual-item cover holds whatever the server
+sends (run config, assignment, sizes, replays), checked against the production ClientApp
+with the default node policy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from flwr.app import Message, RecordDict
+
+from fl_app.client_app import build_client_app
+from fl_app.messaging import NodeError
+from fl_app.records import array_record, from_array_record, to_array_record
+from fl_app.registry import resolve_config
+from fl_app.server_app import run_protocol
+from tests.malicious import MaliciousGrid, Refused, copy_content
+
+NODES, LAYERS, DIM = 4, 2, 4
+FIRST = 2**63 + 11  # Flower node ids are unsigned 64-bit
+#: 48 users x 30 items, every item with a real holder; alpha 2 gives many virtual holdings.
+BASE = {"protocol": "lpgcn", "dataset": "synthetic", "synthetic-users": 48,
+        "synthetic-items": 30, "synthetic-density": 0.25, "synthetic-popularity-skew": 0.0,
+        "seed": 3, "aggregator": "plain", "partition": "shards-random",
+        "lpgcn-layers": LAYERS, "lpgcn-dim": DIM, "lpgcn-batch-size": 64, "lpgcn-steps": 2,
+        "lpgcn-alpha": 2.0, "run-name": "test-lpgcn-attacks"}
+#: The plain aggregator keeps these tests small; it is the sums' business, not the cover's.
+PLAIN_SUMS = {"allow-plain": True}
+
+
+def _grid(rewrite: Callable[[Message], RecordDict | None] | None = None,
+          policy: dict[str, Any] | None = None) -> MaliciousGrid:
+    app = build_client_app(policy={**PLAIN_SUMS, **(policy or {})})
+    return MaliciousGrid(app, NODES, rewrite=rewrite, first_node_id=FIRST)
+
+
+def _run(rewrite: Callable[[Message], RecordDict | None] | None = None,
+         policy: dict[str, Any] | None = None, keep: list[MaliciousGrid] | None = None,
+         **extra: Any) -> tuple[dict, MaliciousGrid]:
+    """A run against the production ClientApp; ``keep`` gets the grid even if a node refuses
+    (what was sent before the refusal is in its log)."""
+    grid = _grid(rewrite, policy)
+    if keep is not None:
+        keep.append(grid)
+    with grid:
+        return run_protocol(grid, resolve_config({**BASE, **extra})), grid
+
+
+def _config_rewrite(actions: set[str], nodes: set[int] | None = None,
+                    **values: Any) -> Callable[[Message], RecordDict | None]:
+    """A server that sends ``values`` in the LP-GCN config of ``actions`` (to ``nodes``)."""
+    def rewrite(msg: Message) -> RecordDict | None:
+        action = msg.metadata.message_type.removeprefix("query.")
+        if action not in actions or (nodes and msg.metadata.dst_node_id not in nodes):
+            return None
+        content = copy_content(msg.content)
+        for key, value in values.items():
+            content["protocol"][key] = value
+        return content
+    return rewrite
+
+
+def _mail_sent(grid: MaliciousGrid, purpose: str) -> list[int]:
+    """Nodes whose replies carried sealed mail of ``purpose``."""
+    out = []
+    for req, reply in grid.log:
+        if reply.has_error() or "relay.out" not in reply.content.config_records:
+            continue
+        if any(k.endswith(f"|{purpose}") for k in reply.content.config_records["relay.out"]):
+            out.append(req.metadata.dst_node_id)
+    return out
+
+
+# -- the cover's parameters ---------------------------------------------------------------------
+@pytest.mark.parametrize("alpha", [1e-9, 0.49])
+def test_an_alpha_below_the_node_minimum_is_refused(alpha: float) -> None:
+    rewrite = _config_rewrite({"lpgcn_holdings"}, alpha=alpha)
+    with pytest.raises(NodeError, match=r"refuses LP-GCN with lpgcn-alpha = .*node policy "
+                                        r"lpgcn-min-alpha = 0\.5"):
+        _run(rewrite)
+
+
+@pytest.mark.parametrize("scale", [0.0, 1e-9])
+def test_a_cover_scale_below_the_node_minimum_is_refused(scale: float) -> None:
+    with pytest.raises(NodeError, match=r"lpgcn-mask-scale = .*node policy "
+                                        r"lpgcn-min-mask-scale = 1e-05"):
+        _run(_config_rewrite({"lpgcn_holdings"}, **{"mask-scale": scale}))
+
+
+def test_the_operator_can_lower_the_minimums() -> None:
+    record, _ = _run(policy={"lpgcn-min-alpha": 0.1, "lpgcn-min-mask-scale": 0.0},
+                     **{"lpgcn-alpha": 0.2, "lpgcn-mask-scale": 1e-9, "lpgcn-steps": 1})
+    assert len(record["extra"]["losses"]) == 1
+
+
+@pytest.mark.parametrize("key,value", [("mask-scale", 0.0), ("mask-scale", 5e-4),
+                                       ("alpha", 4.0)])
+def test_the_cover_cannot_change_after_the_virtual_items_were_drawn(key: str,
+                                                                    value: float) -> None:
+    # a larger value passes the policy minimum, yet changes what the node drew its cover for
+    rewrite = _config_rewrite({"lpgcn_round"}, {FIRST + 1}, **{key: value})
+    with pytest.raises(NodeError, match=rf"node {FIRST + 1} \(partition 1\) refuses "
+                                        "(an )?LP-GCN.*(drawn for|lpgcn-min-mask-scale = )"):
+        _run(rewrite)
+
+
+@pytest.mark.parametrize("action", ["lpgcn_holdings", "lpgcn_assign", "lpgcn_verify"])
+def test_setup_requests_are_not_answered_twice(action: str) -> None:
+    """A second draw of virtual items differs from the first in the virtual items only; a
+    second assignment would mail the verification elsewhere."""
+    with _grid() as grid:
+        run_protocol(grid, resolve_config({**BASE, "lpgcn-steps": 1}))
+        with pytest.raises(Refused, match=rf"refuses a (second|third) {action}"):
+            grid.replay(grid.requests(action)[-1])
+
+
+# -- what the server receives for real and virtual holdings -------------------------------------
+def _holdings_rows(grid: MaliciousGrid) -> dict[tuple[int, int], list[np.ndarray]]:
+    """Per (node, held position): the gradient rows of layers 1..L of every training step."""
+    rows: dict[tuple[int, int], list[np.ndarray]] = {}
+    for req, reply in grid.log:
+        cfg = req.content.config_records.get("protocol", {})
+        if (req.metadata.message_type != "query.lpgcn_round" or not cfg.get("train")
+                or reply.has_error() or "arrays" not in reply.content.array_records):
+            continue
+        got = from_array_record(reply.content["arrays"])
+        if not all(f"g{layer}" in got for layer in range(1, LAYERS + 1)):
+            continue
+        stack = np.stack([got[f"g{layer}"] for layer in range(1, LAYERS + 1)], axis=1)
+        for pos, layers in enumerate(stack):
+            rows.setdefault((req.metadata.dst_node_id, pos), []).append(layers)
+    return rows
+
+
+def _reviewer_flags(layers: list[np.ndarray]) -> bool:
+    """The review's classifier: a holding is virtual if in some step its g1 and g2 rows
+    (every layer >= 1) are identical."""
+    return any(np.array_equal(x[0], y) for x in layers for y in x[1:])
+
+
+def _sparse_dataset(tmp_path) -> dict[str, Any]:
+    """12 users x 16 items, 4 training items each, every item with >= 2 users: each node's
+    users hold about half the catalogue, so it draws virtual items and convolves some."""
+    rng = np.random.default_rng(5)
+    while True:
+        train = [sorted(rng.choice(16, 4, replace=False).tolist()) for _ in range(12)]
+        if np.bincount(np.concatenate(train), minlength=16).min() >= 2:
+            break
+    test = [[i for i in range(16) if i not in r][:1] for r in train]
+    folder = tmp_path / "lightgcn"
+    folder.mkdir()
+    for name, rows in (("train.txt", train), ("test.txt", test)):
+        (folder / name).write_text("".join(" ".join(map(str, [u, *r])) + "\n"
+                                           for u, r in enumerate(rows)))
+    return {"dataset": "lightgcn", "data-dir": str(tmp_path), "partition": "shards-contiguous"}
+
+
+def test_self_convolved_virtual_holdings_look_like_real_ones(monkeypatch, tmp_path) -> None:
+    import clients.lpgcn as node_side
+
+    # the nodes' private draws from a seeded stream: the same virtual items on every run
+    rng = np.random.default_rng(5)
+    monkeypatch.setattr(node_side, "csprng_uniform", lambda n: rng.random(n))
+    _, grid = _run(**{**_sparse_dataset(tmp_path), "lpgcn-steps": 3})
+    rows = _holdings_rows(grid)
+    self_virtual = flagged_virtual = flagged = 0
+    for nid in grid.ids:
+        setup = from_array_record(array_record(grid.contexts[nid].state, "lpgcn.setup"))
+        own = setup["conv_of"] == np.uint64(nid)
+        for pos in np.flatnonzero(own & ~setup["isreal"].astype(bool)):
+            self_virtual += 1
+            flagged_virtual += _reviewer_flags(rows[nid, pos])
+        # and no holding of any kind stands out by it
+        flagged += sum(_reviewer_flags(rows[nid, pos]) for pos in range(len(setup["held"])))
+    assert self_virtual >= 3  # the run has what the classifier looks for
+    assert flagged_virtual == flagged == 0
+
+
+# -- the convolution assignment -----------------------------------------------------------------
+def _assign_rewrite(victims: set[int], conv: int) -> Callable[[Message], RecordDict | None]:
+    """A server that assigns every item of ``victims`` to node ``conv`` (its colluder)."""
+    def rewrite(msg: Message) -> RecordDict | None:
+        if (msg.metadata.message_type != "query.lpgcn_assign"
+                or msg.metadata.dst_node_id not in victims):
+            return None
+        content = copy_content(msg.content)
+        held = len(from_array_record(content["arrays"])["conv_of"])
+        arrays = {"conv_of": np.full(held, conv, np.uint64)}
+        if msg.metadata.dst_node_id == conv:  # the colluder: one holder list per item
+            arrays.update(hold_ptr=np.arange(held + 1, dtype=np.int64),
+                          hold_nodes=np.full(held, conv, np.uint64))
+        content["arrays"] = to_array_record(arrays)
+        return content
+    return rewrite
+
+
+@pytest.mark.parametrize("victims", ["one", "all"])
+def test_an_assignment_to_one_node_sends_it_no_verification(victims: str) -> None:
+    colluder = FIRST + 3
+    targets = {FIRST} if victims == "one" else {FIRST + k for k in range(NODES)}
+    grids: list[MaliciousGrid] = []
+    with pytest.raises(NodeError, match=r"refuses the convolution assignment: node \d+ does "
+                                        "not confirm"):
+        _run(_assign_rewrite(targets, colluder), keep=grids)
+    # nothing about which holdings are real left any node
+    assert _mail_sent(grids[0], "lpgcn-verify") == []
+
+
+def test_a_holder_list_without_the_convolution_node_is_refused() -> None:
+    def rewrite(msg: Message) -> RecordDict | None:
+        if msg.metadata.message_type != "query.lpgcn_assign":
+            return None
+        got = from_array_record(msg.content["arrays"])
+        if "hold_nodes" not in got:
+            return None
+        me, other = msg.metadata.dst_node_id, msg.metadata.dst_node_id ^ 1
+        got["hold_nodes"] = np.where(got["hold_nodes"] == me, other, got["hold_nodes"])
+        content = copy_content(msg.content)
+        content["arrays"] = to_array_record(got)
+        return content
+    with pytest.raises(NodeError, match="holder lists must name this node once"):
+        _run(rewrite)
+
+
+# -- sizes ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("action,key,value", [("lpgcn_holdings", "dim", 5000),
+                                              ("lpgcn_round", "layers", 2000),
+                                              ("lpgcn_losses", "steps", 10**6)])
+def test_server_chosen_sizes_are_bounded_by_the_memory_budget(action: str, key: str,
+                                                              value: int) -> None:
+    with pytest.raises(NodeError, match="memory-budget-mb=1"):
+        _run(_config_rewrite({action}, **{key: value}), policy={"memory-budget-mb": 1})
