@@ -1,9 +1,12 @@
 """DP-Prototypes silo (paper 003): one epsilon-DP release, then local fitting and metrics.
 
 ``dpp_prototypes`` releases this silo's k prototypes (``fl_app/recsys/dp_prototypes.py``)
-only after the node's own checks: it holds at least k users, and its node policy's
-``dp-budget`` covers epsilon (charged before any computation, so a failed release still
-counts). ``dpp_evaluate`` receives the item factors, fits this silo's non-negative user
+only after the node's own checks: every parameter finite and in range, it holds at least k
+users (its public user count), the sizes fit its ``memory-budget-mb``, and its node policy's
+``dp-budget`` covers epsilon on top of what its DP ledger (``clients/dp_ledger.py``) records
+over every run (charged before any computation, so a failed release still counts). Every
+bound the guarantee needs is enforced by the node's own clipping, so the charge is epsilon
+whatever bounds the request declares. ``dpp_evaluate`` receives the item factors, fits this silo's non-negative user
 factors against them (kept in the node state, never sent) and answers with metric sums
 through the run's aggregator.
 """
@@ -15,25 +18,43 @@ import json
 from flwr.app import ConfigRecord, RecordDict
 
 from clients.aggregate import sum_reply
+from clients.dp_ledger import charge_node
 from clients.node import NodeContext
 from clients.registry import handler
 from fl_app.records import to_array_record
-from fl_app.recsys.dp_prototypes import PrototypeParams, private_prototypes, silo_metric_sums
+from fl_app.recsys.dp_prototypes import (
+    MAX_JL_DIM,
+    PrototypeParams,
+    private_prototypes,
+    silo_metric_sums,
+)
 from fl_app.recsys.nmf import fit_user_factors
 
 _USER_FACTORS = "dpp.users"
 _SILO_ROLES = ("silo", "user")
 
 
-def _params(cfg: dict) -> PrototypeParams:
+def _params(cfg: dict, who: str) -> PrototypeParams:
+    """The release parameters of the request, each parsed and range-checked (a clear error
+    naming the field, never a bare conversion error)."""
     fields = ("k", "epsilon", "value_max", "sparsity", "radius", "delta", "trials", "shifts",
               "swaps", "jl_coef")
     missing = [f for f in fields if f not in cfg]
     if missing:
-        raise ValueError(f"dp-prototypes request lacks field(s) {missing}")
+        raise ValueError(f"{who} refuses dp-prototypes: the request lacks field(s) {missing}")
     kinds = {"epsilon": float, "value_max": float, "radius": float, "delta": float,
              "jl_coef": float}
-    return PrototypeParams(**{f: kinds.get(f, int)(cfg[f]) for f in fields})
+    try:
+        return PrototypeParams(**{f: kinds.get(f, int)(cfg[f]) for f in fields})
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ValueError(f"{who} refuses dp-prototypes: {exc}") from None
+
+
+def _release_bytes(params: PrototypeParams, n_users: int, n_items: int) -> float:
+    """What one trial allocates: the k x d cluster sums, noisy values and prototypes, the
+    users' distances to at least 2k candidates and the 2^p children per active cube."""
+    k, p = params.k, MAX_JL_DIM
+    return 8.0 * (3 * k * n_items + n_users * (2 * k + params.shifts * 2 ** p) + 4 * k * k)
 
 
 @handler("dpp_prototypes")
@@ -44,17 +65,22 @@ def dpp_prototypes(content: RecordDict, node: NodeContext) -> RecordDict:
         raise PermissionError(f"{who} refuses dp-prototypes: its role is {node.role!r}, not "
                               "a silo")
     cfg = node.config()
-    params = _params(cfg)
+    params = _params(cfg, who)
     data = node.data()
-    n_users = len(data.user_ids)
+    n_users = len(data.user_ids)  # public: the node's handshake reports it
     if n_users < params.k:
         raise PermissionError(
             f"{who} refuses to release dp-prototypes: it holds {n_users} users, fewer than "
             f"k={params.k} prototypes (each silo needs at least k users; paper 003, Table 1)")
-    node.policy.charge_dp(node.state, params.epsilon,
-                          f"a dp-prototypes release of {params.k} prototypes", who)
+    node.policy.check_size(_release_bytes(params, n_users, data.n_items),
+                           f"dp-prototypes with k={params.k}", who)
+    charge_node(node, params.epsilon, f"a dp-prototypes release of {params.k} prototypes")
     P, ledger, _ = private_prototypes(data.train, params,
                                       seed=(int(cfg.get("seed", 0)), node.partition_id))
+    spent = ledger.pure_epsilon()
+    if spent > params.epsilon * (1 + 1e-9):  # the split must not spend more than charged
+        raise RuntimeError(f"{who}: the release spent epsilon {spent:g}, more than the "
+                           f"{params.epsilon:g} charged")
     return RecordDict({
         "prototypes": to_array_record({"P": P}),
         "dp-ledger": ConfigRecord({"rows": json.dumps(ledger.to_table_rows())}),

@@ -293,3 +293,12 @@ def test_declared_silos_take_part_and_item_servers_do_not() -> None:
     with pytest.raises(ValueError, match="has role 'item-server'"):
         _run({}, node_configs={2: {"role": "item-server"}})
 
+
+
+def test_a_silo_bounds_server_chosen_sizes_and_refuses_non_finite_bounds() -> None:
+    with pytest.raises(NodeError, match="dp-prototypes with k=4.*memory-budget-mb=1"):
+        _run({"dpp-shifts": 100}, policy={**POLICY, "memory-budget-mb": 1}, deviate=1)
+    for field in ("radius", "jl_coef"):
+        with pytest.raises(ValueError, match=f"'{field}'.*finite"):
+            PrototypeParams(k=2, epsilon=1.0, value_max=1.0, sparsity=3,
+                            **{field: float("inf")})

@@ -89,13 +89,15 @@ class PrototypeParams:
         checks = [("k", self.k >= 1), ("epsilon", math.isfinite(self.epsilon)
                                        and self.epsilon > 0),
                   ("value_max", math.isfinite(self.value_max) and self.value_max > 0),
-                  ("sparsity", self.sparsity >= 1), ("radius", self.radius >= 0),
+                  ("sparsity", self.sparsity >= 1),
+                  ("radius", math.isfinite(self.radius) and self.radius >= 0),
                   ("delta", 0 < self.delta < 1), ("trials", self.trials >= 1),
                   ("shifts", self.shifts >= 1), ("swaps", self.swaps >= 1),
-                  ("jl_coef", self.jl_coef > 0)]
+                  ("jl_coef", math.isfinite(self.jl_coef) and self.jl_coef > 0)]
         bad = [name for name, ok in checks if not ok]
         if bad:
-            raise ValueError(f"invalid prototype parameter(s) {bad}: {self}")
+            raise ValueError(f"invalid prototype parameter(s) {bad} (each must be finite and "
+                             f"in range): {self}")
 
     @property
     def l2_radius(self) -> float:
