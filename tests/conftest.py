@@ -21,8 +21,7 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _own_dp_ledger(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-                   monkeypatch: pytest.MonkeyPatch) -> None:
+def _own_dp_ledger(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """One DP ledger file per test (``clients/dp_ledger.py``): nodes keep their spending
     across runs, so tests that rerun a DP protocol on the same simulated nodes and data would
     otherwise spend each other's budgets. A test's own runs share its file."""
