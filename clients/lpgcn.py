@@ -4,10 +4,14 @@ rows, item-gradient partials and sealed mail leave it.
 Server side ``strategies/lpgcn.py``, math ``fl_app/recsys/lightgcn.py``, decisions
 ``docs/protocols/lpgcn.md``. Setup actions, in order: ``lpgcn_count`` (this node's number of
 training interactions, as a share of a sum), ``lpgcn_holdings`` (pseudonyms of the items its
-users hold plus virtual items), ``lpgcn_assign`` (which node convolves each held item; mails
-each convolution node how many of its users really hold each shared item: the verification),
-``lpgcn_verify`` (a convolution node learns its items' true degrees, refuses an item held
-only virtually, mails the degrees back and initialises its item rows).
+users hold plus virtual items), ``lpgcn_assign`` (which node convolves each held item; a
+convolution node confirms to each holder, sealed, the items it convolves for it),
+``lpgcn_verify`` twice (first: with every confirmation matching the server's assignment, mail
+each convolution node how many of its users really hold each shared item; then: a
+convolution node learns its items' true degrees, refuses an item held only virtually, mails
+the degrees back and initialises its item rows). Every request is checked against the
+node's policy first (cover rate and scale, sizes; ``docs/protocols/lpgcn.md``, "Against a
+deviating server").
 
 ``lpgcn_round`` is one synchronous round of training or of a forward pass. The node is
 data-driven: it takes what the request and its mail carry, computes everything that has

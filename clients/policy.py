@@ -45,8 +45,10 @@ Keys (``docs/threat-model.md`` says what each weaker mode reveals):
 - ``dp-ledger``: path of the file where this node records its DP spending (keyed by its
   identity and its data), so a new run does not start at zero.
 - ``min-neighbours`` (default 2): the fewest SecAgg+ neighbours the node accepts.
-- ``lpgcn-min-alpha``, ``lpgcn-min-mask-scale``: the smallest LP-GCN virtual-item rate and
-  cover scale the node accepts (both hide which items it holds).
+- ``lpgcn-min-alpha`` (default 0.5), ``lpgcn-min-mask-scale`` (default 1e-5): the smallest
+  LP-GCN virtual-item rate and cover scale the node accepts, on every LP-GCN request (both
+  hide which items it holds; near 0 the server sees the real holdings). alpha = 0 is the
+  plain mode: ``allow-plain``, or a minimum of 0.
 - ``memory-budget-mb`` (default 4096): the most a server-chosen size (oversampling, batch,
   dimension) may make this node allocate for one request.
 - ``min-survivors`` (default 3): the fewest nodes, itself included, this node masks a secure

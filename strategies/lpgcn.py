@@ -8,8 +8,9 @@ Setup: handshake and the run's aggregator; the shared key S made by a random nod
 sealed (``fl_app.secure.relay``: the server never holds S); the number of training
 interactions as a sum (batches per epoch); every node's held item set as pseudonyms under S
 (real and virtual items mixed); a greedy set cover of the items by nodes and one random
-convolution node per item from the cover; the verification by sealed mail (true degrees,
-real holders only; an item held only virtually is refused).
+convolution node per item from the cover, confirmed by each convolution node to its items'
+holders by sealed mail; the verification by sealed mail (true degrees, real holders only;
+an item held only virtually is refused).
 
 Each training step is a sequence of synchronous rounds in which every node does what has
 become computable (``lpgcn_round``): convolution nodes upload their items' rows layer by
