@@ -60,6 +60,9 @@ def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
     vec, layout = flatten(arrays)
     reply = RecordDict({SHAPES_KEY: ConfigRecord({name: list(s) for name, s in layout})})
     if mode == "plain":
+        if not np.isfinite(vec).all():  # the server sees plain values anyway: no oracle
+            raise AggregationError(f"{node.who} refuses plain sum {cfg.get('sum-id')}: its "
+                                   "arrays hold non-finite values (NaN or inf)")
         values = vec.astype(str(cfg.get("wire-dtype", "float64")), copy=False)
         reply[VALUES_KEY] = to_array_record({"v": values})
     elif mode == "secagg+":  # fixed-point encoding needs float64 precision

@@ -170,7 +170,13 @@ def fedmf_stock_train(content: RecordDict, node: NodeContext) -> RecordDict:
 
 @evaluate_handler("fedmf")
 def fedmf_stock_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
-    """Recall/NDCG@K of this node's users on their own test rows (means, weighted by users)."""
+    """Recall/NDCG@K of this node's users on their own test rows (means, weighted by users).
+
+    Answered in clear for whatever V the server sends: an oracle on this node's train and
+    test items (a chosen V probes them), so the node's policy must allow plain replies, as
+    for the stock train round. The protocol's own evaluation is a secure sum."""
+    node.policy.require("allow-plain", "Flower's stock evaluate round (the server would see "
+                        "this node's metrics in clear for a model it chose)", node.who)
     cfg = content.config_records["config"]
     V = content.array_records["arrays"].to_numpy_ndarrays()[0]
     sums = _ranking(node, V, int(cfg["seed"]), int(cfg.get("top-k", 20)))
