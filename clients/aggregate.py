@@ -34,6 +34,7 @@ from fl_app.secure.aggregate import (
 
 _DECRYPTED = "aggregate.decrypted"  # ConfigRecord in node state: CKKS sums already decrypted
 _CONTRIBUTED = "aggregate.contributed"  # ConfigRecord in node state: CKKS sums contributed to
+_OPENED_SET = "aggregate.opened-set"  # ConfigRecord in node state: partitions it decrypts over
 
 
 def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
@@ -197,7 +198,29 @@ def _signed_sum(node: NodeContext, content: RecordDict, sum_id: int, ctx) -> lis
         raise AggregationError(f"{refuse}: it holds {len(partitions)} signed contribution(s), "
                                f"fewer than its policy's min-survivors={need} (it never opens "
                                "a single node's or a too small set's ciphertexts)")
+    _check_contributors(node, sorted(partitions), refuse)
     return total
+
+
+def _check_contributors(node: NodeContext, partitions: list[int], refuse: str) -> None:
+    """The decrypter opens sums over one node set per run: the set of the first sum it opens.
+
+    Why: two decrypted sums of the same request over sets that differ by one node give that
+    node's input. Later sums must hold the same partitions; with the decrypter's
+    ``allow-dropouts`` a subset is accepted and the set only shrinks from then on."""
+    record = config_record(node.state, _OPENED_SET)
+    if record is None:
+        node.state[_OPENED_SET] = ConfigRecord({"partitions": partitions})
+        return
+    committed = [int(p) for p in record["partitions"]]
+    if partitions == committed:
+        return
+    if node.policy.allow_dropouts and set(partitions) < set(committed):
+        record["partitions"] = partitions
+        return
+    raise AggregationError(f"{refuse}: its contributors are not the node set of the sums it "
+                           "opened before in this run (sums over different sets could be "
+                           "differenced; a smaller set needs its allow-dropouts)")
 
 
 @handler("aggregate_decrypt")

@@ -369,3 +369,28 @@ def test_values_out_of_range_give_the_server_a_count_of_nodes_only(roster: Path)
         run.close()
     assert not refusals
     assert all(c.isdigit() and 0 < int(c) <= 4 for c in counts)
+
+
+def test_the_ckks_decrypter_opens_sums_over_one_node_set() -> None:
+    """CKKS (node opt-in): after opening a sum over every node, the decrypter refuses a sum
+    of the same request over one node fewer (still above min-survivors): the difference
+    would be that node's input."""
+    from fl_app.secure.aggregate import CkksAggregator
+
+    app = build_client_app(["clients.diagnostics"], policy={"allow-ckks": True})
+    grid = MaliciousGrid(app, 4, run_id=next(_RUNS))
+    try:
+        messenger = Messenger(grid, timeout=60)
+        nodes = messenger.node_ids()
+        ckks = CkksAggregator(messenger, nodes, seed=0)
+        ckks.setup()
+        request = diag_request(3, {"v": (5,)})
+        chunks, layout = ckks.sum_encrypted("diag_secure_sum", request, max_abs=MAX_ABS)
+        ckks.decrypt(chunks, layout, phase="all")
+        chunks, layout = ckks.sum_encrypted("diag_secure_sum", request, max_abs=MAX_ABS)
+        victim = next(n for n in nodes if n != ckks.decrypter)
+        del ckks.contributions[ckks.sum_id][victim]
+        with pytest.raises(NodeError, match="not the node set of the sums it opened before"):
+            ckks.decrypt(chunks, layout, phase="without the victim")
+    finally:
+        grid.close()
