@@ -17,7 +17,7 @@ from flwr.app import ConfigRecord, RecordDict
 
 from clients.node import NodeContext
 from clients.registry import handler
-from fl_app.records import config_record, state_record, to_array_record
+from fl_app.records import config_record, content_digest, state_record, to_array_record
 from fl_app.secure.aggregate import (
     CIPHER_KEY,
     CLIPPED_KEY,
@@ -68,20 +68,35 @@ def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
         reply[VALUES_KEY] = to_array_record({"v": values})
     elif mode == "secagg+":  # fixed-point encoding needs float64 precision
         from clients.secagg import mask_values
+        from fl_app.secure.secagg import BOUND_KEY
 
-        values = mask_values(node, vec.astype(np.float64, copy=False))
+        bound = request_digest(node)
+        values = mask_values(node, vec.astype(np.float64, copy=False), bound)
         reply[VALUES_KEY] = to_array_record({"v": values})
+        reply[BOUND_KEY] = ConfigRecord({"digest": bound})
     elif mode == "ckks":
         chunks = _encrypt(node, vec, cfg)
         sum_id = int(cfg["sum-id"])
+        bound = request_digest(node)
+        state_record(node.state, _CONTRIBUTED)[str(sum_id)] = bound
         signed = node.identity.sign(contribution_purpose(sum_id), node.context.run_id,
-                                    node.context.node_id, contribution_digest(sum_id, chunks))
+                                    node.context.node_id,
+                                    contribution_digest(sum_id, chunks, bound))
         reply[CIPHER_KEY] = ConfigRecord({"chunks": chunks, "signed-digest": signed})
     else:
         raise AggregationError(f"unknown sum mode {mode!r} (secagg+, plain or ckks)")
     for key, record in (extra or {}).items():
         reply[key] = record
     return reply
+
+
+def request_digest(node: NodeContext) -> bytes:
+    """Digest of the request this node answers, less the per-node records (the sum record
+    with its alive list, relayed mail): what its masked or encrypted contribution is bound
+    to, so that nodes sent different models cannot be summed (``fl_app.records``)."""
+    from fl_app.secure.sealed import MAIL_DIRECTORY, MAIL_IN, MAIL_ROUND
+
+    return content_digest(node.request, skip=(SUM_KEY, MAIL_IN, MAIL_DIRECTORY, MAIL_ROUND))
 
 
 def _declared_range(cfg: ConfigRecord, node: NodeContext) -> float:
@@ -143,11 +158,11 @@ def _encrypt(node: NodeContext, vec: np.ndarray, cfg: ConfigRecord) -> list[byte
     from fl_app.secure.he import encrypt_packed
 
     ctx = get_shared_context(node.state, str(cfg["purpose"]))
-    state_record(node.state, _CONTRIBUTED)[str(cfg["sum-id"])] = True
     return encrypt_packed(ctx, vec.astype(np.float64, copy=False))
 
 
-def _signed_sum(node: NodeContext, content: RecordDict, sum_id: int, ctx) -> list:
+def _signed_sum(node: NodeContext, content: RecordDict, sum_id: int, ctx,
+                bound: bytes) -> list:
     """The decrypter's own sum of the signed contributions it was sent (as TenSEAL vectors).
 
     Every contribution must carry its node's signature (checked against this node's roster)
@@ -170,7 +185,7 @@ def _signed_sum(node: NodeContext, content: RecordDict, sum_id: int, ctx) -> lis
         chunks = [bytes(b) for b in contribs[key]]
         if key not in sigs:
             raise AggregationError(f"{refuse}: the contribution of node {sender} is unsigned")
-        digest = contribution_digest(sum_id, chunks)
+        digest = contribution_digest(sum_id, chunks, bound)
         try:
             partition, signed = node.identity.check(contribution_purpose(sum_id),
                                                     node.context.run_id, sender,
@@ -179,7 +194,7 @@ def _signed_sum(node: NodeContext, content: RecordDict, sum_id: int, ctx) -> lis
             raise AggregationError(f"{refuse}: {exc}") from None
         if signed != digest:
             raise AggregationError(f"{refuse}: node {sender}'s ciphertexts are not the ones it "
-                                   "signed for this sum")
+                                   "signed for this sum and the request this node answered")
         if partition in partitions:
             raise AggregationError(f"{refuse}: partition {partition} contributes twice (nodes "
                                    f"{partitions[partition]} and {sender})")
@@ -246,9 +261,9 @@ def decrypt(content: RecordDict, node: NodeContext) -> RecordDict:
     if sum_id not in contributed or sum_id in done:
         raise AggregationError(f"partition {node.partition_id} refuses to decrypt sum {sum_id}: "
                                "it decrypts once each sum it contributed to, nothing else")
+    done[sum_id] = True  # spent before any check: a refused request is not retried
     ctx = get_shared_context(node.state, str(cfg["purpose"]))
-    total = _signed_sum(node, content, int(sum_id), ctx)
-    done[sum_id] = True
+    total = _signed_sum(node, content, int(sum_id), ctx, bytes(contributed[sum_id]))
     n = int(cfg["n"])
     values = np.concatenate([np.asarray(v.decrypt(), np.float64) for v in total]) if total \
         else np.zeros(0)

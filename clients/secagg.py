@@ -44,6 +44,7 @@ _REVEALED = "secagg.revealed"  # ConfigRecord: sums this node has already unmask
 _MASK_KEYS = "secagg.mask-keys"  # ConfigRecord: neighbour -> its signed mask key, as verified
 _COMMITTED = "secagg.committed"  # ConfigRecord: the run's node set and dropouts (whole run)
 _CONFIRMED = "secagg.confirmed"  # ConfigRecord: sums whose survivor set this node signed
+_BOUNDS = "secagg.bounds"  # ConfigRecord: sum -> digest of the request it masked for
 
 
 def _fields(content: RecordDict, keys: tuple[str, ...], node: NodeContext,
@@ -104,7 +105,7 @@ def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
     state[_RECEIVED] = ConfigRecord()
     state[_SEEDS] = ConfigRecord()
     state[_MASK_KEYS] = ConfigRecord()
-    for key in (_REVEALED, _CONFIRMED):
+    for key in (_REVEALED, _CONFIRMED, _BOUNDS):
         if config_record(state, key) is None:
             state[key] = ConfigRecord()
     signed = node.identity.sign(mask_key_purpose(commit), node.context.run_id,
@@ -261,18 +262,19 @@ def _receive_shares(node: NodeContext) -> None:
         _store_bundle(node.state, sender, first, int(st["batch"]), bundle)
 
 
-def _pairwise_keys(st: ConfigRecord, me: int, sum_id: int) -> dict[int, bytes]:
-    """k_uv^(t) with every neighbour v."""
+def _pairwise_keys(st: ConfigRecord, me: int, sum_id: int, bound: bytes) -> dict[int, bytes]:
+    """k_uv^(t) with every neighbour v, bound to the request answered in sum t."""
     s_keys = NodeKeys.from_private_bytes(bytes(st["s-sk"]))
     context = agreement_context(bytes(st["run-tag"]), b"mask")
     return {
-        v: pairwise_sum_key(s_keys.shared_key(bytes(pk), context), sum_id)
+        v: pairwise_sum_key(s_keys.shared_key(bytes(pk), context), sum_id, bound)
         for v, pk in zip((int(x) for x in st["neighbours"]), st["s-pks"])
     }
 
 
-def mask_values(node: NodeContext, vec: np.ndarray) -> np.ndarray:
-    """Fixed-point encode ``vec`` and add the self mask and the pairwise masks for this sum."""
+def mask_values(node: NodeContext, vec: np.ndarray, bound: bytes = b"") -> np.ndarray:
+    """Fixed-point encode ``vec`` and add the self mask and the pairwise masks for this sum,
+    the pairwise ones bound to ``bound`` (the digest of the request answered)."""
     state, me = node.state, node.context.node_id
     cfg = _fields(node.request, ("sum-id", "max-abs", "frac-bits", "alive"), node, "masked sum")
     _receive_shares(node)
@@ -312,7 +314,8 @@ def mask_values(node: NodeContext, vec: np.ndarray) -> np.ndarray:
             f"{len(masked_with)} of its {len(st['neighbours'])} neighbours to mask with; it "
             f"needs {needed} (with fewer, the neighbours asked for pairwise keys and those "
             "asked for self-mask shares could be disjoint and together unmask its input)")
-    for v, key in _pairwise_keys(st, me, sum_id).items():
+    _record(state, _BOUNDS)[str(sum_id)] = bytes(bound)  # for a dropped peer's key later
+    for v, key in _pairwise_keys(st, me, sum_id, bound).items():
         if v in alive:  # the lower id adds the pairwise mask, the higher subtracts it
             if me < v:
                 out += expand_mask(key, sum_id, n)
@@ -437,7 +440,7 @@ def unmask(content: RecordDict, node: NodeContext) -> RecordDict:
     out: dict[str, bytes] = {}
     for owner in sorted(alive):
         out[f"b:{owner}"] = bytes(received.pop(f"{sum_id}:{owner}"))
-    keys = _pairwise_keys(st, me, sum_id)
+    keys = _pairwise_keys(st, me, sum_id, bytes(_record(node.state, _BOUNDS)[str(sum_id)]))
     for owner in sorted(neighbours & set(dropped)):
         out[f"k:{owner}"] = keys[owner]
     return RecordDict({"revealed": ConfigRecord(out)})

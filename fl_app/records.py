@@ -67,3 +67,28 @@ def state_record(state: RecordDict, key: str) -> ConfigRecord:
     if record is None:
         record = state[key] = ConfigRecord()
     return record
+
+
+def content_digest(content: RecordDict, skip: tuple[str, ...] = ()) -> bytes:
+    """BLAKE2b-256 of a request's records, in a canonical form, leaving out ``skip``.
+
+    Why: a node binds its masked contribution to the request it answered (the model and
+    config the server sent), so nodes that were sent different requests -- a server that
+    gives one node a model of its choice and the others one that makes their replies known --
+    produce masks that do not cancel (``clients/aggregate.py``). Records are hashed by name,
+    type and content: arrays by dtype, shape and bytes, configs by their sorted items.
+    """
+    import hashlib
+
+    h = hashlib.blake2b(b"fedrec-content|v1|", digest_size=32)
+    for name in sorted(k for k in content.keys() if k not in skip):
+        record = content[name]
+        h.update(f"|{len(name)}:{name}|{type(record).__name__}|".encode())
+        if isinstance(record, ArrayRecord):
+            for key in sorted(record.keys()):
+                arr = record[key]
+                h.update(f"{key}|{arr.dtype}|{list(arr.shape)}|{len(arr.data)}|".encode())
+                h.update(arr.data)
+        else:
+            h.update(repr(sorted((str(k), v) for k, v in record.items())).encode())
+    return h.digest()

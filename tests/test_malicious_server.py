@@ -29,7 +29,7 @@ from fl_app.secure.aggregate import SUM_KEY, VALUES_KEY, AggregationError
 from fl_app.secure.fixedpoint import FixedPoint
 from fl_app.secure.identity import keygen
 from fl_app.secure.sealed import MAIL_DIRECTORY, MAIL_IN
-from fl_app.secure.secagg import SecureAggregator, neighbour_graph
+from fl_app.secure.secagg import SecAggError, SecureAggregator, neighbour_graph
 from tests.malicious import MaliciousGrid, Refused
 from tests.simutil import diag_request
 
@@ -392,5 +392,60 @@ def test_the_ckks_decrypter_opens_sums_over_one_node_set() -> None:
         del ckks.contributions[ckks.sum_id][victim]
         with pytest.raises(NodeError, match="not the node set of the sums it opened before"):
             ckks.decrypt(chunks, layout, phase="without the victim")
+    finally:
+        grid.close()
+
+
+# -- 5. chosen models: every node must have been sent the same request ----------------------
+def _inconsistent(victim: int, victim_seed: int, shapes: dict = SHAPES) -> Any:
+    """A rewrite giving ``victim`` another sum request (another model) than the others."""
+    def rewrite(msg: Any) -> RecordDict | None:
+        if msg.metadata.dst_node_id != victim or \
+                msg.metadata.message_type != "query.diag_secure_sum":
+            return None
+        content = RecordDict(dict(msg.content.items()))
+        content["diag"] = diag_request(victim_seed, shapes)["diag"]
+        return content
+    return rewrite
+
+
+def test_a_model_given_to_one_node_only_leaves_the_sum_masked(roster: Path) -> None:
+    """Model inconsistency (Pasquini et al. 2022): the victim is sent a request of the
+    server's choice, the others one whose replies the server knows. Each node binds its
+    pairwise masks to the request it answered, so the masks between the victim and the
+    others do not cancel: an honest server's check names the node, and a server that skips
+    the check decodes noise, not the victim's input."""
+    run = Run(roster, 5)
+    victim = run.nodes[2]
+    run.grid.rewrite = _inconsistent(victim, victim_seed=11)
+    try:
+        with pytest.raises(SecAggError, match="answered another request"):
+            run.agg.sum("diag_secure_sum", diag_request(3, SHAPES), max_abs=MAX_ABS)
+        run.agg._bound_of = lambda reply, label: b""  # the server skips its own checks
+        run.agg._checked = lambda sums, phase, max_abs: sums
+        got = run.agg.sum("diag_secure_sum", diag_request(3, SHAPES), max_abs=MAX_ABS)["v"]
+    finally:
+        run.close()
+    known = sum(diagnostic_vector(3, p, SHAPES["v"]) for p in range(5) if p != 2)
+    victim_input = diagnostic_vector(11, 2, SHAPES["v"])
+    assert not np.allclose(got - known, victim_input, atol=1.0)
+
+
+def test_the_ckks_decrypter_refuses_contributions_to_another_request() -> None:
+    from fl_app.secure.aggregate import CkksAggregator
+
+    app = build_client_app(["clients.diagnostics"], policy={"allow-ckks": True})
+    grid = MaliciousGrid(app, 4, run_id=next(_RUNS))
+    try:
+        messenger = Messenger(grid, timeout=60)
+        nodes = messenger.node_ids()
+        ckks = CkksAggregator(messenger, nodes, seed=0)
+        ckks.setup()
+        grid.rewrite = _inconsistent(next(n for n in nodes if n != ckks.decrypter), 11,
+                                     {"v": (5,)})
+        chunks, layout = ckks.sum_encrypted("diag_secure_sum", diag_request(3, {"v": (5,)}),
+                                            max_abs=MAX_ABS)
+        with pytest.raises(NodeError, match="signed for this sum and the request"):
+            ckks.decrypt(chunks, layout, phase="inconsistent")
     finally:
         grid.close()

@@ -62,12 +62,15 @@ def contribution_purpose(sum_id: int) -> str:
     return f"ckks-contribution:{int(sum_id)}"
 
 
-def contribution_digest(sum_id: int, chunks: Sequence[bytes]) -> bytes:
-    """SHA-256 over the sum id and the length-prefixed ciphertext chunks (32 bytes, what a
-    node signs as its contribution)."""
+def contribution_digest(sum_id: int, chunks: Sequence[bytes], bound: bytes = b"") -> bytes:
+    """SHA-256 over the sum id, the digest of the request answered (``bound``) and the
+    length-prefixed ciphertext chunks (32 bytes, what a node signs as its contribution).
+    The decrypter recomputes it with its own request's digest, so contributions made for
+    another request (a model the server gave one node only) are refused."""
     import hashlib
 
-    h = hashlib.sha256(f"fedrec-ckks-contribution|v1|{int(sum_id)}|{len(chunks)}|".encode())
+    h = hashlib.sha256(f"fedrec-ckks-contribution|v2|{int(sum_id)}|{len(chunks)}|".encode()
+                       + bytes(bound).hex().encode() + b"|")
     for blob in chunks:
         h.update(len(blob).to_bytes(8, "big"))
         h.update(bytes(blob))

@@ -133,9 +133,14 @@ def masking_minimum(neighbours: int, threshold: int) -> int:
     return max(0, neighbours + 2 - threshold)
 
 
-def pairwise_sum_key(shared_key: bytes, sum_id: int) -> bytes:
-    """k_uv^(t): the per-sum pairwise key (what a survivor reveals for a dropped peer)."""
-    return derive_sum_key(shared_key, sum_id, b"pairwise")
+def pairwise_sum_key(shared_key: bytes, sum_id: int, bound: bytes = b"") -> bytes:
+    """k_uv^(t): the per-sum pairwise key (what a survivor reveals for a dropped peer).
+
+    ``bound`` is the digest of the request the node answered (``fl_app.records.
+    content_digest``): two neighbours sent different requests for sum t derive different
+    keys, so their masks do not cancel and the sum is noise (model inconsistency, e.g. a
+    server giving one node a model of its choice, gains nothing)."""
+    return derive_sum_key(shared_key, sum_id, b"pairwise" + bytes(bound))
 
 
 def self_mask(seed: bytes, sum_id: int, n: int) -> np.ndarray:
@@ -148,6 +153,9 @@ def agreement_context(run_tag: bytes, purpose: bytes) -> bytes:
     return b"fedrec-secagg|" + run_tag + b"|" + purpose
 
 
+#: Record in a masked reply: the digest of the request the node answered (public: the server
+#: sent it), so the server sees at once when nodes were sent different requests.
+BOUND_KEY = "secagg.bound"
 #: Purpose under which a survivor signs the survivor set of a sum with dropouts.
 SURVIVORS_PURPOSE = "secagg-survivors"
 #: Wire value of ``degree`` for the complete graph.
@@ -282,6 +290,7 @@ class SecureAggregator(Aggregator):
         total: np.ndarray | None = None
         layout: list | None = None
         arrived: list[int] = []
+        first_bound: bytes | None = None
         label = self.messenger.label
         # Ring addition is exact, so masked inputs are added as they arrive (one running total).
         for node, reply in self.messenger.iter_replies(action, requests, phase=phase,
@@ -294,6 +303,14 @@ class SecureAggregator(Aggregator):
             elif shapes != layout:
                 raise SecAggError(f"{label(node)} sent arrays {shapes}, others sent {layout}")
             values = reply_values(reply, label(node), layout, ("uint64",))
+            bound = self._bound_of(reply, label(node))
+            if first_bound is None:
+                first_bound = bound
+            elif bound != first_bound:
+                raise SecAggError(
+                    f"{label(node)} answered another request than the nodes before it (its "
+                    f"'{BOUND_KEY}' digest differs): nodes must all be sent the same request "
+                    "for a sum, else their masks do not cancel")
             if total is None:
                 total = values.copy()
             else:
@@ -323,6 +340,15 @@ class SecureAggregator(Aggregator):
         self.messenger.ledger.mark(phase, VALUES_KEY, "masked")
         self.messenger.ledger.mark(f"{phase}:unmask", "revealed", "unmasking shares")
         return self._checked(unflatten(codec.decode(total), layout), phase, max_abs)
+
+    @staticmethod
+    def _bound_of(reply: RecordDict, label: str) -> bytes:
+        record = reply.config_records.get(BOUND_KEY)
+        digest = record.get("digest") if record is not None else None
+        if not isinstance(digest, bytes):
+            raise SecAggError(f"{label} answered a masked sum without field "
+                              f"'{BOUND_KEY}.digest'")
+        return digest
 
     @property
     def allow_dropouts(self) -> bool:
