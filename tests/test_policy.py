@@ -161,9 +161,12 @@ PRODUCTION_ACTIONS = {
     "query.lpgcn_count": "the node's number of training interactions (a sum contribution)",
     "query.lpgcn_holdings": "pseudonyms under S of held items, real and virtual mixed; "
                             "alpha 0 needs the node's allow-plain",
-    "query.lpgcn_assign": "learns convolution nodes; mails them sealed per-item real-user counts",
-    "query.lpgcn_verify": "convolution node: true degrees from sealed mail, mailed back sealed",
-    "query.lpgcn_round": "item rows and item-gradient partials (covers on virtual items) in "
+    "query.lpgcn_assign": "learns convolution nodes; a convolution node mails its holders "
+                          "sealed confirmations of the items it convolves",
+    "query.lpgcn_verify": "first: mails confirmed convolution nodes sealed per-item real-user "
+                          "counts; then: true degrees, mailed back sealed",
+    "query.lpgcn_round": "item rows and item-gradient partials (covers on items another node "
+                         "convolves) in "
                          "clear, user rows only sealed to convolution nodes",
     "query.lpgcn_evaluate": "metric sums of the node's users (a sum contribution)",
     "query.lpgcn_losses": "the node's loss share per step (a sum contribution)",
