@@ -123,7 +123,7 @@ def _request(floats: int) -> RecordDict:
 def _phase_cost(messenger: Messenger, phase: str) -> tuple[int, float]:
     """(bytes up + down, seconds) of ``phase`` and its unmask round, if any."""
     total_bytes, seconds = 0, 0.0
-    for name in (phase, f"{phase}:unmask"):
+    for name in (phase, f"{phase}:confirm", f"{phase}:unmask"):
         if name in messenger.ledger.phases:
             st = messenger.ledger.phases[name]
             total_bytes += st.bytes_up + st.bytes_down
@@ -138,8 +138,9 @@ def _one_sum(agg: Aggregator, messenger: Messenger, floats: int,
     seconds = time.perf_counter() - t0
     nbytes, _ = _phase_cost(messenger, phase)
     rounds = {"masked_round_seconds": messenger.ledger.phases[phase].seconds}
-    if f"{phase}:unmask" in messenger.ledger.phases:
-        rounds["unmask_round_seconds"] = messenger.ledger.phases[f"{phase}:unmask"].seconds
+    for step in ("confirm", "unmask"):
+        if f"{phase}:{step}" in messenger.ledger.phases:
+            rounds[f"{step}_round_seconds"] = messenger.ledger.phases[f"{phase}:{step}"].seconds
     return seconds, nbytes, out["v"], rounds
 
 
@@ -148,7 +149,7 @@ def measure(messenger: Messenger, num_nodes: int, floats_list: list[int], repeat
     nodes = messenger.node_ids(min_nodes=num_nodes)[:num_nodes]
     degree = auto_degree(len(nodes))
     secure = SecureAggregator(messenger, nodes, seed=SEED, degree=degree,
-                              seed_batch=len(floats_list) * repeats + 4)
+                              seed_batch=len(floats_list) * repeats + 6, allow_dropouts=True)
     plain = PlainAggregator(messenger, nodes)
     # warm-up (Ray workers start, import and load on their first calls), before key setup
     # so that the setup time is the protocol's, not the workers' cold start
@@ -205,9 +206,41 @@ def measure(messenger: Messenger, num_nodes: int, floats_list: list[int], repeat
               f"{run['secagg_unmask_round_seconds']:.3f}), plain {plain_s:7.3f} s, "
               f"ratio {run['ratio']:.2f}, bytes {run['secagg_bytes']:,} vs "
               f"{run['plain_bytes']:,}, setup {setup_seconds:.2f} s", flush=True)
-    out: dict[str, Any] = {"runs": runs}
+    out: dict[str, Any] = {"runs": runs,
+                           "dropout": measure_dropout(messenger, secure, plain, max(floats_list),
+                                                      runs[-1])}
     if profile:
         out["profile"] = profile_sums(messenger, secure, plain, max(floats_list))
+    return out
+
+
+def measure_dropout(messenger: Messenger, secure: SecureAggregator, plain: PlainAggregator,
+                    floats: int, clean: dict[str, Any]) -> dict[str, Any]:
+    """One sum of ``floats`` values in which one node's masked input is lost (the server's
+    ``drop`` knob), with every node allowing dropouts: the consistency round (survivors sign
+    the survivor and dropped lists) and the dropped node's pairwise keys come on top of the
+    sum without dropouts (``clean``). Checked: plain sum minus the SecAgg+ sum is one node's
+    input. The node stays out of every later sum (the last measurement of the simulation)."""
+    _, _, full, _ = _one_sum(plain, messenger, floats, "plain:dropout")
+    secure.drop = {secure.nodes[-1]}
+    seconds, nbytes, got, rounds = _one_sum(secure, messenger, floats, "secagg-dropout")
+    secure.drop = set()
+    from clients.diagnostics import diagnostic_vector
+
+    missing = full - got
+    tol = len(secure.nodes) * FixedPoint.for_sum(MAX_ABS, len(secure.nodes)).resolution + 1e-9
+    if not any(np.max(np.abs(missing - diagnostic_vector(SEED, p, (floats,)))) <= tol
+               for p in range(len(secure.nodes))):
+        raise AssertionError("the SecAgg+ sum with a dropout is not the plain sum less one node")
+    out = {"floats": floats, "nodes": len(secure.nodes), "seconds": round(seconds, 4),
+           "bytes": nbytes,
+           "confirm_round_seconds": round(rounds.get("confirm_round_seconds", 0.0), 4),
+           "unmask_round_seconds": round(rounds.get("unmask_round_seconds", 0.0), 4),
+           "over_clean_sum": round(seconds / clean["secagg_seconds"], 3),
+           "over_plain_sum": round(seconds / clean["plain_seconds"], 3)}
+    print(f"[{out['nodes']} nodes, {floats:>9,} floats, one dropout] secagg {seconds:7.3f} s "
+          f"(consistency round {out['confirm_round_seconds']:.3f} s), "
+          f"{out['over_clean_sum']:.2f}x the sum without dropouts", flush=True)
     return out
 
 
@@ -262,7 +295,8 @@ def run_sim(num_nodes: int, floats_list: list[int], repeats: int, profile: bool)
     with MemoryWatch() as mem:
         # the diagnostic actions and plain sums (the baseline), opted in for this benchmark
         simulate(server_app,
-                 build_client_app(["clients.diagnostics"], policy={"allow-plain": True}),
+                 build_client_app(["clients.diagnostics"],
+                                  policy={"allow-plain": True, "allow-dropouts": True}),
                  num_nodes, {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                              "init_args": {"include_dashboard": False}})
     if "error" in box:
@@ -291,6 +325,10 @@ def markdown(result: dict[str, Any]) -> str:
             f"{r['secagg_bytes'] / 1e6:.2f} | {r['plain_bytes'] / 1e6:.2f} | "
             f"{r['setup_seconds']:.2f} |"
         )
+    drop_rows = [f"| {d['floats']:,} | {d['nodes']} | {d['seconds']:.3f} | "
+                 f"{d['confirm_round_seconds']:.3f} | {d['unmask_round_seconds']:.3f} | "
+                 f"{d['over_clean_sum']:.2f} | {d['over_plain_sum']:.2f} | "
+                 f"{d['bytes'] / 1e6:.2f} |" for d in result.get("dropouts", [])]
     sims = ", ".join(f"{n} nodes: {s['simulation_seconds']:.0f} s, peak memory in use "
                      f"{s['peak_memory_gib']:.1f} GiB (+{s['memory_increase_gib']:.1f})"
                      for n, s in result["simulations"].items())
@@ -312,6 +350,15 @@ within the fixed-point resolution. Produced by `python benchmarks/secure.py`.
 |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 {chr(10).join(rows)}
 
+A sum with one dropout (the last sum of each simulation: every node allows dropouts, the
+server discards one node's masked input): the survivors sign the survivor and dropped lists
+in a consistency round before the unmasking, and the dropped node's pairwise keys are
+revealed. Without dropouts neither happens (the default policy abandons such a sum).
+
+| floats | nodes | with one dropout (s) | consistency round (s) | unmask round (s) | over the sum without dropouts | over the plain sum | MB |
+|---:|---:|---:|---:|---:|---:|---:|---:|
+{chr(10).join(drop_rows)}
+
 Simulations: {sims}.
 
 {result['notes']}
@@ -330,10 +377,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "secure.json")
     args = parser.parse_args(argv)
 
-    runs, sims, profiles = [], {}, {}
+    runs, sims, profiles, dropouts = [], {}, {}, []
     for i, n in enumerate(sorted(args.nodes)):
         res = run_sim(n, sorted(args.floats), args.repeats, args.profile and i == 0)
         runs.extend(res["runs"])
+        dropouts.append(res["dropout"])
         sims[str(n)] = {k: res[k] for k in ("simulation_seconds", "peak_memory_gib",
                                             "memory_increase_gib")}
         if "profile" in res:
@@ -351,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"a 1e6-float sum {at100['ratio']:.2f}x the plain sum (target <= "
                   f"{RATIO_TARGET_100:g}x: {'met' if at100['ratio'] <= RATIO_TARGET_100 else 'MISSED'}).")
     result = {
-        "runs": runs, "notes": notes, "simulations": sims, "profile": profiles,
+        "runs": runs, "dropouts": dropouts, "notes": notes, "simulations": sims,
+        "profile": profiles,
         "repeats": args.repeats, "max_abs": MAX_ABS, **machine_info(),
     }
     write_report(args.out, result, markdown(result))

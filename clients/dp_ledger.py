@@ -32,11 +32,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from clients.node import NodeContext
-    from clients.policy import NodePolicy
+from typing import Any
 
 #: Environment variable naming the ledger file when the policy has no ``dp-ledger``.
 LEDGER_ENV = "FEDREC_DP_LEDGER"
@@ -69,9 +65,10 @@ class LedgerKey:
         return f"{self.identity}:{self.data}"
 
 
-def ledger_path(policy: NodePolicy) -> Path:
-    """The ledger file of ``policy``: its ``dp-ledger``, else the environment, else home."""
-    raw = policy.dp_ledger or os.environ.get(LEDGER_ENV, "") or DEFAULT_LEDGER
+def ledger_path(configured: str = "") -> Path:
+    """The ledger file: the policy's ``dp-ledger`` (``configured``), else the environment,
+    else home."""
+    raw = configured or os.environ.get(LEDGER_ENV, "") or DEFAULT_LEDGER
     return Path(raw).expanduser()
 
 
@@ -87,18 +84,6 @@ def data_digest(data_config: Mapping[str, Any]) -> str:
     else:
         source["data-dir"] = os.path.realpath(spec.data_dir) if spec.data_dir else ""
     return hashlib.sha256(json.dumps(source, sort_keys=True).encode()).hexdigest()
-
-
-def key_of(node: NodeContext) -> LedgerKey:
-    """The ledger key of ``node``: its public signing identity and its data source."""
-    identity = node.identity.signer.public_bytes().hex()
-    return LedgerKey(identity, data_digest(node.data_config()))
-
-
-def charge_node(node: NodeContext, epsilon: float, what: str) -> float:
-    """Charge ``epsilon`` for ``what`` to ``node``'s own ledger (``NodePolicy.charge_dp``)."""
-    return node.policy.charge_dp(node.state, epsilon, what, node.who, key=key_of(node),
-                                 run_id=int(node.context.run_id))
 
 
 class Ledger:

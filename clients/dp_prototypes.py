@@ -18,7 +18,6 @@ import json
 from flwr.app import ConfigRecord, RecordDict
 
 from clients.aggregate import sum_reply
-from clients.dp_ledger import charge_node
 from clients.node import NodeContext
 from clients.registry import handler
 from fl_app.records import to_array_record
@@ -74,7 +73,7 @@ def dpp_prototypes(content: RecordDict, node: NodeContext) -> RecordDict:
             f"k={params.k} prototypes (each silo needs at least k users; paper 003, Table 1)")
     node.policy.check_size(_release_bytes(params, n_users, data.n_items),
                            f"dp-prototypes with k={params.k}", who)
-    charge_node(node, params.epsilon, f"a dp-prototypes release of {params.k} prototypes")
+    node.charge_dp(params.epsilon, f"a dp-prototypes release of {params.k} prototypes")
     P, ledger, _ = private_prototypes(data.train, params,
                                       seed=(int(cfg.get("seed", 0)), node.partition_id))
     spent = ledger.pure_epsilon()

@@ -22,7 +22,6 @@ import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
 from clients.aggregate import ranking_reply, sum_reply
-from clients.dp_ledger import charge_node
 from clients.node import NodeContext
 from clients.registry import handler
 from fl_app.records import config_record
@@ -109,8 +108,8 @@ def _charge(node: NodeContext, block: _Block) -> None:
         return
     epsilon = svd.release_epsilon(block.params, block.sigma, block.Z.shape[1],
                                   block.t_to - block.t_from)
-    charge_node(node, epsilon, f"fedsvd-privacy iterations {block.t_from + 1}..{block.t_to} "
-                "released in a plain sum")
+    node.charge_dp(epsilon, f"fedsvd-privacy iterations {block.t_from + 1}..{block.t_to} "
+                   "released in a plain sum")
 
 
 def _noise(shape: tuple[int, ...], std: float) -> np.ndarray:

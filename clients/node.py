@@ -83,6 +83,17 @@ class NodeContext:
         base = self.base_policy if self.base_policy is not None else NodePolicy()
         return base.merged(self.context.node_config, f"node {self.context.node_id} config")
 
+    def charge_dp(self, epsilon: float, what: str) -> float:
+        """Charge ``epsilon`` for ``what`` to this node's own DP ledger
+        (``NodePolicy.charge_dp``), keyed by its public signing identity and its data source,
+        before anything is released; returns the total spent under that key."""
+        from clients.dp_ledger import LedgerKey, data_digest
+
+        key = LedgerKey(self.identity.signer.public_bytes().hex(),
+                        data_digest(self.data_config()))
+        return self.policy.charge_dp(self.state, epsilon, what, self.who, key=key,
+                                     run_id=int(self.context.run_id))
+
     @property
     def who(self) -> str:
         """This node in error messages: partition and node id."""

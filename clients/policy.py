@@ -249,7 +249,7 @@ class NodePolicy:
 
         The spending is recorded in the node's own ledger file (``clients/dp_ledger.py``,
         path :func:`clients.dp_ledger.ledger_path`) under ``key`` (the node's identity and
-        data; ``clients.dp_ledger.charge_node`` passes it), before anything is released, so
+        data; ``NodeContext.charge_dp`` passes it), before anything is released, so
         the budget holds across runs. Without a key the entry is named after ``who`` only.
         Returns the total spent under the key; the node state keeps this run's share
         (``_DP_SPENT``: ``epsilon`` of the run, ``total`` of the ledger) for the results.
@@ -264,7 +264,7 @@ class NodePolicy:
             raise self._over_budget(epsilon, 0.0, what, who)
         key = key if key is not None else LedgerKey("unidentified", who)
         try:
-            total = Ledger(ledger_path(self)).charge(key, epsilon, self.dp_budget, what,
+            total = Ledger(ledger_path(self.dp_ledger)).charge(key, epsilon, self.dp_budget, what,
                                                      run_id)
         except BudgetExceeded as exc:
             raise self._over_budget(epsilon, exc.spent, what, who) from None

@@ -114,7 +114,7 @@ def test_the_ledger_path_comes_from_the_policy_then_the_environment(tmp_path: Pa
     from clients.dp_ledger import LEDGER_ENV, ledger_path
 
     monkeypatch.setenv(LEDGER_ENV, str(tmp_path / "env.json"))
-    assert ledger_path(NodePolicy()) == tmp_path / "env.json"
-    assert ledger_path(NodePolicy(dp_ledger=str(tmp_path / "p.json"))) == tmp_path / "p.json"
+    assert ledger_path(NodePolicy().dp_ledger) == tmp_path / "env.json"
+    assert ledger_path(NodePolicy(dp_ledger=str(tmp_path / "p.json")).dp_ledger) == tmp_path / "p.json"
     monkeypatch.delenv(LEDGER_ENV)
-    assert str(ledger_path(NodePolicy())).endswith(".local/state/fedrec-privacy/dp-ledger.json")
+    assert str(ledger_path(NodePolicy().dp_ledger)).endswith(".local/state/fedrec-privacy/dp-ledger.json")

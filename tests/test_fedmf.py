@@ -109,7 +109,10 @@ def test_local_mode_beats_popularity_and_sends_only_masked_item_updates() -> Non
     # what the server received in the train phase: the masked values and their layout only
     received = privacy["received"]["train"]["records"]
     assert received["secagg.values"]["form"] == "masked"
-    assert {name for name, r in received.items() if r["form"] == "plain"} <= {"secagg.shapes"}
+    # in clear only the layout and the digest of the request answered (public: the server
+    # sent it)
+    assert {name for name, r in received.items() if r["form"] == "plain"} <= {
+        "secagg.shapes", "secagg.bound"}
 
 
 def test_centralized_reference_is_fedmf_with_one_node() -> None:

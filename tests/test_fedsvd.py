@@ -139,7 +139,8 @@ def test_server_saw_updates_masked_and_noise_products_encrypted(monkeypatch):
     assert received["noise-removal"]["records"]["fedsvd-he"]["form"] == "encrypted"
     plain = {(phase, name) for phase, r in received.items() for name, rec in r["records"].items()
              if rec["form"] == "plain" and phase in ("sync", "noise-removal")}
-    assert plain <= {("sync", "secagg.shapes")}, plain
+    # in clear: the layout and the digest of the request answered (the server sent it)
+    assert plain <= {("sync", "secagg.shapes"), ("sync", "secagg.bound")}, plain
     assert [v["t"] for v in record["privacy"]["fedsvd"]["noise-removal"]] == [1, 2]
     assert "kept" not in str(record["privacy"]["fedsvd"])
 

@@ -267,7 +267,9 @@ def clip_rows_l2(X: np.ndarray, c: float) -> np.ndarray:
     if arr.ndim != 2:
         raise ValueError(f"clip_rows_l2 expects a 2-D array, got shape {arr.shape}")
     norms = np.linalg.norm(arr, axis=1, keepdims=True)
-    factor = np.minimum(1.0, c / np.maximum(norms, np.finfo(np.float64).tiny))
+    factor = np.ones_like(norms)
+    over = norms > c
+    factor[over] = c / norms[over]  # rows within the bound (zero rows too) stay as they are
     return arr * factor
 
 
