@@ -436,6 +436,11 @@ def unmask(content: RecordDict, node: NodeContext) -> RecordDict:
         raise SecAggError(f"{node.who} refuses to unmask: only {len(alive)} of its "
                           f"{len(neighbourhood)} neighbourhood survive, threshold is "
                           f"{st['threshold']}")
+    # its neighbours' keys carry roster signatures it checked: these contributors are genuine
+    if len(alive) < node.policy.min_survivors:
+        raise SecAggError(f"{node.who} refuses to unmask sum {sum_id}: {len(alive)} node(s) "
+                          "with signed keys it checked itself are in it, its node policy's "
+                          f"min-survivors is {node.policy.min_survivors}")
     received = _record(node.state, _RECEIVED)
     out: dict[str, bytes] = {}
     for owner in sorted(alive):

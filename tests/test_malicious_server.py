@@ -449,3 +449,24 @@ def test_the_ckks_decrypter_refuses_contributions_to_another_request() -> None:
             ckks.decrypt(chunks, layout, phase="inconsistent")
     finally:
         grid.close()
+
+
+def test_a_node_unmasks_only_with_min_survivors_it_checked_itself(roster: Path) -> None:
+    """In a sparse graph a node has checked the signed keys of its neighbours only: it
+    unmasks only if at least its min-survivors of them (itself included) are in the sum,
+    whatever the survivor list says about nodes it cannot check."""
+    app = build_client_app(["clients.diagnostics"],
+                           policy={"allow-dropouts": True, "min-survivors": 4})
+    grid = MaliciousGrid(app, 7, node_configs=_configs(roster, 7), run_id=next(_RUNS))
+    try:
+        messenger = Messenger(grid, timeout=10)
+        nodes = messenger.node_ids()
+        agg = SecureAggregator(messenger, nodes, seed=7, degree=4, allow_dropouts=True)
+        agg.setup()
+        victim = nodes[0]
+        agg.drop = set(agg.graph[victim][:2])  # two of its four neighbours "drop"
+        with pytest.raises(NodeError, match=f"node {victim}.*refuses to unmask sum 1: 3 "
+                                            "node.s. with signed keys it checked"):
+            agg.sum("diag_secure_sum", diag_request(3, SHAPES), max_abs=MAX_ABS)
+    finally:
+        grid.close()
