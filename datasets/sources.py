@@ -2,13 +2,17 @@
 
 Search order for the data root: spec.data_dir, then $FEDREC_DATA, then
 <repo>/../shared/data. Inside the root a dataset lives in <root>/<name>/ or,
-when the root itself holds the files, directly in <root>.
+when the root itself holds the files, directly in <root>. Every dataset but synthetic and
+ml-100k (gowalla, yelp2018, lightgcn and any other name: a user's own data) is a given
+train/test split in one of :data:`SPLIT_FORMATS`, picked by the files present.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from .spec import KNOWN_DATASETS
 
 _HINT = ("(simulation: run_simulation.py --data-dir or $FEDREC_DATA; a deployed SuperNode: "
          "--node-config \"data-dir='/path'\" or $FEDREC_DATA in its environment)")
@@ -39,10 +43,11 @@ def _root_or_fail(name: str, data_dir: str) -> Path:
     return root
 
 
-def _folder(root: Path, name: str, marker: str) -> Path:
-    """<root>/<name> if it exists, else <root> if it holds `marker`, else <root>/<name>."""
+def _folder(root: Path, name: str, *markers: str) -> Path:
+    """<root>/<name> if it exists, else <root> if it holds one of `markers`, else
+    <root>/<name> (which then fails, naming it)."""
     sub = root / name
-    if sub.is_dir() or not (root / marker).is_file():
+    if sub.is_dir() or not any((root / m).is_file() for m in markers):
         return sub
     return root
 
@@ -53,12 +58,53 @@ def _require(name: str, path: Path) -> Path:
     return path
 
 
+#: The file sets a given train/test split may come in, in the order they are tried:
+#: role -> file name, and what the files hold (for the error that lists them all).
+SPLIT_FORMATS: tuple[tuple[dict[str, str], str], ...] = (
+    ({"train_npz": "train.npz", "test_npz": "test.npz"},
+     "scipy sparse users x items matrices, as scipy.sparse.save_npz writes them"),
+    ({"train_txt": "train.txt", "test_txt": "test.txt"},
+     "LightGCN text, one line 'user item1 item2 ...' per user, 0-based ids"),
+)
+
+
+def accepted_file_sets() -> str:
+    """Every accepted file set of a given split, for messages and docs."""
+    return "; or ".join(f"{' + '.join(files.values())} ({what})" for files, what in SPLIT_FORMATS)
+
+
+def split_files(name: str, root: Path) -> dict[str, Path]:
+    """Role -> path of a given train/test split under <root>/<name>/ (or <root> itself when
+    it holds the files), in the first format whose train file is present. An error names
+    the folder, what is missing and every accepted file set."""
+    folder = _folder(root, name, *(next(iter(files.values())) for files, _ in SPLIT_FORMATS))
+    if not folder.is_dir():
+        own = "" if name in KNOWN_DATASETS else (
+            f" (a dataset other than {', '.join(KNOWN_DATASETS)} is a folder of your own data)")
+        raise FileNotFoundError(
+            f"{name}: folder {folder} does not exist{own}; expected it to hold "
+            f"{accepted_file_sets()} {_HINT}")
+    for files, _ in SPLIT_FORMATS:
+        paths = {role: folder / fname for role, fname in files.items()}
+        present = [p for p in paths.values() if p.is_file()]
+        if not present:
+            continue
+        missing = [p.name for p in paths.values() if not p.is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"{name}: {folder} holds {present[0].name} but not {', '.join(missing)}; "
+                f"expected {accepted_file_sets()}")
+        return paths
+    raise FileNotFoundError(
+        f"{name}: no train/test split in {folder}; expected {accepted_file_sets()} {_HINT}")
+
+
 def locate(name: str, data_dir: str) -> dict[str, Path]:
     """Role -> path of the files `name` will read; raises FileNotFoundError if missing.
 
     ml-100k: u.data (required), u.user and u.item (optional: features, zip).
-    gowalla/yelp2018: train.npz + test.npz, else train.txt + test.txt.
-    lightgcn: train.txt + test.txt.
+    Any other name (gowalla, yelp2018, lightgcn, or a user's own): a given split,
+    train.npz + test.npz, else train.txt + test.txt (:func:`split_files`).
     """
     if name == "synthetic":
         return {}
@@ -70,24 +116,7 @@ def locate(name: str, data_dir: str) -> dict[str, Path]:
             if (folder / fname).is_file():
                 files[role] = folder / fname
         return files
-    if name in ("gowalla", "yelp2018"):
-        folder = _folder(root, name, "train.npz")
-        if not (folder / "train.npz").is_file() and (folder / "train.txt").is_file():
-            return {
-                "train_txt": _require(name, folder / "train.txt"),
-                "test_txt": _require(name, folder / "test.txt"),
-            }
-        return {
-            "train_npz": _require(name, folder / "train.npz"),
-            "test_npz": _require(name, folder / "test.npz"),
-        }
-    if name == "lightgcn":
-        folder = _folder(root, name, "train.txt")
-        return {
-            "train_txt": _require(name, folder / "train.txt"),
-            "test_txt": _require(name, folder / "test.txt"),
-        }
-    raise ValueError(f"no source layout for dataset {name!r}")
+    return split_files(name, root)
 
 
 def fingerprint(files: dict[str, Path]) -> list[tuple[str, str, int, int]]:

@@ -6,12 +6,17 @@ Frozen and hashable so it can key caches; round-trips through Flower's run confi
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ._config import coerce
 
 KNOWN_DATASETS: tuple[str, ...] = ("synthetic", "ml-100k", "gowalla", "yelp2018", "lightgcn")
+#: Any other name is a folder dataset, ``<data-dir>/<name>/`` (``datasets/sources.py``). The
+#: name becomes a path component and part of cache file names, so it must be one plain
+#: folder name: no separators, no leading dot (no ``..``), no spaces.
+FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 # Spec field -> Flower run-config key (dashes, as in pyproject.toml).
 _CONFIG_KEYS: dict[str, str] = {
@@ -55,9 +60,11 @@ class DatasetSpec:
 
     def __post_init__(self) -> None:
         """Reject bad values up front, before any loading work is done."""
-        if self.name not in KNOWN_DATASETS:
+        if self.name not in KNOWN_DATASETS and not FOLDER_NAME.fullmatch(self.name):
             raise ValueError(
-                f"unknown dataset {self.name!r}; known datasets: {', '.join(KNOWN_DATASETS)}"
+                f"dataset {self.name!r}: expected one of {', '.join(KNOWN_DATASETS)}, or the "
+                "name of a folder <data-dir>/<name>/ holding your own split (letters, digits, "
+                "'.', '_', '+', '-'; no path separators; docs/datasets.md, 'Your own data')"
             )
         if not 0.0 <= self.test_ratio < 1.0:
             raise ValueError(f"test-ratio must be in [0, 1), got {self.test_ratio}")

@@ -51,7 +51,7 @@ def test_spec_config_roundtrip() -> None:
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"name": "netflix"}, "known datasets: synthetic, ml-100k"),
+        ({"name": "../netflix"}, "expected one of synthetic, ml-100k, .* or the name of a folder"),
         ({"test_ratio": 1.0}, "test-ratio"),
         ({"synthetic_density": 0.0}, "synthetic-density"),
         ({"synthetic_users": 0}, "synthetic-users"),
