@@ -4,6 +4,7 @@
     python run_simulation.py                       # FedMF on the embedded synthetic data
     python run_simulation.py --protocol fedmf --dataset ml-100k --nodes 10 --rounds 50
     python run_simulation.py --set mf-dim=32 --set mf-lr=0.1
+    python run_simulation.py --dataset my-data --data-dir /path   # /path/my-data/train.npz ...
 
 Results go to results/runs/<run-name>.json (config, metrics, bytes, times).
 """
@@ -53,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", default="",
                    help="a plain Flower Strategy 'module:Class' driving the protocol's clients")
     p.add_argument("--dataset", default=DEFAULTS["dataset"],
-                   help="synthetic | ml-100k | gowalla | yelp2018 | lightgcn")
+                   help="synthetic | ml-100k | gowalla | yelp2018 | lightgcn, or any other name: "
+                        "your own split in <data-dir>/<name>/ (train.npz + test.npz or "
+                        "train.txt + test.txt; docs/datasets.md)")
     p.add_argument("--data-dir", default="", help="where real data lives (default: $FEDREC_DATA "
                    "or ../shared/data)")
     p.add_argument("--nodes", type=int, default=4, help="number of simulated SuperNodes")
