@@ -13,6 +13,8 @@ so these guarantees need a roster (docs/threat-model.md, "The line we hold").
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -371,29 +373,34 @@ def test_values_out_of_range_give_the_server_a_count_of_nodes_only(roster: Path)
     assert all(c.isdigit() and 0 < int(c) <= 4 for c in counts)
 
 
-def test_the_ckks_decrypter_opens_sums_over_one_node_set() -> None:
-    """CKKS (node opt-in): after opening a sum over every node, the decrypter refuses a sum
-    of the same request over one node fewer (still above min-survivors): the difference
-    would be that node's input."""
+@contextmanager
+def _ckks_run() -> Iterator[tuple[MaliciousGrid, Any]]:
+    """A run of 4 nodes that opted in to CKKS sums, key relay done."""
     from fl_app.secure.aggregate import CkksAggregator
 
     app = build_client_app(["clients.diagnostics"], policy={"allow-ckks": True})
     grid = MaliciousGrid(app, 4, run_id=next(_RUNS))
     try:
-        messenger = Messenger(grid, timeout=60)
-        nodes = messenger.node_ids()
-        ckks = CkksAggregator(messenger, nodes, seed=0)
+        ckks = CkksAggregator(Messenger(grid, timeout=60), grid.ids, seed=0)
         ckks.setup()
+        yield grid, ckks
+    finally:
+        grid.close()
+
+
+def test_the_ckks_decrypter_opens_sums_over_one_node_set() -> None:
+    """CKKS (node opt-in): after opening a sum over every node, the decrypter refuses a sum
+    of the same request over one node fewer (still above min-survivors): the difference
+    would be that node's input."""
+    with _ckks_run() as (grid, ckks):
         request = diag_request(3, {"v": (5,)})
         chunks, layout = ckks.sum_encrypted("diag_secure_sum", request, max_abs=MAX_ABS)
         ckks.decrypt(chunks, layout, phase="all")
         chunks, layout = ckks.sum_encrypted("diag_secure_sum", request, max_abs=MAX_ABS)
-        victim = next(n for n in nodes if n != ckks.decrypter)
+        victim = next(n for n in grid.ids if n != ckks.decrypter)
         del ckks.contributions[ckks.sum_id][victim]
         with pytest.raises(NodeError, match="not the node set of the sums it opened before"):
             ckks.decrypt(chunks, layout, phase="without the victim")
-    finally:
-        grid.close()
 
 
 # -- 5. chosen models: every node must have been sent the same request ----------------------
@@ -432,23 +439,13 @@ def test_a_model_given_to_one_node_only_leaves_the_sum_masked(roster: Path) -> N
 
 
 def test_the_ckks_decrypter_refuses_contributions_to_another_request() -> None:
-    from fl_app.secure.aggregate import CkksAggregator
-
-    app = build_client_app(["clients.diagnostics"], policy={"allow-ckks": True})
-    grid = MaliciousGrid(app, 4, run_id=next(_RUNS))
-    try:
-        messenger = Messenger(grid, timeout=60)
-        nodes = messenger.node_ids()
-        ckks = CkksAggregator(messenger, nodes, seed=0)
-        ckks.setup()
-        grid.rewrite = _inconsistent(next(n for n in nodes if n != ckks.decrypter), 11,
+    with _ckks_run() as (grid, ckks):
+        grid.rewrite = _inconsistent(next(n for n in grid.ids if n != ckks.decrypter), 11,
                                      {"v": (5,)})
         chunks, layout = ckks.sum_encrypted("diag_secure_sum", diag_request(3, {"v": (5,)}),
                                             max_abs=MAX_ABS)
         with pytest.raises(NodeError, match="signed for this sum and the request"):
             ckks.decrypt(chunks, layout, phase="inconsistent")
-    finally:
-        grid.close()
 
 
 def test_a_node_unmasks_only_with_min_survivors_it_checked_itself(roster: Path) -> None:
