@@ -15,9 +15,8 @@ import pytest
 import scipy.sparse as sp
 from flwr.app import ConfigRecord, Message, RecordDict
 
-from datasets import DataError, DatasetSpec, PartitionSpec, load_dataset, load_node_data
+from datasets import DataError, DatasetSpec, PartitionSpec, load_dataset, load_node_data, synthetic
 from datasets import cache as data_cache
-from datasets import synthetic
 from datasets.containers import NodeData
 from fl_app.client_app import build_client_app
 from fl_app.messaging import Messenger, NodeError
@@ -86,7 +85,7 @@ def test_a_non_integer_id_in_lightgcn_text_names_file_and_line(tmp_path: Path,
     folder.mkdir()
     (folder / "train.txt").write_text(f"0 1 2\n1 0 {bad} 2\n")
     (folder / "test.txt").write_text("0 0\n")
-    with pytest.raises(DataError, match=rf"train.txt line 2: expected integer ids"):
+    with pytest.raises(DataError, match=r"train.txt line 2: expected integer ids"):
         load_dataset(DatasetSpec(name="lightgcn", data_dir=str(tmp_path)))
 
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from flwr.app import RecordDict
 
+from clients.aggregate import clipped_into_range
 from clients.diagnostics import diagnostic_vector
 from fl_app.messaging import Messenger, NodeError
-from clients.aggregate import clipped_into_range
 from fl_app.secure.aggregate import AggregationError, PlainAggregator, flatten
 from fl_app.secure.fixedpoint import FixedPoint
 from fl_app.secure.secagg import SecAggError, SecureAggregator, neighbour_graph
