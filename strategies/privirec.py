@@ -27,6 +27,7 @@ Decisions on the paper's open points are listed in ``docs/protocols/privirec.md`
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,7 +39,12 @@ from flwr.serverapp import Grid
 from fl_app.config import ConfigError, Key
 from fl_app.messaging import Messenger
 from fl_app.records import csr_from_arrays, csr_to_arrays, to_array_record
-from fl_app.recsys.graph_filters import SCORE_DTYPES, evaluate_centrally, make_filter
+from fl_app.recsys.graph_filters import (
+    SCORE_DTYPES,
+    default_hyperparams,
+    evaluate_centrally,
+    make_filter,
+)
 from fl_app.recsys.linalg import (
     item_item_from_gram,
     qr_positive,
@@ -95,6 +101,42 @@ PRIVIREC_KEYS: tuple[Key, ...] = (
         "rounding) or `float32` (less than half the CPU of each product on Gowalla at ~1e-6 "
         "relative error; results/privirec/node_cost_gowalla.md)", choices=SCORE_DTYPES),
 )
+
+
+def published_presets(filters: tuple[str, ...], dataset: str,
+                      filter_rank: int = 0) -> dict[str, dict[str, Any]]:
+    """Per filter, the settings the dataset NAME selects over each method's generic defaults
+    (``graph_filters.default_hyperparams``: published settings for gowalla, yelp2018,
+    amazon-book and their aliases), without a rank that ``privirec-filter-rank`` overrides.
+    The synthetic data's rank (twice its latent rank) is this project's choice, not a
+    published preset, and is not listed."""
+    if dataset == "synthetic":
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for name in filters:
+        generic = default_hyperparams(name, None)
+        named = default_hyperparams(name, dataset)
+        diff = {k: v for k, v in named.items() if generic.get(k) != v
+                and not (k == "rank" and filter_rank)}
+        if diff:
+            out[name] = diff
+    return out
+
+
+def preset_line(filters: tuple[str, ...], dataset: str, filter_rank: int = 0) -> str:
+    """One console line naming the published presets a run applies because of its dataset
+    name and how to override them; "" when none applies."""
+    presets = published_presets(filters, dataset, filter_rank)
+    if not presets:
+        return ""
+    parts = "; ".join(f"{name} " + " ".join(f"{k}={v}" for k, v in hp.items())
+                      for name, hp in presets.items())
+    ranks = any("rank" in hp for hp in presets.values())
+    generic = ("for each method's generic defaults run the data under another dataset name "
+               "(a folder of your own, docs/datasets.md)")
+    how = (f"Override the ranks with --set privirec-filter-rank=N; {generic}" if ranks
+           else generic[0].upper() + generic[1:])
+    return f"privirec: dataset '{dataset}' selects published filter presets: {parts}. {how}"
 
 
 class NodeSetChanged(RuntimeError):
@@ -227,6 +269,29 @@ class PriviRec(ProtocolStrategy):
                              "lower privirec-rank or the filters' rank")
         return p
 
+    @property
+    def unseeded_randomness(self) -> str:
+        """Why this run is not reproducible by its seed ("" when it is): with
+        ``omega = private`` each node draws its Omega rows from the OS CSPRNG, so S and the
+        low-rank filters' metrics change from run to run (the server must not know Omega);
+        CKKS sums carry encryption noise."""
+        reasons = []
+        if self.omega == "private" and self.iteration_rank_needed():
+            reasons.append(
+                "PriviRec's power method starts from Omega rows each node draws privately "
+                "from the OS CSPRNG (privirec-omega = private), so the low-rank filters' "
+                "metrics vary from run to run; --set privirec-omega=seeded with "
+                "--node-policy allow-seeded-omega=true reproduces them (evaluation only: the "
+                "server can then compute Omega)")
+        if self.aggregator == "ckks":
+            reasons.append("CKKS sums are approximate and each encryption draws fresh OS "
+                           "randomness, so the low digits of every sum vary")
+        return "; ".join(reasons)
+
+    def iteration_rank_needed(self) -> bool:
+        """Whether any filter needs the power method (else Omega is never drawn)."""
+        return bool(self.rank) or any(f.needs_S for f in self._filter_objects().values())
+
     def _use_ritz(self) -> bool:
         if self.ritz is not None:
             return self.ritz
@@ -275,10 +340,17 @@ class PriviRec(ProtocolStrategy):
                            max_abs=max_abs, phase=phase, wire_dtype=self.wire_dtype)
 
         omega_max = 8.0 * float(max_users)  # |sum_u R~_ui Omega_ui| <= 8 * (users on a node)
+        t0 = time.perf_counter()
+        rounds = self.L + int(self._use_ritz())
         X, T = qr_positive(power_sum(None, cfg, omega_max, "power")["Y"])
-        for _ in range(self.L - 1):
+        log.info("privirec: power round 1 of %d (sketch R~^T Omega) done, %.1f s", rounds,
+                 time.perf_counter() - t0)
+        for i in range(2, self.L + 1):
             X, T = qr_positive(power_sum(X, cfg, POWER_MAX_ABS, "power")["Y"])
+            log.info("privirec: power round %d of %d done, %.1f s", i, rounds,
+                     time.perf_counter() - t0)
         if self._use_ritz():
+            log.info("privirec: power round %d of %d (Rayleigh-Ritz)", rounds, rounds)
             H = power_sum(X, ConfigRecord({**dict(cfg), "ritz": True}), POWER_MAX_ABS,
                           "ritz")["H"]
             S, theta = rayleigh_ritz_from_gram(X, H)  # H = X^T P~ X
@@ -328,6 +400,9 @@ class PriviRec(ProtocolStrategy):
         agg = make_aggregator(self.aggregator, messenger, node_order(infos),
                               degree=self.secagg_degree or None, seed=self.seed)
         agg.fixed_set = True  # a dropout abandons the sum before anything is unmasked
+        presets = preset_line(self.filters, self.dataset, self.filter_rank)
+        if presets:
+            log.info("%s", presets)
         log.info("privirec: degrees")
         item_deg = self.sum_degrees(agg, max_users)
         P = {}
@@ -343,8 +418,12 @@ class PriviRec(ProtocolStrategy):
             log.info("privirec: power method, rank %d, L=%d", p, self.L)
             S, eigvals = self.power_method(agg, item_deg, p, max_users, p)
             check_fixed_node_set(agg)
-        log.info("privirec: evaluation on the nodes")
+        log.info("privirec: evaluation on the nodes: each node builds %d filter(s) (%s) and "
+                 "scores its users over %d items; one secure sum of the metric sums",
+                 len(self.filters), ", ".join(self.filters), n_items)
+        t0 = time.perf_counter()
         sums = self.evaluate(agg, item_deg, S, eigvals if self.low_rank else None, P, max_users)
+        log.info("privirec: evaluation done in %.1f s", time.perf_counter() - t0)
         check_fixed_node_set(agg)
         metrics = {f"{name}/{key}": value for name, s in sums.items()
                    for key, value in s.means().items()}
