@@ -22,6 +22,8 @@ one full-batch step per round; on that path the server sees every node's item fa
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,10 +32,12 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from fl_app.config import ConfigError, Key
-from fl_app.messaging import Messenger
+from fl_app.messaging import PROGRESS_SECONDS, Messenger
 from fl_app.recsys.metrics import evaluate_ranking
 from fl_app.recsys.mf import BPRMF, Adam, init_item_factors, item_gradient
 from strategies.base import Federation, ProtocolStrategy, RunOutcome, data_config, handshake
+
+log = logging.getLogger("fedrec")
 
 #: The reported mean training loss is capped here on the node so the sum has a range; a
 #: BPR loss starts at ln 2 = 0.69 and falls, so the cap only binds for a diverged run.
@@ -65,6 +69,21 @@ FEDMF_KEYS: tuple[Key, ...] = (
 )
 
 
+class _RoundLines:
+    """``<label> k of N done, loss x, t s``: the first and last round, and between them at
+    most one line per PROGRESS_SECONDS (a fast run does not flood the console)."""
+
+    def __init__(self, label: str) -> None:
+        self.label, self.t0, self.last = label, time.perf_counter(), float("-inf")
+
+    def __call__(self, r: int, rounds: int, loss: float) -> None:
+        now = time.perf_counter()
+        if r in (1, rounds) or now - self.last >= PROGRESS_SECONDS:
+            log.info("%s %d of %d done, loss %.4g, %.1f s", self.label, r, rounds, loss,
+                     now - self.t0)
+            self.last = now
+
+
 class FedMF(ProtocolStrategy):
     """Federated BPR-MF with private user factors and item updates learned only as sums."""
 
@@ -94,17 +113,25 @@ class FedMF(ProtocolStrategy):
                    clip=cfg["mf-clip"], factor_bound=cfg["mf-factor-bound"],
                    seed=int(cfg["seed"]))
 
-    def reference_model(self, train: Any) -> BPRMF:
+    def reference_model(self, train: Any, progress: bool = False) -> BPRMF:
         """The centralized BPR-MF with this run's budget: the same training code the nodes
-        call (local mode) or centralized gradient descent (exact mode), on all users."""
+        call (local mode) or centralized gradient descent (exact mode), on all users.
+        ``progress``: a console line per round (at most every few seconds)."""
         model = BPRMF(dim=self.dim, lr=self.lr, reg=self.reg, negatives=self.negatives,
                       seed=self.seed, mode=self.mode, epochs=self.epochs,
                       batch_size=self.batch_size)
-        return model.fit(train, self.rounds)
+        if progress:
+            budget = (f"{self.rounds} round(s) x {self.epochs} epoch(s) of mini-batch BPR with "
+                      "Adam" if self.mode == "local" else
+                      f"{self.rounds} full-batch gradient step(s)")
+            log.info("fedmf reference: centralized BPR-MF, %s, on %d users x %d items",
+                     budget, *train.shape)
+        return model.fit(train, self.rounds,
+                         on_round=_RoundLines("fedmf reference: round") if progress else None)
 
     def reference(self, data: Any) -> dict[str, float]:
         """Ranking metrics of :meth:`reference_model` (keys as the federated run's)."""
-        model = self.reference_model(data.train)
+        model = self.reference_model(data.train, progress=True)
         return evaluate_ranking(model.score, data.train, data.test, k=self.top_k).means()
 
     def node_config(self, round_: int) -> dict[str, Any]:
@@ -131,6 +158,7 @@ class FedMF(ProtocolStrategy):
         server_opt = Adam(self.server_lr)
         max_abs = self.max_abs(fed)
         history: list[dict[str, Any]] = []
+        progress = _RoundLines("fedmf: train round")
         for r in range(1, self.rounds + 1):
             total = fed.sum("fedmf_train", {"V": V}, self.node_config(r), max_abs=max_abs,
                             phase="train")
@@ -146,6 +174,7 @@ class FedMF(ProtocolStrategy):
                      else server_opt.step(V, -mean_delta))
                 row["clipped-fraction"] = float(total["clipped"][0]) / n
             history.append(row)
+            progress(r, self.rounds, row["train-loss"])
         metrics = {"train-loss": history[-1]["train-loss"],
                    **fed.evaluate("fedmf_evaluate", {"V": V}, {"seed": self.seed},
                                                k=self.top_k)}

@@ -27,6 +27,7 @@ Two ways to train it, both used federated and centralized:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -245,7 +246,10 @@ class BPRMF:
     item_factors: np.ndarray | None = field(default=None, repr=False)
     losses: list[float] = field(default_factory=list, repr=False)
 
-    def fit(self, train: sp.csr_matrix, rounds: int) -> BPRMF:
+    def fit(self, train: sp.csr_matrix, rounds: int,
+            on_round: Callable[[int, int, float], None] | None = None) -> BPRMF:
+        """Train for ``rounds`` rounds (local mode: ``epochs`` epochs each);
+        ``on_round(r, rounds, loss)`` is called after each, e.g. to show progress."""
         if self.mode not in ("exact", "local"):
             raise ValueError(f"BPRMF mode must be 'exact' or 'local', got {self.mode!r}")
         n_users, n_items = train.shape
@@ -267,6 +271,8 @@ class BPRMF:
                                       user_opt=user_opt, item_opt=item_opt)
                 U, V = out.user_factors, out.item_factors
                 self.losses.append(out.loss)
+            if on_round is not None:
+                on_round(r, rounds, self.losses[-1])
         self.user_factors, self.item_factors = U, V
         return self
 
