@@ -108,6 +108,11 @@ class DPPrototypes(ProtocolStrategy):
                    reg=float(cfg["dpp-reg"]), nmf_iters=int(cfg["dpp-nmf-iters"]),
                    seed=int(cfg["seed"]))
 
+    #: Why a run is not reproducible by its seed (the released prototypes are noised).
+    unseeded_randomness = ("each silo's prototypes carry DP noise from OpenDP's sampler, "
+                           "which is never seeded (DP noise must be unpredictable to "
+                           "everyone, the server included)")
+
     def reference(self, data: Any) -> dict[str, float]:
         """The paper's "Full" baseline: the same NMF on every user's training row in one
         process (no federation, no privacy), metrics as the federated run's."""

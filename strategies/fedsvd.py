@@ -86,6 +86,21 @@ class FedSvd(ProtocolStrategy):
         return cls(svd.params_from_config(cfg), min_rows=int(cfg["fedsvd-min-rows"]),
                    epsilon=float(cfg["fedsvd-epsilon"]))
 
+    @property
+    def unseeded_randomness(self) -> str:
+        """Why this run is not reproducible by its seed ("" when it is): Gaussian noise from
+        OpenDP's CSPRNG (never seeded: DP noise must be unpredictable, the server included)
+        and, in fedsvd-utility, the kept node the server draws from the OS CSPRNG."""
+        p = self.params
+        reasons = []
+        if p.sigma > 0 or (self.scheme == "fedpower" and p.sigma_server > 0):
+            reasons.append(f"{self.scheme}'s Gaussian noise comes from OpenDP's sampler, "
+                           "which is never seeded (DP noise must be unpredictable to "
+                           "everyone, the server included)")
+        if self.scheme == "fedsvd-utility":
+            reasons.append("the node whose noise is kept is drawn from the OS CSPRNG")
+        return "; ".join(reasons)
+
     # -- checks before any protocol message ------------------------------------------------
     def check_federation(self, fed: Federation) -> None:
         """Sizes, rows per node, the aggregator and a requested epsilon: clear errors."""
@@ -164,7 +179,7 @@ class FedSvd(ProtocolStrategy):
                                      z_max=max(z_max, default=0.0))
             Z_bar = common
             history.append({"t": t_to, "sync": t_to // p.p})
-            log.info("%s: synchronization %d/%d (t = %d)", self.scheme, t_to // p.p,
+            log.info("%s: synchronization %d of %d (t = %d)", self.scheme, t_to // p.p,
                      p.syncs, t_to)
         basis = svd.leading_basis(Z_bar, p.k)
         metrics = fed.evaluate("fedsvd_evaluate", {"Z": basis}, k=self.top_k)

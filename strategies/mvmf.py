@@ -35,7 +35,7 @@ import numpy as np
 from flwr.serverapp import Grid
 
 from fl_app.config import ConfigError, Key
-from fl_app.messaging import Messenger
+from fl_app.messaging import PROGRESS_SECONDS, Messenger
 from fl_app.recsys.mvmf import (
     MVMF,
     P_UPDATES,
@@ -181,6 +181,7 @@ class FedMVMF(ProtocolStrategy):
         history: list[dict[str, Any]] = []
         seconds: dict[str, float] = {"item-server": 0.0, "aggregation": 0.0,
                                      "server-update": 0.0}
+        t_start, last_line = time.perf_counter(), float("-inf")
         for epoch in range(1, self.epochs + 1):
             node_cfg = node_config(model, epoch, cfg)
             t0 = time.perf_counter()
@@ -200,6 +201,11 @@ class FedMVMF(ProtocolStrategy):
             seconds["server-update"] += time.perf_counter() - t1
             history.append({"epoch": epoch, "loss": float(total["loss"][0] + item["loss"][0]),
                             "users": int(round(float(total["users"][0])))})
+            now = time.perf_counter()
+            if epoch in (1, self.epochs) or now - last_line >= PROGRESS_SECONDS:
+                log.info("%s: epoch %d of %d done, loss %.4g, %.1f s", self.name, epoch,
+                         self.epochs, history[-1]["loss"], now - t_start)
+                last_line = now
             messenger.ledger.summarize(force=False)
         node_cfg = node_config(model, self.epochs, cfg)
         reply = fed.broadcast("mvmf_item_cold", {"Q": Q}, node_cfg, nodes=[item_server],
@@ -231,6 +237,9 @@ class PrivMVMF(FedMVMF):
     """PrivMVMF: the users' gradients only as a CKKS sum, opened by one decrypter node."""
 
     name = "privmvmf"
+    #: Why a run is not reproducible by its seed.
+    unseeded_randomness = ("CKKS sums are approximate and each encryption draws fresh OS "
+                           "randomness, so the low digits of every sum vary")
 
     def aggregator(self, messenger: Messenger, users: list[int],
                    cfg: Mapping[str, Any]) -> Aggregator:
