@@ -47,7 +47,8 @@ UNAVAILABLE_ERROR_CODES = frozenset({
 
 
 class NodeTimeoutError(TimeoutError):
-    """Some nodes did not answer a request in time; the message names them."""
+    """Some nodes did not answer a request; the message names each with the reason (the
+    SuperLink reported it unavailable, or it was silent past the timeout)."""
 
     def __init__(self, action: str, missing: list[str], total: int, timeout: float):
         self.action = action
@@ -56,6 +57,11 @@ class NodeTimeoutError(TimeoutError):
             f"{len(missing)} of {total} node(s) did not answer '{action}' within "
             f"{timeout:g} s: {', '.join(missing)}"
         )
+
+
+#: Why a node gave no reply, as :meth:`Messenger.missing_reason` words it.
+UNAVAILABLE_REASON = "the SuperLink reports it unavailable"
+REJECTED_REASON = "the SuperLink rejected the message (unknown or offline node)"
 
 
 class NodeError(RuntimeError):
@@ -296,6 +302,8 @@ class Messenger:
         self.last_rejected: list[int] = []
         #: Of :attr:`last_missing`, the nodes the SuperLink reported unavailable.
         self.last_unavailable: set[int] = set()
+        #: The deadline (s) of the last round, for :meth:`missing_reason`.
+        self.last_timeout: float = timeout
         #: Sealed node-to-node mail (``fl_app.secure.sealed``): once opened, every request
         #: carries the recipient's pending mail and every reply's outgoing mail is queued.
         self.mailroom: Mailroom | None = None
@@ -340,12 +348,35 @@ class Messenger:
     def label(self, node_id: int) -> str:
         return self.node_labels.get(node_id, f"node {node_id}")
 
-    def record_dropout(self, phase: str, action: str, nodes: Iterable[int], why: str) -> None:
-        """Note nodes that dropped out of a round (kept for the results' ``privacy``)."""
+    def record_dropout(self, phase: str, action: str, nodes: Iterable[int],
+                       why: str | None = None) -> None:
+        """Note nodes that dropped out of a round (kept for the results' ``privacy``).
+
+        ``why`` None: each node's reason from the last round (:meth:`missing_reason`)."""
         nodes = sorted(nodes)
-        if nodes:
-            self.dropouts.append({"phase": phase, "action": action, "node_ids": nodes,
-                                  "why": why})
+        for reason in sorted({why or self.missing_reason(n) for n in nodes}):
+            same = [n for n in nodes if (why or self.missing_reason(n)) == reason]
+            self.dropouts.append({"phase": phase, "action": action, "node_ids": same,
+                                  "why": reason})
+
+    def missing_reason(self, node: int) -> str:
+        """Why ``node`` gave no reply in the last round: the SuperLink reported it unavailable
+        (its heartbeats stopped) or rejected the message, or it was silent past the
+        deadline."""
+        if node in self.last_unavailable:
+            return UNAVAILABLE_REASON
+        if node in self.last_rejected:
+            return REJECTED_REASON
+        return f"no reply within {self.last_timeout:g} s (silent past the timeout)"
+
+    def lost_nodes(self) -> str:
+        """Every node that dropped out during the run, with the round and the reason, e.g.
+        ``node 7 (partition 2) in 'train' (fedmf_train): no reply within 45 s (silent past
+        the timeout)``;
+        empty if none. A failed run's error ends with it (``fl_app/server_app.py``), so the
+        lost node is named even when a later step is what failed."""
+        return "; ".join(f"{', '.join(self.label(n) for n in d['node_ids'])} in "
+                         f"'{d['phase']}' ({d['action']}): {d['why']}" for d in self.dropouts)
 
     def privacy_report(self) -> dict[str, Any]:
         """What the server received, for the results' ``privacy`` section: per phase the
@@ -394,6 +425,7 @@ class Messenger:
         t0 = time.perf_counter()
         self.last_missing = []
         self.last_unavailable = set()
+        self.last_timeout = timeout
         down = dict(zip((m.metadata.dst_node_id for m in messages), messages_nbytes(messages)))
         # Key by the id each grid writes into the message: a grid may leave out (in memory)
         # or return None for (deployed) a message it rejects, so positions cannot be trusted.
@@ -426,10 +458,10 @@ class Messenger:
             self.ledger.record_round(phase, time.perf_counter() - t0, down, up)
 
     def missing_labels(self) -> list[str]:
-        """Labels of :attr:`last_missing`, saying which ones the SuperLink reported gone."""
-        return [self.label(n) + (" (the SuperLink reports it unavailable)"
-                                 if n in self.last_unavailable else "")
-                for n in self.last_missing]
+        """Each node of :attr:`last_missing` with why it gave no reply, e.g.
+        ``node 7 (partition 2) (the SuperLink reports it unavailable)``: its error reply
+        (``NODE_UNAVAILABLE``, ...) came before the deadline."""
+        return [f"{self.label(n)} ({self.missing_reason(n)})" for n in self.last_missing]
 
     def iter_replies(
         self,
@@ -471,10 +503,9 @@ class Messenger:
             yield node, reply.content
         if self.last_rejected:
             raise NodeError(action, ", ".join(self.label(n) for n in self.last_rejected),
-                            "the SuperLink rejected the message (unknown or offline node)")
+                            REJECTED_REASON)
         if self.last_missing and allow_missing:
-            self.record_dropout(phase, action, self.last_missing,
-                                f"no reply within {timeout:g} s")
+            self.record_dropout(phase, action, self.last_missing)
         if self.last_missing and not allow_missing:
             raise NodeTimeoutError(action, self.missing_labels(), len(contents), timeout)
 

@@ -27,7 +27,7 @@ log = logging.getLogger("fedrec")
 # Flower's log stream (``flwr run --stream``) stops as soon as it sees the run FINISHED, and
 # the runtime marks it finished one second after its log queue empties; output pushed later
 # (a slow PushLogs on a loaded machine) never reaches the user. Lingering a few upload and
-# stream intervals (0.2 s and 0.5 s in flwr 1.41) before returning lets the final table through.
+# stream intervals (0.2 s and 0.5 s in flwr 1.42.0) before returning lets the final table through.
 _LOG_DELIVERY_SECONDS = 1.5
 
 
@@ -39,10 +39,8 @@ def run_protocol(grid: Grid, cfg: Mapping[str, Any]) -> dict[str, Any]:
     try:
         outcome = _run_strategy(fast_grid, messenger, cfg)
     except Exception as exc:  # keep what was measured, with the reason, for the results
-        exc.fedrec_record = {  # type: ignore[attr-defined]
-            "config": dict(cfg), "status": "failed", "error": f"{type(exc).__name__}: {exc}",
-            "seconds": time.perf_counter() - t0, "communication": messenger.ledger.to_dict(),
-            "privacy": {"aggregator": cfg["aggregator"], **messenger.privacy_report()}}
+        exc.fedrec_record = failed_record(  # type: ignore[attr-defined]
+            cfg, exc, messenger, time.perf_counter() - t0)
         raise
     seconds = time.perf_counter() - t0
     messenger.ledger.summarize()  # the console line of the last phase
@@ -61,12 +59,48 @@ def run_protocol(grid: Grid, cfg: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+class RunFailedError(RuntimeError):
+    """What a deployed ServerApp raises when its run failed: the message is the results'
+    ``error`` (the lost node first, with its reason), which Flower shows as the run's
+    ``status-details`` (``flwr ls``); the original exception is its ``__cause__``."""
+
+
+def failed_record(cfg: Mapping[str, Any], exc: BaseException, messenger: Messenger,
+                  seconds: float) -> dict[str, Any]:
+    """The results record of a failed run: the error, what the strategy had so far
+    (``partial_record()``: metrics and history up to the failure), the communication and
+    privacy accounting.
+
+    ``error`` begins with every node that dropped out during the run and why (the SuperLink
+    reported it unavailable, or it was silent past the timeout), before the exception that
+    ended the run: a dropout a sum cannot go on without is what such a run failed of, even
+    when the step that raised was a later one."""
+    error = f"{type(exc).__name__}: {exc}"
+    lost = messenger.lost_nodes()
+    if lost:
+        error = f"lost {lost}. {error}"
+    partial = dict(getattr(exc, "fedrec_partial", None) or {})
+    return {"config": dict(cfg), "status": "failed", "error": error,
+            "metrics": partial.pop("metrics", {}), "history": partial.pop("history", []),
+            **partial, "seconds": seconds, "communication": messenger.ledger.to_dict(),
+            "privacy": {"aggregator": cfg["aggregator"], **messenger.privacy_report()}}
+
+
 def _run_strategy(fast_grid: AccountedGrid, messenger: Messenger, cfg: Mapping[str, Any]) -> Any:
-    """The protocol's own phases, or a stock Flower strategy driving the protocol's nodes."""
+    """The protocol's own phases, or a stock Flower strategy driving the protocol's nodes.
+
+    If the protocol fails, its record so far (``partial_record()``, strategies/base.py) goes
+    with the exception as ``fedrec_partial`` for the failed run's results."""
     protocol_cls = load_strategy_class(str(cfg["protocol"]))
     if not cfg.get("strategy"):  # a protocol with its own phases
         strategy = protocol_cls.from_run_config(cfg)
-        return strategy.run(fast_grid, messenger, cfg)
+        try:
+            return strategy.run(fast_grid, messenger, cfg)
+        except Exception as exc:
+            partial_record = getattr(strategy, "partial_record", None)
+            if partial_record is not None:
+                exc.fedrec_partial = partial_record()  # type: ignore[attr-defined]
+            raise
     else:  # a plain Flower Strategy driving the clients of `protocol`
         drive = getattr(protocol_cls, "drive_stock_strategy", None)
         if drive is None:
@@ -114,7 +148,7 @@ def make_server_app(overrides: Mapping[str, Any] | None = None,
                 "config": cfg, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
             path = write_run(partial, run_name(cfg))
             log.error("run failed: %s; partial results written to %s", partial["error"], path)
-            raise
+            raise RunFailedError(partial["error"]) from exc
         path = write_run(record, run_name(cfg))
         record["results_path"] = str(path)
         if not quiet:

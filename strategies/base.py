@@ -259,6 +259,29 @@ class ProtocolStrategy(Strategy):
     def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
         raise NotImplementedError(f"{type(self).__name__} must implement run()")
 
+    # -- the record so far (a failed run's results) ------------------------------------
+    def new_history(self) -> list[dict[str, Any]]:
+        """The run's per-round history list: the strategy appends its rows to it, and
+        :meth:`partial_record` reports them if the run fails before returning."""
+        self._history: list[dict[str, Any]] = []
+        return self._history
+
+    def partial_record(self) -> dict[str, Any]:
+        """What the run had when it failed: ``history`` (the rows of :meth:`new_history`,
+        else a ``history`` list attribute of the strategy) and ``metrics``, the last
+        history row's numbers (the latest measured; round, epoch and step counters left
+        out). The ServerApp puts them in a failed run's results (``fl_app/server_app.py``)."""
+        history = getattr(self, "_history", None)
+        if history is None:
+            history = getattr(self, "history", None)
+        history = [dict(row) for row in history] if isinstance(history, list) else []
+        counters = {"round", "epoch", "step", "t", "sync", "rounds", "users"}
+        last = history[-1] if history else {}
+        metrics = {k: float(v) for k, v in last.items()
+                   if k not in counters and isinstance(v, (int, float))
+                   and not isinstance(v, bool)}
+        return {"metrics": metrics, "history": history}
+
     def federate(self, messenger: Messenger, cfg: Mapping[str, Any],
                  config_name: str = "protocol") -> Federation:
         """Handshake (checked against :attr:`federation`) and the run's aggregator, set up."""

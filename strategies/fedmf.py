@@ -157,7 +157,7 @@ class FedMF(ProtocolStrategy):
         V = init_item_factors(fed.n_items, self.dim, self.seed)
         server_opt = Adam(self.server_lr)
         max_abs = self.max_abs(fed)
-        history: list[dict[str, Any]] = []
+        history = self.new_history()
         progress = _RoundLines("fedmf: train round")
         for r in range(1, self.rounds + 1):
             total = fed.sum("fedmf_train", {"V": V}, self.node_config(r), max_abs=max_abs,

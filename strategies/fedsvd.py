@@ -156,7 +156,7 @@ class FedSvd(ProtocolStrategy):
         common = svd.initial_basis(fed.n_items, p.r, p.seed)
         max_abs = self.max_abs(fed)
         he = _ServerHe() if self.scheme == "fedsvd-utility" else None
-        history: list[dict[str, Any]] = []
+        history = self.new_history()
         Z_bar = common
         last_Y: np.ndarray | None = None
         for t_from, t_to in svd.block_ends(p):

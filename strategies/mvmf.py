@@ -178,7 +178,7 @@ class FedMVMF(ProtocolStrategy):
         n_attrs = attribute_dim(str(cfg["dataset"]), int(cfg["synthetic-clusters"]))
         Q, U = init_server_factors(fed.n_items, n_attrs, model.dim, model.seed)
         optQ, optU = model.adam(), model.adam()
-        history: list[dict[str, Any]] = []
+        history = self.new_history()
         seconds: dict[str, float] = {"item-server": 0.0, "aggregation": 0.0,
                                      "server-update": 0.0}
         t_start, last_line = time.perf_counter(), float("-inf")
