@@ -7,10 +7,12 @@ per user); otherwise ``num_nodes`` is taken as given.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from clients.policy import NodePolicy
@@ -197,8 +199,41 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
         write_run(box, run_name(cfg))
         if not quiet:
             print_run_table(box)
-            logging.getLogger("fedrec").info("results written to %s", box["results_path"])
+            print_wall_times(box)
+    if not quiet:  # after the table (the ServerApp prints it when there is no comparison)
+        why = unseeded_randomness(cfg, protocol_cls)
+        if why:
+            print(f"note: not reproducible by seed: {why}", flush=True)
+    if compare and not quiet:
+        logging.getLogger("fedrec").info("results written to %s", box["results_path"])
     return box
+
+
+def unseeded_randomness(cfg: Mapping[str, Any], protocol_cls: type) -> str:
+    """Why this run's numbers change when the same command is run again with the same seed,
+    as the protocol's strategy declares it (``unseeded_randomness``: a reason, "" when the
+    seed fixes every draw); "" for a strategy that declares nothing."""
+    if cfg.get("strategy") or not hasattr(protocol_cls, "from_run_config"):
+        return ""
+    return str(getattr(protocol_cls.from_run_config(cfg), "unseeded_randomness", "") or "")
+
+
+def print_wall_times(record: Mapping[str, Any]) -> None:
+    """Wall time of the federated run beside the centralized reference's, so neither is
+    mistaken for the other (the run table's wall time is the federated run's)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    comparison = record.get("comparison", {})
+    table = Table(title="wall time")
+    table.add_column("what")
+    table.add_column("seconds", justify="right")
+    table.add_row("federated run (all phases, all nodes)",
+                  f"{float(record.get('seconds', 0.0)):.3g}")
+    if "centralized_seconds" in comparison:
+        table.add_row("centralized reference (one process)",
+                      f"{comparison['centralized_seconds']:.3g}")
+    Console().print(table)
 
 
 def compare_with_references(cfg: Mapping[str, Any], protocol_cls: type,
@@ -206,8 +241,6 @@ def compare_with_references(cfg: Mapping[str, Any], protocol_cls: type,
     """The federated metrics beside the protocol's centralized reference (``reference(data)``
     on its strategy, if it has one) and item popularity, each on the same split, with the
     reference's wall time for the federated/centralized ratio."""
-    import time
-
     from fl_app.recsys.metrics import popularity_sums
 
     log = logging.getLogger("fedrec")
@@ -215,9 +248,42 @@ def compare_with_references(cfg: Mapping[str, Any], protocol_cls: type,
     out: dict[str, Any] = {"federated": dict(record["metrics"])}
     strategy = protocol_cls.from_run_config(cfg)
     if hasattr(strategy, "reference"):
-        log.info("centralized reference (same math, all data in one process)")
+        log.info("centralized reference: %s.reference on all %d users x %d items in one "
+                 "process (same math as the federated run, no federation)",
+                 type(strategy).__name__, data.n_users, data.n_items)
         t0 = time.perf_counter()
-        out["centralized"] = strategy.reference(data)
+        with still_running("centralized reference"):
+            out["centralized"] = strategy.reference(data)
         out["centralized_seconds"] = time.perf_counter() - t0
+        log.info("centralized reference done in %.1f s", out["centralized_seconds"])
     out["popularity"] = popularity_sums(data.train, data.test).means()
     return out
+
+
+#: Seconds between "still running" lines of a long step that prints nothing of its own.
+STILL_RUNNING_SECONDS = 30.0
+
+
+@contextlib.contextmanager
+def still_running(what: str, every: float | None = None) -> Iterator[None]:
+    """Log ``<what> still running, <t> s`` every ``every`` seconds (default
+    :data:`STILL_RUNNING_SECONDS`) until the block ends, from a daemon thread: a step without
+    progress lines of its own (e.g. an exact SVD) then does not look hung."""
+    import threading
+
+    every = STILL_RUNNING_SECONDS if every is None else every
+    done = threading.Event()
+    t0 = time.perf_counter()
+
+    def beat() -> None:
+        while not done.wait(every):
+            logging.getLogger("fedrec").info("%s still running, %.0f s", what,
+                                             time.perf_counter() - t0)
+
+    thread = threading.Thread(target=beat, name=f"still-running: {what}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()

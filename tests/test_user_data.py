@@ -95,3 +95,116 @@ def test_bad_npz_names_the_file(tmp_path: Path) -> None:
     (folder / "test.npz").write_bytes(b"not a zip")
     with pytest.raises(DataError, match=r"test\.npz: not a scipy sparse \.npz"):
         load_dataset(DatasetSpec(name="my-data", data_dir=str(tmp_path)))
+
+
+# --- console lines -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fedrec_lines() -> list[str]:
+    """The messages the 'fedrec' logger emits at INFO during the test."""
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger("fedrec")
+    handler, level = Keep(level=logging.INFO), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield lines
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+def test_preset_line_names_applied_keys_and_overrides() -> None:
+    from strategies.privirec import DEFAULT_FILTERS, preset_line
+
+    line = preset_line(DEFAULT_FILTERS, "gowalla")
+    assert "dataset 'gowalla' selects published filter presets" in line
+    assert "bspm-lm rank=448" in line and "turbo-cf alpha=0.6 power=0.7" in line
+    assert "--set privirec-filter-rank=N" in line and "another dataset name" in line
+    assert "gf-cf" not in line  # gowalla's GF-CF settings are the generic ones
+    # an explicit filter rank wins over the preset: the line no longer claims it
+    assert "rank=448" not in preset_line(DEFAULT_FILTERS, "gowalla", filter_rank=32)
+    for neutral in ("my-data", "synthetic", "lightgcn"):
+        assert preset_line(DEFAULT_FILTERS, neutral) == ""
+
+
+def _fake_simulate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_in_simulation's own code, with the ServerApp on the in-process LocalGrid
+    instead of Ray (seconds faster, same ServerApp and ClientApp)."""
+    from flwr.app import Context, RecordDict
+
+    import fl_app.simulation as simulation
+    from tests.localgrid import LocalGrid
+
+    def simulate(server_app, client_app, num_nodes, backend_config=None, verbose_flower=False):
+        with LocalGrid(client_app, num_nodes) as grid:
+            server_app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                                     run_config={}))
+
+    monkeypatch.setattr(simulation, "simulate", simulate)
+
+
+TINY = {"synthetic-users": 40, "synthetic-items": 30, "synthetic-density": 0.2,
+        "aggregator": "plain"}
+
+
+def test_fedmf_rounds_say_k_of_n_and_reference_progress(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+        fedrec_lines: list[str]) -> None:
+    """FedMF's rounds and its centralized reference's rounds print 'k of N'; the wall-time
+    table shows both; a fully seeded protocol prints no reproducibility note."""
+    from fl_app.simulation import run_in_simulation
+
+    monkeypatch.setenv("FEDREC_RESULTS", str(tmp_path / "results"))
+    _fake_simulate(monkeypatch)
+    run_in_simulation({"protocol": "fedmf", "rounds": 3, "mf-dim": 4, **TINY}, 2,
+                      compare=True, node_policy={"allow-plain": True})
+    assert any(line.startswith("fedmf: train round 3 of 3 done, loss") for line in fedrec_lines)
+    assert "fedmf: train round 1 of 3 done" in " ".join(fedrec_lines)
+    assert any("fedmf reference: centralized BPR-MF, 3 round(s) x 3 epoch(s)" in line
+               for line in fedrec_lines)
+    assert any(line.startswith("fedmf reference: round 3 of 3 done") for line in fedrec_lines)
+    assert any(line.startswith("centralized reference done in") for line in fedrec_lines)
+    out = capsys.readouterr().out
+    assert "federated run" in out and "centralized reference" in out  # wall-time table
+    assert "not reproducible" not in out
+
+
+def test_privirec_run_says_it_is_not_reproducible_by_seed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+        fedrec_lines: list[str]) -> None:
+    """One line after the results table, from the strategy's own declaration."""
+    from fl_app.simulation import run_in_simulation
+
+    monkeypatch.setenv("FEDREC_RESULTS", str(tmp_path / "results"))
+    _fake_simulate(monkeypatch)
+    cfg = {"protocol": "privirec", "privirec-filters": "gf-cf", "privirec-filter-rank": 4,
+           **TINY}
+    policy = {"allow-plain": True, "allow-sparse-transport": True}
+    run_in_simulation(cfg, 2, node_policy=policy)
+    out = capsys.readouterr().out
+    table_end = out.rindex("wall time")
+    note = [line for line in out.splitlines() if line.startswith("note: not reproducible")]
+    assert len(note) == 1 and out.index(note[0]) > table_end
+    assert "OS CSPRNG" in note[0] and "privirec-omega=seeded" in note[0]
+    assert any(line.startswith("privirec: power round 3 of 3") for line in fedrec_lines)
+    assert any(line.startswith("privirec: evaluation done in") for line in fedrec_lines)
+    run_in_simulation({**cfg, "privirec-omega": "seeded"}, 2,
+                      node_policy={**policy, "allow-seeded-omega": True})
+    assert "not reproducible" not in capsys.readouterr().out
+
+
+def test_dp_noise_protocols_declare_unseeded_randomness() -> None:
+    from fl_app.registry import load_strategy_class, resolve_config
+    from fl_app.simulation import unseeded_randomness
+
+    for protocol, needle in (("dp-prototypes", "OpenDP"), ("fedpower", "OpenDP"),
+                             ("privmvmf", "CKKS"), ("privirec", "Omega")):
+        cfg = resolve_config({"protocol": protocol, "implicit": protocol != "privmvmf"})
+        assert needle in unseeded_randomness(cfg, load_strategy_class(protocol)), protocol
+    cfg = resolve_config({"protocol": "fedmf"})
+    assert unseeded_randomness(cfg, load_strategy_class("fedmf")) == ""
