@@ -208,3 +208,16 @@ def test_dp_noise_protocols_declare_unseeded_randomness() -> None:
         assert needle in unseeded_randomness(cfg, load_strategy_class(protocol)), protocol
     cfg = resolve_config({"protocol": "fedmf"})
     assert unseeded_randomness(cfg, load_strategy_class("fedmf")) == ""
+
+
+def test_still_running_lines_until_the_block_ends(fedrec_lines: list[str]) -> None:
+    import time
+
+    from fl_app.simulation import still_running
+
+    with still_running("slow step", every=0.05):
+        time.sleep(0.18)
+    n = len(fedrec_lines)
+    time.sleep(0.12)
+    assert n >= 2 and len(fedrec_lines) == n  # beats while running, none after
+    assert all(line.startswith("slow step still running,") for line in fedrec_lines)
