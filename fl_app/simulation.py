@@ -111,8 +111,11 @@ def check_partitions(cfg: Mapping[str, Any], num_nodes: int) -> None:
     """Partition the data as the user nodes will (DataError naming an empty partition or a
     scheme that does not fit), before Flower starts instead of on every node."""
     users = num_nodes - int(cfg["item-servers"])
-    partition_users(load_dataset(DatasetSpec.from_config(cfg)),
-                    PartitionSpec.from_config(cfg, users))
+    try:
+        spec = DatasetSpec.from_config(cfg)
+    except ValueError as exc:  # e.g. a dataset name that is no plain folder name
+        raise ConfigError(f"run config: {exc}") from None
+    partition_users(load_dataset(spec), PartitionSpec.from_config(cfg, users))
 
 
 def _ship_by_value(modules: list[str]) -> None:
