@@ -30,6 +30,14 @@ def test_main_job_shows_federated_centralized_and_popularity(tmp_path: Path) -> 
     # a comparison row has federated, centralized, their ratio and popularity
     assert any(len(n) >= 4 for n in numbers), rows
     assert "secagg+ (masked)" in out  # the default run is private
+    # both wall times, and after the tables why the same command gives other numbers
+    assert re.search(r"federated run .*│\s*[\d.]+", out)
+    assert re.search(r"centralized reference \(one process\)\s*│\s*[\d.]+", out)
+    assert re.search(r"\nnote: not reproducible by seed: .*OS CSPRNG", out), out[-1500:]
+    # progress a person can follow: the reference's start and end, PriviRec's phases
+    for line in ("centralized reference: PriviRec.reference on all", "centralized reference "
+                 "done in", "privirec: power round 1 of", "privirec: evaluation done in"):
+        assert line in err, line
     for noise in ("deprecated", "DEPRECATED", "FutureWarning", "Manually terminating"):
         assert noise not in err and noise not in out, noise
     assert list((tmp_path / "results" / "runs").glob("*.json"))
