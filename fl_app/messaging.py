@@ -50,12 +50,13 @@ class NodeTimeoutError(TimeoutError):
     """Some nodes did not answer a request; the message names each with the reason (the
     SuperLink reported it unavailable, or it was silent past the timeout)."""
 
-    def __init__(self, action: str, missing: list[str], total: int, timeout: float):
+    def __init__(self, action: str, missing: list[str], total: int, timeout: float,
+                 details: list[str] | None = None):
         self.action = action
         self.missing = missing
         super().__init__(
             f"{len(missing)} of {total} node(s) did not answer '{action}' within "
-            f"{timeout:g} s: {', '.join(missing)}"
+            f"{timeout:g} s: {', '.join(details or missing)}"
         )
 
 
@@ -458,9 +459,15 @@ class Messenger:
             self.ledger.record_round(phase, time.perf_counter() - t0, down, up)
 
     def missing_labels(self) -> list[str]:
+        """Labels of :attr:`last_missing`, saying which ones the SuperLink reported gone."""
+        return [self.label(n) + (f" ({UNAVAILABLE_REASON})" if n in self.last_unavailable
+                                 else "") for n in self.last_missing]
+
+    def missing_details(self) -> list[str]:
         """Each node of :attr:`last_missing` with why it gave no reply, e.g.
-        ``node 7 (partition 2) (the SuperLink reports it unavailable)``: its error reply
-        (``NODE_UNAVAILABLE``, ...) came before the deadline."""
+        ``node 7 (partition 2) (the SuperLink reports it unavailable)`` (its error reply,
+        ``NODE_UNAVAILABLE``, came before the deadline) or ``node 7 (partition 2) (no reply
+        within 45 s (silent past the timeout))``."""
         return [f"{self.label(n)} ({self.missing_reason(n)})" for n in self.last_missing]
 
     def iter_replies(
@@ -507,7 +514,8 @@ class Messenger:
         if self.last_missing and allow_missing:
             self.record_dropout(phase, action, self.last_missing)
         if self.last_missing and not allow_missing:
-            raise NodeTimeoutError(action, self.missing_labels(), len(contents), timeout)
+            raise NodeTimeoutError(action, self.missing_labels(), len(contents), timeout,
+                                   self.missing_details())
 
     def send(
         self,
@@ -592,7 +600,7 @@ class AccountedGrid(Grid):
             if silent:
                 raise NodeTimeoutError(phase, self._messenger.missing_labels(), len(messages),
                                        self._messenger.timeout if timeout is None
-                                       else float(timeout))
+                                       else float(timeout), self._messenger.missing_details())
             for node, reply in arrived:
                 if reply.has_error():
                     raise NodeError(phase, label(node), reply.error.reason)
