@@ -3,14 +3,19 @@
 What a deployment does, as separate processes (each in its own process group):
 
 * ``flower-superlink`` serving its Fleet, Control and Runtime APIs on one HTTP(S) port
-  (Flower 1.41 moved all three onto ``--host/--port``), TLS on by default with a CA made by
-  ``deploy/make_certs.sh``. Its auto-started SuperExec runs the ServerApp in a
+  (``--host/--port``; the per-API address flags are deprecated in flwr 1.42.0), TLS on by
+  default with a CA made by ``deploy/make_certs.sh``, and Flower's own SuperNode
+  authentication on (``--enable-supernode-auth``): each SuperNode's EC public key is
+  registered with ``flwr supernode register`` before the node starts with its private key. Its auto-started SuperExec runs the ServerApp in a
   ``flwr-serverapp`` subprocess whose working directory is the SuperLink's and whose
   environment is the SuperLink's: ``FEDREC_RESULTS`` is set there, so the ServerApp writes
   ``<workdir>/results/runs/<run-name>.json``.
 * one ``flower-supernode`` per data holder with ``--node-config "partition-id=i
-  num-partitions=n [data-dir=...]"``, its own Runtime API port, its own ``FLWR_HOME`` and
-  its own ``FEDREC_CACHE`` (as if each were a different machine).
+  num-partitions=n identity-key=... roster=... allow-simulated-identity=false
+  [data-dir=...]"`` and one per item server (``role="item-server"``, partition -k), its own
+  Runtime API port, its own ``FLWR_HOME`` and its own ``FEDREC_CACHE`` (as if each were a
+  different machine). Identities (``fl_app/secure/identity.py`` keygen) are made for the
+  whole federation, item servers included, with each entry's role in ``roster.json``.
 * ``flwr run <app> <connection> --run-config ...`` against a named SuperLink connection
   written to ``<workdir>/flwr-home/config.toml`` (``FLWR_HOME``), then ``flwr ls`` until the
   run is finished.
@@ -208,7 +213,10 @@ class LocalDeployment:
 
     Parameters
     ----------
-    num_nodes : number of SuperNodes (data holders); node ``i`` gets ``partition-id=i``.
+    num_nodes : number of data holders; SuperNode ``i`` gets ``partition-id=i``.
+    item_servers : SuperNodes with node config ``role="item-server"`` after the data
+        holders: SuperNode ``num_nodes + k`` gets partition ``-(k+1)`` and the key
+        ``item-server-<k+1>.key`` (FedMVMF/PrivMVMF's item server).
     workdir : folder for certificates, Flower homes, caches, results and logs
         (default: a new temp folder, kept afterwards so logs can be read).
     insecure : no TLS (``--insecure`` everywhere) -- local trials only.
@@ -223,6 +231,12 @@ class LocalDeployment:
     node_config : extra node config for every SuperNode, e.g. its privacy policy
         (``{"allow-plain": True}``; ``clients/policy.py``): the operator's choice, not the
         server's.
+    node_configs : node config per SuperNode index (wins over ``node_config`` and the
+        defaults), e.g. ``{2: {"allow-dropouts": True}}``; a ``partition-id`` or ``role``
+        given here also picks that identity's key file.
+    supernode_auth : Flower's SuperNode authentication (``--enable-supernode-auth``, keys
+        registered with ``flwr supernode register``). Default: on with TLS; Flower refuses
+        it without TLS.
     log_dir : where ``superlink.log``, ``supernode-<i>.log`` and ``flwr-*.log`` go
         (default ``<workdir>/logs``).
     app_dir : the Flower app (default: this repository).
@@ -231,7 +245,7 @@ class LocalDeployment:
     flower_defaults : leave out :data:`NODE_FAST_ENV` / :data:`LINK_FAST_ENV` (Flower's own
         poll interval and telemetry), to measure what those settings change.
     install_dependencies : let the SuperLink ``uv sync`` the app's dependencies into a fresh
-        env per run (Flower 1.41's default). Off here: the app and its dependencies are
+        env per run (flwr 1.42.0's default). Off here: the app and its dependencies are
         already installed in this interpreter's environment, and a sync would fetch torch.
     """
 
@@ -239,6 +253,9 @@ class LocalDeployment:
         self,
         num_nodes: int = 3,
         *,
+        item_servers: int = 0,
+        node_configs: Mapping[int, Mapping[str, Any]] | None = None,
+        supernode_auth: bool | None = None,
         workdir: str | Path | None = None,
         insecure: bool = False,
         certs_dir: str | Path | None = None,
@@ -256,8 +273,20 @@ class LocalDeployment:
             raise ValueError("num_nodes must be >= 1")
         if data_dirs is not None and len(data_dirs) != num_nodes:
             raise ValueError(f"data_dirs has {len(data_dirs)} entries for {num_nodes} nodes")
+        if item_servers < 0:
+            raise ValueError("item_servers must be >= 0")
         self.num_nodes = num_nodes
+        self.item_servers = item_servers
         self.node_config = dict(node_config or {})
+        self.node_configs = {int(i): dict(c) for i, c in (node_configs or {}).items()}
+        bad = sorted(i for i in self.node_configs if not 0 <= i < num_nodes + item_servers)
+        if bad:
+            raise ValueError(f"node_configs names SuperNode(s) {bad}; there are "
+                             f"{num_nodes + item_servers} (0..{num_nodes + item_servers - 1})")
+        if supernode_auth and insecure:
+            raise ValueError("supernode_auth needs TLS: flower-superlink refuses "
+                             "--enable-supernode-auth with --insecure")
+        self.supernode_auth = (not insecure) if supernode_auth is None else supernode_auth
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="fedrec-deploy-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.insecure = insecure
@@ -335,7 +364,8 @@ class LocalDeployment:
         self.superlink = self._spawn(
             "superlink",
             [str(BIN / "flower-superlink"), *tls, "--host", "127.0.0.1",
-             "--port", str(self.superlink_port), *deps],
+             "--port", str(self.superlink_port), *deps,
+             *(["--enable-supernode-auth"] if self.supernode_auth else [])],
             self._env(self.link_env, FLWR_HOME=str(link_dir / "flwr-home"),
                       FEDREC_RESULTS=str(self.results_dir)),
             link_dir,
@@ -344,19 +374,17 @@ class LocalDeployment:
         self._write_cli_config()
 
         ids = self._identities()
-        for i in range(self.num_nodes):
+        auth_keys = self._register_supernodes() if self.supernode_auth else {}
+        for i in range(self.num_nodes + self.item_servers):
             node_dir = self.workdir / f"supernode-{i}"
-            node_config: dict[str, Any] = {
-                "allow-simulated-identity": False, **self.node_config, "partition-id": i,
-                "num-partitions": self.num_nodes, "identity-key": str(ids / f"node-{i}.key"),
-                "roster": str(ids / "roster.json")}
-            if self.data_dirs[i]:
-                node_config["data-dir"] = str(self.data_dirs[i])
+            node_config = self.node_config_of(i)
             tls_node = (["--insecure"] if self.insecure
                         else ["--root-certificates", str(self.certs_dir / "ca.crt")])
+            auth = (["--auth-supernode-private-key", str(auth_keys[i])] if i in auth_keys
+                    else [])
             self.nodes.append(self._spawn(
                 f"supernode-{i}",
-                [str(BIN / "flower-supernode"), *tls_node,
+                [str(BIN / "flower-supernode"), *tls_node, *auth,
                  "--superlink", f"127.0.0.1:{self.superlink_port}",
                  "--node-config", config_arg(node_config),
                  "--host", "127.0.0.1", "--port", str(free_port())],
@@ -367,19 +395,77 @@ class LocalDeployment:
         for node in self.nodes:
             self._wait_for_log(node, "SuperNode ID:")
 
+    def node_config_of(self, index: int) -> dict[str, Any]:
+        """SuperNode ``index``'s node config: partition, role, identity key and roster, no
+        simulated identity, ``node_config`` and then ``node_configs[index]`` over them."""
+        from fl_app.secure.identity import key_file_name
+
+        ids = self.identities_dir or self.workdir / "identities"
+        is_item_server = index >= self.num_nodes
+        config: dict[str, Any] = {
+            "allow-simulated-identity": False, **self.node_config,
+            "partition-id": -(index - self.num_nodes + 1) if is_item_server else index,
+            "num-partitions": self.num_nodes}
+        if is_item_server:
+            config["role"] = "item-server"
+        if not is_item_server and self.data_dirs[index]:
+            config["data-dir"] = str(self.data_dirs[index])
+        config.update(self.node_configs.get(index, {}))
+        key = key_file_name(int(config["partition-id"]), str(config.get("role", "user")))
+        config.setdefault("identity-key", str(ids / key))
+        config.setdefault("roster", str(ids / "roster.json"))
+        return config
+
     def _identities(self) -> Path:
-        """The folder with every node's identity key and the roster (made if not given)."""
+        """The folder with every node's identity key and the roster (made if not given):
+        keygen for the whole federation, item servers included, roles in the roster."""
         from fl_app.secure.identity import keygen
 
         if self.identities_dir is None:
             self.identities_dir = self.workdir / "identities"
-            keygen(self.num_nodes, self.identities_dir)
-        missing = [f"node-{i}.key" for i in range(self.num_nodes)
-                   if not (self.identities_dir / f"node-{i}.key").is_file()]
+            keygen(self.num_nodes, self.identities_dir, item_servers=self.item_servers)
+        needed = [Path(self.node_config_of(i)["identity-key"]) for i in
+                  range(self.num_nodes + self.item_servers)]
+        missing = [p.name for p in needed if not p.is_file()]
         if missing or not (self.identities_dir / "roster.json").is_file():
             raise DeploymentError(f"identities_dir {self.identities_dir} lacks "
                                   f"{', '.join(missing) or 'roster.json'}")
         return self.identities_dir
+
+    def _register_supernodes(self) -> dict[int, Path]:
+        """Flower's SuperNode authentication: an EC (P-384) key pair per SuperNode in
+        ``<workdir>/supernode-auth``, each public key registered with ``flwr supernode
+        register`` (the registrations run side by side: each is a new process importing
+        Flower). Returns each SuperNode's private key file."""
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        folder = self.workdir / "supernode-auth"
+        folder.mkdir(parents=True, exist_ok=True)
+        keys, calls = {}, {}
+        for i in range(self.num_nodes + self.item_servers):
+            private = ec.generate_private_key(ec.SECP384R1())
+            keys[i] = folder / f"supernode-{i}"
+            keys[i].write_bytes(private.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                serialization.NoEncryption()))
+            keys[i].chmod(0o600)
+            public = keys[i].with_suffix(".pub")
+            public.write_bytes(private.public_key().public_bytes(
+                serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH))
+            calls[i] = subprocess.Popen(
+                [str(BIN / "flwr"), "supernode", "register", str(public), CONNECTION,
+                 "--name", f"supernode-{i}"],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                cwd=str(self.app_dir), env=self._env(FLWR_HOME=str(self.cli_home)))
+        for i, call in calls.items():
+            out, _ = call.communicate(timeout=120)
+            with open(self.log_dir / "flwr-cli.log", "a", encoding="utf-8") as fh:
+                fh.write(f"$ flwr supernode register {keys[i]}.pub {CONNECTION}\n{out}\n")
+            if call.returncode != 0:
+                raise DeploymentError(f"`flwr supernode register` of supernode-{i} failed "
+                                      f"({call.returncode}):\n{_ANSI.sub('', out)[-2000:]}")
+        return keys
 
     def _wait_for_log(self, proc: Proc, needle: str) -> None:
         deadline = time.monotonic() + self.startup_timeout
@@ -590,13 +676,13 @@ class LocalDeployment:
         key) or the :class:`DeploymentError` it ended with, so one failed run does not hide
         the others. Runs go side by side: the SuperLink starts a ServerApp process per run,
         and a SuperNode pulls the pending messages of all runs one at a time, oldest first
-        (flwr 1.41 ``start_client_internal``: pull one message, wait for its ClientApp's
+        (flwr 1.42.0 ``start_client_internal``: pull one message, wait for its ClientApp's
         reply, push it, pull again; it sleeps 3 s only after an empty pull), so a node
         serves one run's message while another run's server computes. Each run needs its
         own ``run-name`` (its results file).
 
         Why a limit: a ServerApp process must report to the SuperLink within 30 s of its
-        launch (flwr 1.41 ``claim_task``: ``HEARTBEAT_DEFAULT_INTERVAL``), else the SuperLink
+        launch (flwr 1.42.0 ``claim_task``: ``HEARTBEAT_DEFAULT_INTERVAL``), else the SuperLink
         hands its task out again; ten ServerApps importing Flower at once on a loaded 2-core
         machine missed that, again and again, and no run started. A node also answers one
         message at a time, so each run waits behind the others' messages (mind the run
@@ -645,7 +731,8 @@ class LocalDeployment:
         record = json.loads(path.read_text(encoding="utf-8"))
         record["deployment"] = {
             "run_id": run_id, "status": row["status"], "wall_seconds": wall,
-            "tls": not self.insecure, "num_supernodes": self.num_nodes,
+            "tls": not self.insecure, "num_supernodes": self.num_nodes + self.item_servers,
+            "item_servers": self.item_servers, "supernode_auth": self.supernode_auth,
             "results_path": str(path), "log_dir": str(self.log_dir),
             "flower": {k: row.get(k) for k in ("elapsed", "network-traffic", "compute-time")},
         }
