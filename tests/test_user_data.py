@@ -221,3 +221,21 @@ def test_still_running_lines_until_the_block_ends(fedrec_lines: list[str]) -> No
     time.sleep(0.12)
     assert n >= 2 and len(fedrec_lines) == n  # beats while running, none after
     assert all(line.startswith("slow step still running,") for line in fedrec_lines)
+
+
+def test_nodes_train_on_own_data_under_a_neutral_name(tmp_path: Path) -> None:
+    """A FedMF run whose nodes read <data-dir>/my-data/ (the run config's dataset key itself
+    is checked by fl_app/config.py; the nodes and the loader take any plain folder name)."""
+    from fl_app.client_app import build_client_app
+    from fl_app.registry import resolve_config
+    from fl_app.server_app import run_protocol
+    from tests.localgrid import LocalGrid
+
+    write_npz(tmp_path / "data" / "my-data")
+    cfg = dict(resolve_config({"protocol": "fedmf", "rounds": 1, "mf-dim": 2,
+                               "aggregator": "plain"}))
+    cfg.update({"dataset": "my-data", "data-dir": str(tmp_path / "data")})
+    with LocalGrid(build_client_app(["clients.fedmf"], policy={"allow-plain": True}), 2) as grid:
+        record = run_protocol(grid, cfg)
+    assert record["config"]["dataset"] == "my-data"
+    assert 0.0 <= record["metrics"]["recall@20"] <= 1.0
