@@ -49,11 +49,11 @@ from fl_app.simulation import simulate  # noqa: E402
 ACTION = "bench_echo"
 TARGETS_MS = {10: 120.0, 100: 400.0}
 DEPLOYED_TARGET_S = 5.0
-#: Hard-coded in flwr 1.41 ``supernode/start_client_internal.py`` (no flag): an idle SuperNode
+#: Hard-coded in flwr 1.42.0 ``supernode/start_client_internal.py`` (no flag): an idle SuperNode
 #: sleeps this long after an empty pull, and checks for its ClientApp's reply in these steps.
 SUPERNODE_IDLE_SLEEP_S = 3.0
 SUPERNODE_REPLY_CHECK_S = 0.5
-#: Flower 1.41's default ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``.
+#: flwr 1.42.0's default ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``.
 SUPEREXEC_DEFAULT_POLL_S = 1.0
 PROCESS_KINDS = ("flwr-clientapp", "flwr-serverapp", "flower-superexec", "flower-supernode",
                  "flower-superlink")

@@ -6,9 +6,10 @@ What a deployment does, as separate processes (each in its own process group):
   (``--host/--port``; the per-API address flags are deprecated in flwr 1.42.0), TLS on by
   default with a CA made by ``deploy/make_certs.sh``, and Flower's own SuperNode
   authentication on (``--enable-supernode-auth``): each SuperNode's EC public key is
-  registered with ``flwr supernode register`` before the node starts with its private key. Its auto-started SuperExec runs the ServerApp in a
-  ``flwr-serverapp`` subprocess whose working directory is the SuperLink's and whose
-  environment is the SuperLink's: ``FEDREC_RESULTS`` is set there, so the ServerApp writes
+  registered with ``flwr supernode register`` before the node starts with its private key.
+  Its auto-started SuperExec runs the ServerApp in a ``flwr-serverapp`` subprocess whose
+  working directory is the SuperLink's and whose environment is the SuperLink's:
+  ``FEDREC_RESULTS`` is set there, so the ServerApp writes
   ``<workdir>/results/runs/<run-name>.json``.
 * one ``flower-supernode`` per data holder with ``--node-config "partition-id=i
   num-partitions=n identity-key=... roster=... allow-simulated-identity=false
@@ -32,6 +33,8 @@ Python::
 Command line::
 
     python -m deploy.local_deployment --nodes 3 --set rounds=3 --set mf-dim=4 [--insecure]
+    python -m deploy.local_deployment --nodes 3 --item-servers 1 --set protocol=fedmvmf \
+        --set implicit=false --node-set 0:allow-plain=true
 """
 
 from __future__ import annotations
@@ -373,7 +376,7 @@ class LocalDeployment:
         self._wait_for_log(self.superlink, "Application startup complete")
         self._write_cli_config()
 
-        ids = self._identities()
+        self._identities()
         auth_keys = self._register_supernodes() if self.supernode_auth else {}
         for i in range(self.num_nodes + self.item_servers):
             node_dir = self.workdir / f"supernode-{i}"
@@ -743,8 +746,9 @@ def run_deployed(run_config: Mapping[str, Any] | None = None, num_nodes: int = 3
                  timeout: float = 600.0, **kwargs: Any) -> dict[str, Any]:
     """Start a deployment, run ``run_config`` on it, stop everything, return the record.
 
-    ``kwargs`` go to :class:`LocalDeployment` (``insecure``, ``workdir``, ``log_dir``,
-    ``data_dirs``, ``certs_dir``, ``env``, ``flower_defaults``).
+    ``kwargs`` go to :class:`LocalDeployment` (``item_servers``, ``node_configs``,
+    ``supernode_auth``, ``insecure``, ``workdir``, ``log_dir``, ``data_dirs``, ``certs_dir``,
+    ``env``, ``flower_defaults``).
     """
     with LocalDeployment(num_nodes, **kwargs) as dep:
         return dep.run(run_config, timeout=timeout)
@@ -755,7 +759,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Run the fedrec-privacy Flower app on a local SuperLink + SuperNodes "
                     "(real processes on 127.0.0.1) and print its results.")
-    parser.add_argument("--nodes", type=int, default=3, help="number of SuperNodes")
+    parser.add_argument("--nodes", type=int, default=3, help="number of data holders' SuperNodes")
+    parser.add_argument("--item-servers", type=int, default=0,
+                        help="SuperNodes with role item-server (partitions -1..-K), after "
+                             "the data holders")
+    parser.add_argument("--node-set", action="append", default=[], metavar="I:KEY=VALUE",
+                        help="node config of SuperNode I (TOML value), repeatable, e.g. "
+                             "2:allow-dropouts=true")
+    parser.add_argument("--no-supernode-auth", action="store_true",
+                        help="leave Flower's SuperNode authentication off (it is on with TLS)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="run-config override (TOML value), repeatable")
     parser.add_argument("--insecure", action="store_true", help="no TLS (local trial)")
@@ -767,15 +779,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for the run")
     parser.add_argument("--out", help="also write the results record here")
     parser.add_argument("--flower-defaults", action="store_true",
-                        help="do not apply NODE_FAST_ENV / LINK_FAST_ENV (Flower's default poll interval and "
-                             "telemetry), to compare round times")
+                        help="do not apply NODE_FAST_ENV / LINK_FAST_ENV (Flower's default "
+                             "poll interval and telemetry), to compare round times")
     args = parser.parse_args(argv)
 
     from fl_app.config import parse_assignments
 
     run_config = parse_assignments(args.set)
+    node_configs: dict[int, dict[str, Any]] = {}
+    for item in args.node_set:
+        index, sep, assignment = item.partition(":")
+        if not sep or not index.strip().isdigit():
+            parser.error(f"--node-set {item!r}: expected I:KEY=VALUE")
+        node_configs.setdefault(int(index), {}).update(parse_assignments([assignment]))
     try:
         record = run_deployed(run_config, args.nodes, timeout=args.timeout,
+                              item_servers=args.item_servers, node_configs=node_configs,
+                              supernode_auth=False if args.no_supernode_auth else None,
                               insecure=args.insecure, certs_dir=args.certs_dir,
                               data_dirs=args.data_dir, workdir=args.workdir,
                               log_dir=args.log_dir, flower_defaults=args.flower_defaults)

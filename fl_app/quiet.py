@@ -1,8 +1,8 @@
 """Keep two Flower log lines that say nothing about a run off the console.
 
 Both come on every in-process simulation: the notice that ``flwr.simulation.run_simulation`` is
-deprecated (it is Flower 1.41's only in-process simulation entry point, which the main job,
-tests and benchmarks need to get results back in process; ``flwr run`` is the CLI path and
+deprecated (in flwr 1.42.0 it is still the only in-process simulation entry point, which the
+main job, tests and benchmarks need to get results back in process; ``flwr run`` is the CLI path and
 works too, see README), and each Ray actor's "Manually terminating" at shutdown, logged in
 the worker process. The filter is installed in the driver (``fl_app.simulation``) and in every
 process that imports the ClientApp (``fl_app.client_app``).

@@ -10,7 +10,7 @@ Choices:
 - X25519 (``cryptography``) for key agreement: 32-byte public keys, constant time, no
   point validation pitfalls; the raw shared secret is never used directly but passed
   through HKDF-SHA256 with a caller-supplied ``context`` (run id, purpose) so that keys of
-  different runs and purposes are independent. Flower 1.41's SecAgg+ uses ECDH on P-384 via
+  different runs and purposes are independent. flwr 1.42.0's SecAgg+ uses ECDH on P-384 via
   ``flwr.supercore.primitives.asymmetric``; we use X25519 because the project needs only
   our own protocol to interoperate with itself.
 - AES-256-GCM for sealing (random 12-byte nonce prepended; 16-byte tag appended). Flower's
