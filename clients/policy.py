@@ -45,10 +45,12 @@ Keys (``docs/threat-model.md`` says what each weaker mode reveals):
 - ``dp-ledger``: path of the file where this node records its DP spending (keyed by its
   identity and its data), so a new run does not start at zero.
 - ``min-neighbours`` (default 2): the fewest SecAgg+ neighbours the node accepts.
-- ``lpgcn-min-alpha`` (default 0.5), ``lpgcn-min-mask-scale`` (default 1e-5): the smallest
+- ``lpgcn-min-alpha`` (default 0.5), ``lpgcn-min-mask-scale`` (default 0.1): the smallest
   LP-GCN virtual-item rate and cover scale the node accepts, on every LP-GCN request (both
-  hide which items it holds; near 0 the server sees the real holdings). alpha = 0 is the
-  plain mode: ``allow-plain``, or a minimum of 0.
+  hide which items it holds: near 0 the server sees the real holdings, and covers not far
+  above the item-gradient partials, ~1e-6 to 1e-3, let row magnitudes show them). alpha = 0
+  is the plain mode: ``allow-plain``, or a minimum of 0. A float32 run needs a lower
+  minimum (the cover costs ~6e-8 x scale of absolute precision there).
 - ``memory-budget-mb`` (default 4096): the most a server-chosen size (oversampling, batch,
   dimension) may make this node allocate for one request.
 - ``min-survivors`` (default 3): the fewest nodes, itself included, this node masks a secure
@@ -151,7 +153,7 @@ class NodePolicy:
     min_survivors: int = field(default=3, metadata={"min": 2})
     min_neighbours: int = field(default=2, metadata={"min": 1})
     lpgcn_min_alpha: float = field(default=0.5, metadata={"min": 0.0})
-    lpgcn_min_mask_scale: float = field(default=1e-5, metadata={"min": 0.0})
+    lpgcn_min_mask_scale: float = field(default=0.1, metadata={"min": 0.0})
     memory_budget_mb: float = field(default=4096.0, metadata={"min": 1.0})
     allow_simulated_identity: bool = True
 

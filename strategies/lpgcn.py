@@ -68,10 +68,11 @@ LPGCN_KEYS: tuple[Key, ...] = (
     Key("lpgcn-alpha", 1.0, "virtual items per user with items (mean; each node draws its "
         "count privately in [0, 2 alpha n]); 0 needs the nodes' allow-plain", min=0.0,
         used_by="lpgcn"),
-    Key("lpgcn-mask-scale", 1e-4, "std of the cover values every holder adds to its "
+    Key("lpgcn-mask-scale", 1.0, "std of the cover values every holder adds to its "
         "item-gradient partials of items another node convolves (cancelled by that node); "
-        "nodes refuse less than their lpgcn-min-mask-scale (default 1e-5)", min=0.0,
-        used_by="lpgcn"),
+        "far above the partials so real and virtual holdings look alike; nodes refuse less "
+        "than their lpgcn-min-mask-scale (default 0.1); float32 runs need a smaller one",
+        min=0.0, used_by="lpgcn"),
     Key("lpgcn-init-std", 0.1, "std of the normal initial layer-0 rows", min=0.0,
         used_by="lpgcn"),
     Key("lpgcn-dtype", "float64", "arithmetic precision (float64: equals the centralized "

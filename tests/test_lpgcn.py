@@ -92,8 +92,9 @@ def runs(request, data) -> dict[str, Any]:
 
 def test_federated_equals_centralized(runs) -> None:
     # 1e-10: both sides do the same float64 operations; only the order of additions differs
-    # (per node, then over nodes; cover values added and taken off), ~1e-16 relative per
-    # addition, carried by Adam (lr 0.05) over 5 steps; measured ~1e-15. A wrong edge, degree
+    # (per node, then over nodes; cover values of std 1 added and taken off: ~1e-16 absolute
+    # per addition), carried by Adam (lr 0.05) over 5 steps; measured
+    # 3e-12 at the default cover scale 1 (9e-11 at 10; 3e-16 at 1e-4). A wrong edge, degree
     # or triple moves values by ~1e-3.
     record, ref, grid = runs["record"], runs["ref"], runs["grid"]
     np.testing.assert_allclose(record["extra"]["losses"], ref.losses, rtol=0, atol=1e-10)
