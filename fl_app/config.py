@@ -84,8 +84,9 @@ CORE_KEYS: tuple[Key, ...] = (
     Key("options", "", "the protocol's own keys as `key=value` pairs separated by spaces, for "
         "keys `pyproject.toml` does not list (a user's protocol run with `flwr run`)",
         used_by="user protocols"),
-    Key("dataset", "synthetic", "dataset name",
-        choices=("synthetic", "ml-100k", "gowalla", "yelp2018", "lightgcn"), used_by="all"),
+    Key("dataset", "synthetic", "`synthetic`, `ml-100k`, `gowalla`, `yelp2018`, `lightgcn`, or "
+        "any plain folder name: your own split in `<data-dir>/<name>/` (docs/datasets.md)",
+        used_by="all"),
     Key("data-dir", "", "folder holding `<dataset>/`; `\"\"` means `$FEDREC_DATA`, else "
         "`../shared/data`. A SuperNode's own `data-dir` node config wins", used_by="all"),
     Key("partition", "shards-contiguous", "how users are spread over nodes: `user` (one user "
