@@ -235,6 +235,47 @@ def _auc(real: np.ndarray, virtual: np.ndarray) -> float:
     return float((diff > 0).mean() + 0.5 * (diff == 0).mean())
 
 
+def magnitude_aucs(grid: MaliciousGrid) -> dict[str, Any]:
+    """The reviewer's magnitude classifiers on a finished run (also run by
+    ``benchmarks/lpgcn.py --magnitude``): the server's view scored per holding, AUC of real
+    against virtual holdings with the labels only the nodes know. A holding's cover count m
+    is 1, or at the item's convolution node the other holders' covers it takes off (the
+    server knows both from the assignment); a sole holder is real, and the server knows it,
+    so it is left out. Also the rms of real holdings' rows at non-convolution holders (the
+    partials themselves when the cover scale is 0) and of the published sums."""
+    held, rows, sums = _server_view(grid)
+    holders: dict[int, int] = {}
+    for pseudonyms in held.values():
+        for p in pseudonyms.tolist():
+            holders[p] = holders.get(p, 0) + 1
+    scores: dict[str, list[np.ndarray]] = {"second moment": [], "largest coordinate": [],
+                                           "projection on the sum": []}
+    labels, real_rows, sum_rows = [], [], []
+    for nid in grid.ids:
+        setup = from_array_record(array_record(grid.contexts[nid].state, "lpgcn.setup"))
+        conv = setup["conv_of"] == np.uint64(nid)
+        m = np.where(conv, np.array([holders[p] for p in held[nid].tolist()]) - 1, 1)
+        keep = m > 0
+        isreal = setup["isreal"].astype(bool)
+        real_rows.append(rows[nid][:, isreal & ~conv].ravel())
+        sum_rows.append(sums[nid][:, isreal].ravel())
+        X, G = rows[nid][:, keep], sums[nid][:, keep]
+        m = m[keep].astype(float)
+        norm = np.linalg.norm(G, axis=-1)
+        unit = np.divide(G, norm[..., None], out=np.zeros_like(G), where=norm[..., None] > 0)
+        scores["second moment"].append((X ** 2).sum(-1).mean(0) / m)
+        scores["largest coordinate"].append(np.abs(X).max(axis=(0, 2)) / np.sqrt(m))
+        scores["projection on the sum"].append((X * unit).sum(-1).sum(0)
+                                               / np.sqrt(m * len(X)))
+        labels.append(isreal[keep])
+    real = np.concatenate(labels)
+    rms = lambda parts: float(np.sqrt(np.mean(np.concatenate(parts) ** 2)))  # noqa: E731
+    return {"auc": {name: _auc(np.concatenate(s)[real], np.concatenate(s)[~real])
+                    for name, s in scores.items()},
+            "real": int(real.sum()), "virtual": int((~real).sum()),
+            "real_row_rms": rms(real_rows), "sum_rms": rms(sum_rows)}
+
+
 def test_the_cover_hides_virtual_holdings_by_magnitude_at_the_defaults(monkeypatch,
                                                                        tmp_path) -> None:
     """The reviewer's magnitude classifiers, from the server's view only, at the default
@@ -265,35 +306,12 @@ def test_the_cover_hides_virtual_holdings_by_magnitude_at_the_defaults(monkeypat
     base = {k: v for k, v in BASE.items() if k != "lpgcn-mask-scale"}
     with _grid() as grid:  # default node policy; default lpgcn-mask-scale
         run_protocol(grid, resolve_config({**base, **data, "lpgcn-steps": 4}))
-    held, rows, sums = _server_view(grid)
-    holders: dict[int, int] = {}
-    for pseudonyms in held.values():
-        for p in pseudonyms.tolist():
-            holders[p] = holders.get(p, 0) + 1
-    scores: dict[str, list[np.ndarray]] = {"second moment": [], "largest coordinate": [],
-                                           "projection on the sum": []}
-    labels = []
-    for nid in grid.ids:
-        setup = from_array_record(array_record(grid.contexts[nid].state, "lpgcn.setup"))
-        conv = setup["conv_of"] == np.uint64(nid)
-        m = np.where(conv, np.array([holders[p] for p in held[nid].tolist()]) - 1, 1)
-        keep = m > 0  # a sole holder is real, and the server knows it
-        X, G = rows[nid][:, keep], sums[nid][:, keep]
-        m = m[keep].astype(float)
-        norm = np.linalg.norm(G, axis=-1)
-        unit = np.divide(G, norm[..., None], out=np.zeros_like(G), where=norm[..., None] > 0)
-        scores["second moment"].append((X ** 2).sum(-1).mean(0) / m)
-        scores["largest coordinate"].append(np.abs(X).max(axis=(0, 2)) / np.sqrt(m))
-        scores["projection on the sum"].append((X * unit).sum(-1).sum(0)
-                                               / np.sqrt(m * len(X)))
-        labels.append(setup["isreal"][keep].astype(bool))
-    real = np.concatenate(labels)
-    n1, n2 = int(real.sum()), int((~real).sum())
+    got = magnitude_aucs(grid)
+    n1, n2 = got["real"], got["virtual"]
     assert n1 >= 30 and n2 >= 30  # enough of both for the bound below to mean something
     sd = np.sqrt((n1 + n2 + 1) / (12 * n1 * n2))
-    aucs = {name: _auc(np.concatenate(s)[real], np.concatenate(s)[~real])
-            for name, s in scores.items()}
-    assert all(abs(a - 0.5) <= 4 * sd for a in aucs.values()), (aucs, f"bound 0.5 +- {4 * sd:.3f}")
+    assert all(abs(a - 0.5) <= 4 * sd for a in got["auc"].values()), (
+        got["auc"], f"bound 0.5 +- {4 * sd:.3f}")
 
 
 # -- the convolution assignment -----------------------------------------------------------------
