@@ -155,7 +155,9 @@ def _check_cover(node: NodeContext, cfg: dict[str, Any]) -> None:
 
     ``lpgcn-alpha`` near 0 leaves (almost) no virtual items and ``lpgcn-mask-scale`` near 0
     makes a virtual holding's gradient rows (almost) exact zeros: either shows the server
-    which pseudonymous items this node really holds. alpha = 0 is the plain mode
+    which pseudonymous items this node really holds. A cover not far above the gradient
+    partials shows it too, by the rows' magnitudes over the steps (docs/protocols/lpgcn.md,
+    "Magnitudes"): hence the default minimum 0.1 against partials ~1e-6 to 1e-4. alpha = 0 is the plain mode
     (``allow-plain``), or allowed by an operator's ``lpgcn-min-alpha = 0``.
     """
     pol = node.policy
