@@ -1,19 +1,22 @@
 """Deployment: a real SuperLink and real SuperNodes (processes on 127.0.0.1, TLS on).
 
-Every registered protocol runs on tiny data against ONE local deployment and must give the
+Every registered protocol runs on tiny data against a local deployment and must give the
 metrics of the same run in one process (``tests.simutil.run_in_process``: the same ServerApp
 and ClientApp code). A new protocol is tested deployed by adding one line to
-:data:`PROTOCOLS`.
+:data:`PROTOCOLS` (or, if it needs an item server, :data:`ITEM_SERVER_PROTOCOLS`).
 
 The runs go side by side, three at a time (``LocalDeployment.run_many``), as several
 analysts' runs would on one federation: the SuperLink runs a ServerApp per run and each
 SuperNode serves the runs' messages one at a time, so a node that would sleep 3 s after an
 empty pull finds another run's message instead. Each protocol is still its own test, which
-compares its run's record with the in-process run. The killed-SuperNode test has a deployment
-of its own (``tests/test_deployment_failure.py``): it mostly waits for the server's timeout,
-which another test worker overlaps with this file's runs.
+compares its run's record with the in-process run. The protocols with an item server
+(FedMVMF, PrivMVMF) run on the deployment of ``tests/test_deployment_failure.py``, which has
+one more SuperNode with node config ``role="item-server"`` (a protocol without item servers
+refuses a federation with one, so they cannot share this file's SuperNodes), before its
+killed-SuperNode test: that file mostly waits for the server's timeout, which another test
+worker overlaps with this file's runs.
 
-Slow: Flower 1.41 starts a fresh ``flwr-clientapp`` process (~2 CPU-s of Flower imports) for
+Slow: flwr 1.42.0 starts a fresh ``flwr-clientapp`` process (~2 CPU-s of Flower imports) for
 every message on every SuperNode (docs/deployment.md, section 8), so the matrix is bound by
 the CPU those processes take. The configs keep the number of rounds small.
 """
@@ -45,21 +48,17 @@ pytestmark = pytest.mark.skipif(shutil.which("openssl") is None,
 
 TINY = {"dataset": "synthetic", "synthetic-users": 60, "synthetic-items": 80, "seed": 2}
 #: The nodes' policy opts in to what the tiny runs ask (plain and CKKS sums, sparse transport,
-#: seeded Omega, FedSVD's noise removal, dp-prototypes' epsilon) and lowers min-survivors to 2, because PrivMVMF's
-#: CKKS decrypter opens only sums of at least min-survivors nodes and here 2 of the 3
-#: SuperNodes hold users (a test federation; the default 3 would need a fourth SuperNode and
-#: slow every line). The deployed SuperNodes get it as --node-config, the reference run as
-#: node_policy.
+#: seeded Omega, FedSVD's noise removal, dp-prototypes' epsilon); min-survivors stays at its
+#: default 3, which the 3 user SuperNodes meet. The deployed SuperNodes get it as
+#: --node-config, the reference run as node_policy.
 NODE_POLICY = {"allow-plain": True, "allow-sparse-transport": True, "allow-seeded-omega": True,
-               "allow-ckks": True, "allow-noise-removal": True,
-               "dp-budget": 1.0, "min-survivors": 2}
-#: SuperNodes of the shared deployment. The MVMF lines make the last partition the item
-#: server with the run config's ``item-servers = 1`` (node config ``role`` is the deployed
-#: way; the shared SuperNodes serve every protocol, so the run config decides here); the
-#: other protocols use all of them as user nodes.
+               "allow-ckks": True, "allow-noise-removal": True, "dp-budget": 1.0}
+#: User SuperNodes (partitions 0..2) of each deployment; tests/test_deployment_failure.py
+#: adds one item-server SuperNode (partition -1) to its own.
 NUM_NODES = 3
-#: FedMVMF/PrivMVMF on tiny data: one epoch, explicit ratings, an item server.
-_MVMF = {"implicit": False, "rounds": 1, "item-servers": 1, "synthetic-clusters": 4}
+#: FedMVMF/PrivMVMF on tiny data: one epoch, explicit ratings; the item server is a real
+#: SuperNode (node config ``role="item-server"``), not the simulation's ``item-servers`` key.
+_MVMF = {"implicit": False, "rounds": 1, "synthetic-clusters": 4}
 #: PriviRec on tiny data: seeded Omega (deterministic), no SecAgg, one power round.
 _PRIVIREC = {"aggregator": "plain", "privirec-omega": "seeded", "privirec-filter-rank": 4,
              "privirec-filters": "gf-cf", "privirec-L": 1}
@@ -87,13 +86,17 @@ PROTOCOLS: list[tuple[str, dict[str, Any], float]] = [
     # differently (recall@20 0.455 vs 0.438 seen): the line checks rounds and metric keys;
     # tests/test_fedsvd.py checks the subspace itself
     ("fedsvd-utility", {**_FEDSVD, "aggregator": "secagg+"}, 1.0),
-    ("fedmvmf", {**_MVMF, "aggregator": "plain"}, 1e-9),
-    # CKKS: the deployed and simulated encryptions differ (fresh randomness), ~1e-7 absolute
-    ("privmvmf", _MVMF, 1e-5),
     # DP noise is unseeded by design (OpenDP's CSPRNG), so a deployed and a simulated run
     # release different prototypes: the line checks the rounds and metric keys, not values.
     ("dp-prototypes", {"aggregator": "plain", "dpp-k": 3, "dpp-value-max": 1.0,
                        "dpp-sparsity": 10, "dpp-rank": 4}, 1.0),
+]
+#: The protocols with an item server, run deployed by tests/test_deployment_failure.py on
+#: NUM_NODES user SuperNodes and one SuperNode with node config ``role="item-server"``.
+ITEM_SERVER_PROTOCOLS: list[tuple[str, dict[str, Any], float]] = [
+    ("fedmvmf", {**_MVMF, "aggregator": "plain"}, 1e-9),
+    # CKKS: the deployed and simulated encryptions differ (fresh randomness), ~1e-7 absolute
+    ("privmvmf", _MVMF, 1e-5),
 ]
 
 #: A node's reply timeout (run config ``timeout``) in the matrix's runs: a SuperNode answers
@@ -110,8 +113,10 @@ def _config(protocol: str, extra: Mapping[str, Any], run_name: str) -> dict[str,
 def test_every_registered_protocol_has_a_deployment_line() -> None:
     from fl_app.registry import protocols
 
-    assert sorted(p for p, _, _ in PROTOCOLS) == sorted(protocols()), (
-        "add a line to PROTOCOLS for every protocol in fl_app/registry.py")
+    lines = [p for p, _, _ in PROTOCOLS + ITEM_SERVER_PROTOCOLS]
+    assert sorted(lines) == sorted(protocols()), (
+        "add a line to PROTOCOLS (or ITEM_SERVER_PROTOCOLS) for every protocol in "
+        "fl_app/registry.py")
 
 
 def test_clientapp_import_is_cheap() -> None:
@@ -132,12 +137,12 @@ def test_clientapp_import_is_cheap() -> None:
 #: missed on the loaded 2-core machine; three keep every node busy (one node serves the runs'
 #: messages one at a time) without that.
 MAX_CONCURRENT_RUNS = 3
-#: The longest lines (message rounds: 15, 10, 9) go first, so the last runs to start are
+#: The longest lines (message rounds: 15, 9) go first, so the last runs to start are
 #: short ones and the three lanes end close together.
-LONGEST_FIRST = ("lpgcn", "privmvmf", "fedsvd-utility")
+LONGEST_FIRST = ("lpgcn", "fedsvd-utility")
 #: Budget for the whole matrix: on the shared 2-core machine (load average ~9.6 with other
-#: work) the ten runs (60 message rounds, 180 ClientApp processes) took 692 s; a run not
-#: finished by then is stopped and its test fails.
+#: work) ten runs (60 message rounds, 180 ClientApp processes) took 692 s; the eight here
+#: have 45 message rounds. A run not finished by then is stopped and its test fails.
 MATRIX_TIMEOUT_S = 1500.0
 
 
@@ -183,7 +188,10 @@ def test_deployed_run_equals_in_process_run(
 
     assert record["deployment"]["status"] == "finished:completed"
     assert record["deployment"]["tls"] is True
+    assert record["deployment"]["supernode_auth"] is True
     assert record["num_nodes"] == NUM_NODES
+    # every node signed its keys with its roster identity, none with a simulated one
+    assert set(record["privacy"]["identities"]) == {"roster"}
     assert Path(record["deployment"]["results_path"]).is_file()
     logs = Path(record["deployment"]["log_dir"])
     assert {p.name for p in logs.glob("*.log")} >= {
