@@ -230,9 +230,11 @@ def _server_view(grid: MaliciousGrid) -> tuple[dict[int, np.ndarray],
 
 
 def _auc(real: np.ndarray, virtual: np.ndarray) -> float:
-    """P(a real holding scores above a virtual one), ties half (Mann-Whitney)."""
-    diff = real[:, None] - virtual[None, :]
-    return float((diff > 0).mean() + 0.5 * (diff == 0).mean())
+    """P(a real holding scores above a virtual one), ties half (Mann-Whitney, from ranks)."""
+    from scipy.stats import rankdata
+
+    ranks = rankdata(np.concatenate([real, virtual]))[:len(real)]
+    return float((ranks.sum() - len(real) * (len(real) + 1) / 2) / (len(real) * len(virtual)))
 
 
 def magnitude_aucs(grid: MaliciousGrid) -> dict[str, Any]:
