@@ -329,10 +329,12 @@ class SecureAggregator(Aggregator):
             why = ("this protocol needs the same node set in every sum" if self.fixed_set else
                    "not every node's policy allows dropouts (allow-dropouts), so every sum "
                    "of the run must hold the node set committed at key setup")
+            lost = "; ".join(f"{label(n)} did not answer ({self._why_missing(n)})"
+                             for n in sorted(dropped))
             raise SecAggError(
-                f"'{phase}': {', '.join(label(n) for n in sorted(dropped))} did not answer "
-                f"(dropped out); {why} (sums over different sets could be differenced), so "
-                "the sum is abandoned before unmasking and nothing about any input is revealed")
+                f"'{phase}': {lost}; {why} (sums over different sets could be differenced), "
+                "so the sum is abandoned before unmasking and nothing about any input is "
+                "revealed")
         confirmations = self._confirm(sorted(arrived), sorted(dropped), phase) if dropped \
             else {}
         total = self._unmask(total, set(arrived), dropped, phase, confirmations)
@@ -340,6 +342,13 @@ class SecureAggregator(Aggregator):
         self.messenger.ledger.mark(phase, VALUES_KEY, "masked")
         self.messenger.ledger.mark(f"{phase}:unmask", "revealed", "unmasking shares")
         return self._checked(unflatten(codec.decode(total), layout), phase, max_abs)
+
+    def _why_missing(self, node: int) -> str:
+        """Why ``node``'s masked input is missing: the server's test knob, or the reason the
+        messenger saw (unavailable per the SuperLink, rejected, silent past the timeout)."""
+        if node in self.drop:
+            return "reply discarded by the server (test knob 'drop')"
+        return self.messenger.missing_reason(node)
 
     @staticmethod
     def _bound_of(reply: RecordDict, label: str) -> bytes:
