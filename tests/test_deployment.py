@@ -106,6 +106,21 @@ ITEM_SERVER_PROTOCOLS: list[tuple[str, dict[str, Any], float]] = [
 REPLY_TIMEOUT_S = 300.0
 
 
+def assert_deployed_like_in_process(record: dict[str, Any], sim: dict[str, Any],
+                                    num_nodes: int, tol: float) -> None:
+    """A deployed run completed over ``num_nodes`` SuperNodes with SuperNode authentication
+    and roster identities, in the in-process run's message rounds and metrics (to ``tol``)."""
+    assert record["deployment"]["status"] == "finished:completed"
+    assert record["deployment"]["supernode_auth"] is True
+    assert record["num_nodes"] == num_nodes
+    # every node signed its keys with its roster identity, none with a simulated one
+    assert set(record["privacy"]["identities"]) == {"roster"}
+    assert record["communication"]["total_rounds"] == sim["communication"]["total_rounds"]
+    assert set(record["metrics"]) == set(sim["metrics"])
+    for key, value in sim["metrics"].items():
+        assert record["metrics"][key] == pytest.approx(value, abs=tol, rel=0), key
+
+
 def _config(protocol: str, extra: Mapping[str, Any], run_name: str) -> dict[str, Any]:
     return {**TINY, "protocol": protocol, **extra, "run-name": run_name}
 
@@ -186,12 +201,7 @@ def test_deployed_run_equals_in_process_run(
     if isinstance(record, DeploymentError):
         raise record
 
-    assert record["deployment"]["status"] == "finished:completed"
     assert record["deployment"]["tls"] is True
-    assert record["deployment"]["supernode_auth"] is True
-    assert record["num_nodes"] == NUM_NODES
-    # every node signed its keys with its roster identity, none with a simulated one
-    assert set(record["privacy"]["identities"]) == {"roster"}
     assert Path(record["deployment"]["results_path"]).is_file()
     logs = Path(record["deployment"]["log_dir"])
     assert {p.name for p in logs.glob("*.log")} >= {
@@ -202,10 +212,7 @@ def test_deployed_run_equals_in_process_run(
     sim = run_in_process(_config(protocol, {**extra, "timeout": REPLY_TIMEOUT_S},
                                  f"simulated-{protocol}"),
                          num_nodes=NUM_NODES, node_policy=NODE_POLICY)
-    assert record["communication"]["total_rounds"] == sim["communication"]["total_rounds"]
-    assert set(record["metrics"]) == set(sim["metrics"])
-    for key, value in sim["metrics"].items():
-        assert record["metrics"][key] == pytest.approx(value, abs=tol, rel=0), key
+    assert_deployed_like_in_process(record, sim, NUM_NODES, tol)
 
     per_round = message_round_seconds(record)
     print(f"\n{protocol}: finished {record['deployment']['wall_seconds']:.1f} s after the "
