@@ -8,9 +8,10 @@ from .containers import InteractionData, NodeData
 from .errors import DataError
 from .load import load_dataset, load_item_server_data, load_node_data
 from .partition import KNOWN_PARTITIONS, PartitionSpec, partition_users
-from .spec import KNOWN_DATASETS, DatasetSpec
+from .spec import DISPLAY_NAMES, KNOWN_DATASETS, DatasetSpec, display_name
 
 __all__ = [
+    "DISPLAY_NAMES",
     "KNOWN_DATASETS",
     "KNOWN_PARTITIONS",
     "DataError",
@@ -22,4 +23,5 @@ __all__ = [
     "load_item_server_data",
     "load_node_data",
     "partition_users",
+    "display_name",
 ]

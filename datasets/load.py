@@ -34,6 +34,8 @@ def _read_raw(spec: DatasetSpec, files: dict[str, Path]) -> RawData:
         )
     if spec.name == "ml-100k":
         return movielens.load_ml100k(files)
+    if spec.name == "ml-1m":
+        return movielens.load_ml1m(files)
     if "train_npz" in files:
         return lightgcn.load_npz(files)
     return lightgcn.load_txt(files)

@@ -7,7 +7,9 @@ Schemes:
   row-blocks         alias of shards-random: N random row blocks (the federated-SVD papers' wording)
   silo-zip           one silo per distinct zip region: the first zip character when it is
                      a digit, else "other" (ml-100k's 18 Canadian postal codes); silos sorted
-                     by region, so partition i is the i-th region in sorted order
+                     by region, so partition i is the i-th region in sorted order. ML-1M's
+                     ZIP+4 codes ("55117-1234") and malformed ones ("5849574") go by their
+                     first character too
 """
 
 from __future__ import annotations

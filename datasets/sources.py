@@ -2,8 +2,8 @@
 
 Search order for the data root: spec.data_dir, then $FEDREC_DATA, then
 <repo>/../shared/data. Inside the root a dataset lives in <root>/<name>/ or,
-when the root itself holds the files, directly in <root>. Every dataset but synthetic and
-ml-100k (gowalla, yelp2018, lightgcn and any other name: a user's own data) is a given
+when the root itself holds the files, directly in <root>. Every dataset but synthetic,
+ml-100k and ml-1m (gowalla, yelp2018, lightgcn and any other name: a user's own data) is a given
 train/test split in one of :data:`SPLIT_FORMATS`, picked by the files present.
 """
 
@@ -103,6 +103,7 @@ def locate(name: str, data_dir: str) -> dict[str, Path]:
     """Role -> path of the files `name` will read; raises FileNotFoundError if missing.
 
     ml-100k: u.data (required), u.user and u.item (optional: features, zip).
+    ml-1m: ratings.dat (required), users.dat and movies.dat (optional: features, zip).
     Any other name (gowalla, yelp2018, lightgcn, or a user's own): a given split,
     train.npz + test.npz, else train.txt + test.txt (:func:`split_files`).
     """
@@ -113,6 +114,13 @@ def locate(name: str, data_dir: str) -> dict[str, Path]:
         folder = _folder(root, name, "u.data")
         files = {"ratings": _require(name, folder / "u.data")}
         for role, fname in (("users", "u.user"), ("items", "u.item")):
+            if (folder / fname).is_file():
+                files[role] = folder / fname
+        return files
+    if name == "ml-1m":
+        folder = _folder(root, name, "ratings.dat")
+        files = {"ratings": _require(name, folder / "ratings.dat")}
+        for role, fname in (("users", "users.dat"), ("items", "movies.dat")):
             if (folder / fname).is_file():
                 files[role] = folder / fname
         return files

@@ -12,7 +12,24 @@ from typing import Any, Mapping
 
 from ._config import coerce
 
-KNOWN_DATASETS: tuple[str, ...] = ("synthetic", "ml-100k", "gowalla", "yelp2018", "lightgcn")
+KNOWN_DATASETS: tuple[str, ...] = (
+    "synthetic", "ml-100k", "ml-1m", "gowalla", "yelp2018", "lightgcn")
+#: How reports and tables name a dataset. ``ml-1m`` says which users it holds because only
+#: the ratings of users 1-2999 of the release are available (about half of ML-1M), so its
+#: numbers are not the full data set's.
+DISPLAY_NAMES: dict[str, str] = {
+    "synthetic": "Synthetic",
+    "ml-100k": "ML-100K",
+    "ml-1m": "ML-1M (users 1-2999)",
+    "gowalla": "Gowalla",
+    "yelp2018": "Yelp2018",
+    "lightgcn": "LightGCN split",
+}
+
+
+def display_name(name: str) -> str:
+    """The label of dataset ``name`` in reports; a folder dataset keeps its folder name."""
+    return DISPLAY_NAMES.get(name, name)
 #: Any other name is a folder dataset, ``<data-dir>/<name>/`` (``datasets/sources.py``). The
 #: name becomes a path component and part of cache file names, so it must be one plain
 #: folder name: no separators, no leading dot (no ``..``), no spaces.
