@@ -227,6 +227,90 @@ def test_lightgcn_txt(tmp_path: Path) -> None:
         load_dataset(DatasetSpec(name="lightgcn", data_dir=str(tmp_path)))
 
 
+_ML1M_USERS = [
+    "1::F::1::10::48067",
+    "2::M::56::16::55117-1234",   # ZIP+4: silo by its first character
+    "3::M::25::15::A1B2C3",       # non-digit first character: the "other" silo
+    "4::F::35::0::10001",         # no ratings: not a row
+    "5::M::45::20::55413",
+]
+_ML1M_MOVIES = [
+    "1::Toy Story (1995)::Animation|Children's|Comedy",
+    "3::Misérables, Les (1995)::Drama|Musical",          # Latin-1 title
+    "10::Cité des enfants perdus, La (1995)::Adventure|Sci-Fi",  # in no rating: kept
+]
+_ML1M_RATINGS = [
+    "1::1::5::978300760",
+    "1::3::3::978302109",
+    "2::3::4::978301968",
+    "3::1::2::978300275",
+    "5::3::1::978824291",
+]
+
+
+def _write_ml1m(folder: Path, ratings: list[str] = _ML1M_RATINGS) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "ratings.dat").write_text("\n".join(ratings) + "\n", encoding="latin-1")
+    (folder / "users.dat").write_text("\n".join(_ML1M_USERS) + "\n", encoding="latin-1")
+    (folder / "movies.dat").write_bytes(("\n".join(_ML1M_MOVIES) + "\n").encode("latin-1"))
+    return folder
+
+
+def test_ml1m_tiny(tmp_path: Path) -> None:
+    _write_ml1m(tmp_path / "ml-1m")
+    data = load_dataset(DatasetSpec(name="ml-1m", data_dir=str(tmp_path), implicit=False,
+                                    test_ratio=0.0))
+    # Rows: rated users 1, 2, 3, 5 in UserID order; columns: movies 1, 3, 10 (10 unrated).
+    assert (data.n_users, data.n_items) == (4, 3)
+    assert data.train.toarray().tolist() == [[5, 3, 0], [0, 4, 0], [2, 0, 0], [0, 1, 0]]
+    attrs = data.user_attributes
+    assert attrs["zip"].tolist() == ["48067", "55117-1234", "A1B2C3", "55413"]
+    assert attrs["gender"].tolist() == ["F", "M", "M", "M"]
+    assert attrs["age"].tolist() == [1, 56, 25, 45]
+    assert attrs["occupation"].tolist() == ["K-12 student", "self-employed", "scientist",
+                                            "writer"]
+    genres = datasets.movielens.ML1M_GENRES
+    assert data.item_features.shape == (3, 18)
+    on = [{genres[k] for k in np.flatnonzero(row)} for row in data.item_features]
+    assert on == [{"Animation", "Children's", "Comedy"}, {"Drama", "Musical"},
+                  {"Adventure", "Sci-Fi"}]
+    assert data.user_features.shape[0] == 4
+    parts = partition_users(data, PartitionSpec("silo-zip", 3))  # "4", "5", "other"
+    assert [p.tolist() for p in parts] == [[0], [1, 3], [2]]
+    assert datasets.display_name("ml-1m") == "ML-1M (users 1-2999)"
+
+
+@pytest.mark.parametrize(
+    "line, match",
+    [
+        ("2::1::4", r"expected 4 '::'-separated fields .* got 3"),
+        ("2::1::nan::978301968", r"field 'Rating' is not finite"),
+        ("2::1::inf::978301968", r"field 'Rating' is not finite"),
+        ("2::x::4::978301968", r"field 'MovieID' is not an integer"),
+        ("2::7::4::978301968", r"MovieID 7 is not in .*movies\.dat"),
+        ("6::1::4::978301968", r"UserID 6 is not in .*users\.dat"),
+    ],
+)
+def test_ml1m_bad_rating_line_names_file_and_line(tmp_path: Path, line: str, match: str) -> None:
+    ratings = list(_ML1M_RATINGS)
+    ratings.insert(3, line)  # line 4
+    _write_ml1m(tmp_path / "ml-1m", ratings)
+    with pytest.raises(DataError, match=r"ratings\.dat line 4: " + match):
+        load_dataset(DatasetSpec(name="ml-1m", data_dir=str(tmp_path)))
+
+
+def test_ml1m_bad_users_and_movies_lines(tmp_path: Path) -> None:
+    folder = _write_ml1m(tmp_path / "ml-1m")
+    spec = DatasetSpec(name="ml-1m", data_dir=str(tmp_path))
+    (folder / "users.dat").write_text("\n".join(_ML1M_USERS[:2] + ["3::M::30::15::55117"]) + "\n")
+    with pytest.raises(DataError, match=r"users\.dat line 3: field 'Age' must be one of"):
+        load_dataset(spec)
+    _write_ml1m(folder)
+    (folder / "movies.dat").write_text("1::Toy Story (1995)::Animation|Cartoon\n")
+    with pytest.raises(DataError, match=r"movies\.dat line 1: field 'Genres' holds 'Cartoon'"):
+        load_dataset(spec)
+
+
 # --- real data (skipped when ../shared/data is absent) ---------------------------
 
 
@@ -260,3 +344,18 @@ def test_lightgcn_npz_real(name: str, shape: tuple[int, int], nnz: tuple[int, in
     data = load_dataset(DatasetSpec(name=name, data_dir=str(SHARED_DATA)))
     assert data.train.shape == shape == data.test.shape
     assert (data.train.nnz, data.test.nnz) == nnz
+
+
+def test_ml1m_real(shared_data: Path) -> None:
+    # The README of ../shared/data/ml-1m: every rating of users 1..2999 (487,650), all 3,883
+    # movies of movies.dat (3,615 rated), 18 genres, users.dat lists all 6,040 users.
+    if not (shared_data / "ml-1m" / "ratings.dat").is_file():
+        pytest.skip(f"no ml-1m at {shared_data}")
+    data = load_dataset(DatasetSpec(name="ml-1m", data_dir=str(shared_data), implicit=False))
+    assert (data.n_users, data.n_items) == (2999, 3883)
+    assert data.train.nnz + data.test.nnz == 487_650
+    assert int(((data.train + data.test).getnnz(axis=0) > 0).sum()) == 3615
+    assert data.item_features.shape == (3883, 18)
+    assert len(data.user_attributes["zip"]) == 2999
+    parts = partition_users(data, PartitionSpec("silo-zip", 10))  # first digits 0-9
+    assert sum(map(len, parts)) == 2999
