@@ -84,7 +84,8 @@ CORE_KEYS: tuple[Key, ...] = (
     Key("options", "", "the protocol's own keys as `key=value` pairs separated by spaces, for "
         "keys `pyproject.toml` does not list (a user's protocol run with `flwr run`)",
         used_by="user protocols"),
-    Key("dataset", "synthetic", "`synthetic`, `ml-100k`, `gowalla`, `yelp2018`, `lightgcn`, or "
+    Key("dataset", "synthetic", "`synthetic`, `ml-100k`, `ml-1m` (users 1-2999 only), `gowalla`, "
+        "`yelp2018`, `lightgcn`, or "
         "any plain folder name: your own split in `<data-dir>/<name>/` (docs/datasets.md)",
         used_by="all"),
     Key("data-dir", "", "folder holding `<dataset>/`; `\"\"` means `$FEDREC_DATA`, else "
