@@ -54,8 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", default="",
                    help="a plain Flower Strategy 'module:Class' driving the protocol's clients")
     p.add_argument("--dataset", default=DEFAULTS["dataset"],
-                   help="synthetic | ml-100k | gowalla | yelp2018 | lightgcn, or any other name: "
-                        "your own split in <data-dir>/<name>/ (train.npz + test.npz or "
+                   help="synthetic | ml-100k | ml-1m | gowalla | yelp2018 | lightgcn, or any "
+                        "other name: your own split in <data-dir>/<name>/ (train.npz + test.npz or "
                         "train.txt + test.txt; docs/datasets.md)")
     p.add_argument("--data-dir", default="", help="where real data lives (default: $FEDREC_DATA "
                    "or ../shared/data)")
