@@ -44,23 +44,10 @@ def _fields(path: Path, sep: str, n_fields: int | None, what: str,
 
 def read_ratings(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """0-based (users, items, ratings) from u.data; the last duplicate pair wins."""
-    users, items, ratings = [], [], []
-    what = f"4 tab-separated fields '{' '.join(_DATA_FIELDS)}'"
-    for lineno, parts in _fields(path, "\t", 4, what):
-        u = _number(path, lineno, "user", parts[0], int)
-        i = _number(path, lineno, "item", parts[1], int)
-        r = _number(path, lineno, "rating", parts[2], float)
-        _number(path, lineno, "timestamp", parts[3], int)
-        if u < 1 or i < 1:
-            raise DataError(f"{path} line {lineno}: ids are 1-based, got user {u} item {i}")
-        users.append(u - 1)
-        items.append(i - 1)
-        ratings.append(r)
-    if not users:
-        raise DataError(f"{path}: no ratings found")
-    values = np.asarray(ratings, dtype=np.float64)
-    require_finite_lines(values, path, "rating", "a finite number", encoding="latin-1")
-    return np.asarray(users, np.int64), np.asarray(items, np.int64), values
+    users, items, values, _ = _rating_lines(
+        path, "\t", ("user", "item", "rating", "timestamp"),
+        f"4 tab-separated fields '{' '.join(_DATA_FIELDS)}'")
+    return users - 1, items - 1, values
 
 
 def read_users(path: Path) -> dict[str, np.ndarray]:
@@ -157,25 +144,8 @@ _ML1M_SEP = "::"
 def read_ratings_1m(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Raw (user ids, movie ids, ratings, line numbers) from ratings.dat
     (``UserID::MovieID::Rating::Timestamp``), in file order."""
-    users, items, ratings, lines = [], [], [], []
-    what = "4 '::'-separated fields 'UserID::MovieID::Rating::Timestamp'"
-    for lineno, parts in _fields(path, _ML1M_SEP, 4, what):
-        u = _number(path, lineno, "UserID", parts[0], int)
-        i = _number(path, lineno, "MovieID", parts[1], int)
-        r = _number(path, lineno, "Rating", parts[2], float)
-        _number(path, lineno, "Timestamp", parts[3], int)
-        if u < 1 or i < 1:
-            raise DataError(f"{path} line {lineno}: ids are 1-based, got UserID {u} MovieID {i}")
-        users.append(u)
-        items.append(i)
-        ratings.append(r)
-        lines.append(lineno)
-    if not users:
-        raise DataError(f"{path}: no ratings found")
-    values = np.asarray(ratings, dtype=np.float64)
-    require_finite_lines(values, path, "Rating", "a finite number", encoding="latin-1")
-    return (np.asarray(users, np.int64), np.asarray(items, np.int64), values,
-            np.asarray(lines, np.int64))
+    return _rating_lines(path, _ML1M_SEP, ("UserID", "MovieID", "Rating", "Timestamp"),
+                         "4 '::'-separated fields 'UserID::MovieID::Rating::Timestamp'")
 
 
 def _first_seen(seen: dict[int, int], path: Path, lineno: int, field: str, key: int) -> None:
@@ -290,3 +260,29 @@ def _ratings_matrix(users: np.ndarray, items: np.ndarray, ratings: np.ndarray, n
     m = sp.csr_matrix((ratings[keep], (users[keep], items[keep])), shape=(n_users, n_items))
     m.sort_indices()
     return m
+
+
+def _rating_lines(path: Path, sep: str, names: tuple[str, str, str, str], what: str
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """1-based (user ids, item ids, ratings, line numbers) of a MovieLens ratings file with
+    fields ``names`` (user, item, rating, timestamp) separated by ``sep``; errors name the
+    file, the line and the field as the release names it."""
+    users, items, ratings, lines = [], [], [], []
+    user, item, rating, stamp = names
+    for lineno, parts in _fields(path, sep, 4, what):
+        u = _number(path, lineno, user, parts[0], int)
+        i = _number(path, lineno, item, parts[1], int)
+        r = _number(path, lineno, rating, parts[2], float)
+        _number(path, lineno, stamp, parts[3], int)
+        if u < 1 or i < 1:
+            raise DataError(f"{path} line {lineno}: ids are 1-based, got {user} {u} {item} {i}")
+        users.append(u)
+        items.append(i)
+        ratings.append(r)
+        lines.append(lineno)
+    if not users:
+        raise DataError(f"{path}: no ratings found")
+    values = np.asarray(ratings, dtype=np.float64)
+    require_finite_lines(values, path, rating, "a finite number", encoding="latin-1")
+    return (np.asarray(users, np.int64), np.asarray(items, np.int64), values,
+            np.asarray(lines, np.int64))
