@@ -342,8 +342,10 @@ def test_an_assignment_to_one_node_sends_it_no_verification(victims: str) -> Non
     with pytest.raises(NodeError, match=r"refuses the convolution assignment: node \d+ does "
                                         "not confirm"):
         _run(_assign_rewrite(targets, colluder), keep=grids)
-    # nothing about which holdings are real left any node
-    assert _mail_sent(grids[0], "lpgcn-verify") == []
+    # nothing about which holdings are real left a victim; a node the server left alone may
+    # have sent its counts to convolution nodes that confirmed its own, honest assignment
+    # (whether such a node exists depends on the run's random pseudonyms)
+    assert not set(_mail_sent(grids[0], "lpgcn-verify")) & targets
 
 
 def test_a_holder_list_without_the_convolution_node_is_refused() -> None:
