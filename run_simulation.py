@@ -18,9 +18,9 @@ from typing import Any
 
 from clients.policy import PolicyError
 from datasets.errors import DataError
-from fl_app.config import CORE_KEYS, ConfigError, key_table, parse_assignments
-from fl_app.messaging import NodeError, NodeTimeoutError
-from fl_app.registry import protocols
+from fedrec.config import CORE_KEYS, ConfigError, key_table, parse_assignments
+from fedrec.protocols import protocols
+from fedrec.transport.messenger import NodeError, NodeTimeoutError
 
 DEFAULTS = {name: key.default for name, key in key_table(CORE_KEYS).items()}
 #: How a node names the policy key it refused on (clients/policy.py ``NodePolicy.require``).

@@ -37,19 +37,19 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks._report import log, machine_info, write_report  # noqa: E402
 from datasets import DatasetSpec, load_dataset  # noqa: E402
-from fl_app.recsys.graph_filters import (  # noqa: E402
+from fedrec.recsys.graph_filters import (  # noqa: E402
     FILTER_NAMES,
     FactoredItemItem,
     build_filter,
 )
-from fl_app.recsys.linalg import (  # noqa: E402
+from fedrec.recsys.linalg import (  # noqa: E402
     item_item_matrix,
     normalize_interactions,
     privirec_power_method,
     projector_distance,
     top_right_singular_vectors,
 )
-from fl_app.recsys.metrics import evaluate_ranking  # noqa: E402
+from fedrec.recsys.metrics import evaluate_ranking  # noqa: E402
 
 # Paper 000, Table 3 (NDCG@20; the Centr. column equals the published numbers of each method)
 PAPER_NDCG = {

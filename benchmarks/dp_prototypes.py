@@ -1,8 +1,8 @@
 """DP-Prototypes (paper 003) against the paper's baselines, on ML-100K and its synthetic data.
 
-Every method uses the same solver (``fl_app/recsys/nmf.py``: zero-filled regularized NMF by
+Every method uses the same solver (``fedrec/recsys/nmf.py``: zero-filled regularized NMF by
 HALS, lambda = 0.1), the same silos and splits, and the same metrics
-(``fl_app.recsys.dp_prototypes.silo_metric_sums``: test RMSE, mean average rank, MAP@20,
+(``fedrec.recsys.prototypes.silo_metric_sums``: test RMSE, mean average rank, MAP@20,
 NDCG@20, summed over silos). The prototypes are the ones a silo releases in the protocol
 (``private_prototypes``, same code as ``clients/dp_prototypes.py``), computed in-process so
 the sweeps fit in minutes; ``tests/test_dp_prototypes.py`` shows the Flower run equals this
@@ -44,15 +44,15 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks._report import log, machine_info, write_report  # noqa: E402
 from datasets import DatasetSpec, PartitionSpec, load_dataset, partition_users  # noqa: E402
-from fl_app.recsys.dp_prototypes import (  # noqa: E402
+from fedrec.recsys.kmeans import kmeans, kmeans_loss  # noqa: E402
+from fedrec.recsys.nmf import fit_user_factors, nmf  # noqa: E402
+from fedrec.recsys.poisson import poisson_silos  # noqa: E402
+from fedrec.recsys.prototypes import (  # noqa: E402
     PrototypeParams,
     metric_means,
     private_prototypes,
     silo_metric_sums,
 )
-from fl_app.recsys.kmeans import kmeans, kmeans_loss  # noqa: E402
-from fl_app.recsys.nmf import fit_user_factors, nmf  # noqa: E402
-from fl_app.recsys.poisson import poisson_silos  # noqa: E402
 
 REG = 0.1
 #: The default run is the paper's setting: 5 seeds and l = 10..50 on ML-100K, 100,000 x 500

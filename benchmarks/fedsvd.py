@@ -2,7 +2,7 @@
 the paper's pilot, times, epsilons and the subspace as a recommender.
 
 The 100-node, T = 92 curves run the protocol's arithmetic in one process
-(``fl_app.recsys.fedsvd.run_in_process``; tests/test_fedsvd.py shows it equals the Flower
+(``fedrec.recsys.power_svd.run_in_process``; tests/test_fedsvd.py shows it equals the Flower
 run bit for bit with the same noise). Their noise is numpy's N(0, sigma^2) (same
 distribution): OpenDP's floating-point-safe sampler draws ~5,000 values/s here, and the
 curves need ~10^8 draws. The protocol itself draws every released noise with OpenDP. The HE
@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 
 from benchmarks._report import log, machine_info, write_report  # noqa: E402
-from fl_app.recsys import fedsvd as svd  # noqa: E402
+from fedrec.recsys import power_svd as svd  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 #: The paper's Sec. 6 settings; m_hat is the data's entry bound (only epsilon uses it).
@@ -51,7 +51,7 @@ NOISE_FREE = (("aligned", "fedpower"), ("unaligned", "fedsvd-privacy"))
 def ml100k(seed: int) -> tuple[list[sp.csr_matrix], Any]:
     """ML-100K (0/1, the platform's 80/20 split) rows in 100 random blocks."""
     from datasets import DatasetSpec, PartitionSpec, load_dataset, partition_users
-    from fl_app.registry import resolve_config
+    from fedrec.protocols import resolve_config
 
     cfg = resolve_config({"dataset": "ml-100k", "partition": "row-blocks", "seed": seed})
     data = load_dataset(DatasetSpec.from_config(cfg))
@@ -97,11 +97,11 @@ class _Clock:
 
 
 def he_seconds(d: int, r: int, nodes: int) -> dict[str, float]:
-    """One real noise-removal step (``fl_app/secure/selection.py``, the code the protocol
+    """One real noise-removal step (``fedrec/secure/selection.py``, the code the protocol
     runs): the server's selection ciphertexts, every node's product, the server's sum and
     decryption; plus the once-per-run load of the public context on a node and the cost of
     the fresh encryptions of zero alone (the step's floor). Seconds, wall and CPU."""
-    from fl_app.secure import selection
+    from fedrec.secure import selection
 
     server, node, load, fresh = _Clock(), _Clock(), _Clock(), _Clock()
     with server:
@@ -135,7 +135,7 @@ def he_seconds(d: int, r: int, nodes: int) -> dict[str, float]:
 
 def run_dataset(name: str, reps: int, he_nodes: int) -> dict[str, Any]:
     """The four curves (mean over ``reps`` seeds) and every number of the issue's JSON."""
-    from fl_app.recsys.metrics import evaluate_ranking, popularity_sums
+    from fedrec.recsys.metrics import evaluate_ranking, popularity_sums
 
     curves: dict[str, list[np.ndarray]] = {c: [] for c, _, _ in CURVES}
     euclid: dict[str, list[float]] = {c: [] for c, _, _ in CURVES}

@@ -43,8 +43,8 @@ from benchmarks._report import (  # noqa: E402
     write_report,
 )
 from datasets import DatasetSpec, load_dataset  # noqa: E402
-from fl_app.recsys.metrics import evaluate_ranking, popularity_sums  # noqa: E402
-from fl_app.registry import resolve_config  # noqa: E402
+from fedrec.protocols import resolve_config  # noqa: E402
+from fedrec.recsys.metrics import evaluate_ranking, popularity_sums  # noqa: E402
 from strategies.lpgcn import LPGCN  # noqa: E402
 
 SETTING = {"lpgcn-layers": 4, "lpgcn-dim": 20, "lpgcn-lr": 0.01, "lpgcn-batch-size": 2048,

@@ -6,7 +6,7 @@ client.
     r_u = (sum_{i in I~_u} |U_i \\ u| - |N_u|) / |N_u|,   R = mean of r_u over U~
 
 U~ is the set of convolution clients: the greedy cover of the items by users (the smallest k,
-as the protocol builds it: ``fl_app.recsys.cover``), grown by random users for larger k as
+as the protocol builds it: ``fedrec.recsys.cover``), grown by random users for larger k as
 the authors' code does; each item then goes to one random convolution client holding it, and
 N_u is the set of distinct other users whose rows client u receives for its items. d = 64,
 B = 4 bytes (float32), 1 KB = 1024 B, as in the paper (19.8 KB on Gowalla at L = 4, 22.0 KB
@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks._report import log, machine_info, write_report  # noqa: E402
 from datasets import DatasetSpec, load_dataset  # noqa: E402
 from datasets.errors import DataError  # noqa: E402
-from fl_app.recsys.cover import assign_items, greedy_cover, neighbour_counts  # noqa: E402
+from fedrec.recsys.cover import assign_items, greedy_cover, neighbour_counts  # noqa: E402
 
 #: The paper's setting per dataset: layers, reported C (KB) and k range (%), section 5.2.
 PAPER = {"gowalla": {"L": 4, "C_kb": 19.8, "k_range": [7.57, 59.30]},

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from flwr.common.secure_aggregation.secaggplus_utils import pseudo_rand_gen  # noqa: E402
 
 from benchmarks._report import machine_info, write_report  # noqa: E402
-from fl_app.secure.masks import expand_mask  # noqa: E402
+from fedrec.secure.masks import expand_mask  # noqa: E402
 
 
 def best_time(fn, repeats: int) -> float:
@@ -40,7 +40,7 @@ def best_time(fn, repeats: int) -> float:
 
 def markdown(result: dict) -> str:
     return (f"# Mask generation throughput\n\n| generator | MB/s |\n|---|---:|\n"
-            f"| AES-256-CTR (`fl_app/secure/masks.py`) | {result['aes_ctr_mb_per_s']:.1f} |\n"
+            f"| AES-256-CTR (`fedrec/secure/masks.py`) | {result['aes_ctr_mb_per_s']:.1f} |\n"
             f"| Flower pseudo_rand_gen (Mersenne Twister) | {result['flower_mt_mb_per_s']:.1f} |\n\n"
             f"{result['n_values']:,} int64 values, best of {result['repeats']} on one core.\n")
 

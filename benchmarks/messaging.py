@@ -5,7 +5,7 @@ SuperNodes; its ServerApp measures, for each node count N (the first N node ids)
 wall time of a round that sends a tiny request to N nodes running an echo handler and waits
 for all N replies, with
 
-(a) our :class:`fl_app.messaging.Messenger` (``push_messages`` + ``pull_messages`` with a
+(a) our :class:`fedrec.transport.messenger.Messenger` (``push_messages`` + ``pull_messages`` with a
     2 ms poll), and
 (b) Flower's own ``Grid.send_and_receive`` on the same grid (0.1 s poll in simulation),
 
@@ -41,9 +41,9 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
 from benchmarks._report import machine_info, write_report  # noqa: E402
+from clients.handlers import QUERY_HANDLERS, handler  # noqa: E402
 from clients.node import NodeContext  # noqa: E402
-from clients.registry import QUERY_HANDLERS, handler  # noqa: E402
-from fl_app.messaging import DEFAULT_POLL_INTERVAL, Messenger  # noqa: E402
+from fedrec.transport.messenger import DEFAULT_POLL_INTERVAL, Messenger  # noqa: E402
 from fl_app.simulation import simulate  # noqa: E402
 
 ACTION = "bench_echo"

@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._report import log, machine_info, write_report  # noqa: E402
 from datasets import DatasetSpec, load_dataset  # noqa: E402
-from fl_app.recsys import mvmf_attack as A  # noqa: E402
-from fl_app.recsys.mvmf import (  # noqa: E402
+from fedrec.recsys import multiview_attack as A  # noqa: E402
+from fedrec.recsys.multiview import (  # noqa: E402
     MVMFConfig,
     attribute_matrix,
     rating_ranking_means,
@@ -60,7 +60,7 @@ def baselines(cfg_over: dict[str, Any]) -> dict[str, dict[str, float] | None]:
     the cold-item split every candidate is a new item without training ratings: both
     baselines tie on every candidate, so they are not reported there (None)."""
     from datasets import DatasetSpec as Spec
-    from fl_app.registry import resolve_config
+    from fedrec.protocols import resolve_config
 
     data = load_dataset(Spec.from_config(resolve_config(cfg_over)))
     train = data.train.tocsr()
@@ -77,8 +77,8 @@ def baselines(cfg_over: dict[str, Any]) -> dict[str, dict[str, float] | None]:
 
 
 def run_protocol_local(cfg_over: dict[str, Any], nodes: int) -> dict[str, Any]:
+    from fedrec.protocols import resolve_config
     from fl_app.client_app import build_client_app
-    from fl_app.registry import resolve_config
     from fl_app.server_app import run_protocol
     from tests.localgrid import LocalGrid
 
@@ -187,7 +187,7 @@ def attack(users: int, sweep_users: int, epochs: int, data_dir: str) -> dict[str
         seen[epoch] = A.Observed(-1, step.grad_Q, step.grad_U, model.Q.copy(), model.U.copy(),
                                  np.arange(model.Q.shape[0]))
 
-    from fl_app.recsys.mvmf import MVMF
+    from fedrec.recsys.multiview import MVMF
 
     MVMF(cfg, on_epoch=total).fit(data.train, X, data.item_features, epochs)
     r_hat, x_hat = A.attack_semials(seen[epochs], cfg, True, [0], A.SOLVERS["semials-inclunc"])

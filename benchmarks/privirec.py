@@ -35,8 +35,8 @@ from benchmarks._report import (  # noqa: E402
     write_report,
 )
 from datasets import DatasetSpec, load_dataset  # noqa: E402
-from fl_app.recsys.graph_filters import FILTER_NAMES, evaluate_centrally  # noqa: E402
-from fl_app.recsys.metrics import popularity_sums  # noqa: E402
+from fedrec.recsys.graph_filters import FILTER_NAMES, evaluate_centrally  # noqa: E402
+from fedrec.recsys.metrics import popularity_sums  # noqa: E402
 from fl_app.simulation import backend_config_for, run_in_simulation  # noqa: E402
 
 PAPER_NDCG = {  # Table 3: (Centr., Priv.)

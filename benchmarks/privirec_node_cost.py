@@ -3,7 +3,7 @@
 PriviRec's evaluation (paper 000) broadcasts P~ = R~^T R~ explicitly: a node holds only its own
 rows of R~, so it cannot apply P~ the way the centralized reference does, as two products with
 R~ (``FactoredItemItem``: 2 nnz(R~) flops per row). Its only way is the explicit matrix
-(``SparseItemItem``: nnz(P~) flops per row, the cache-blocked kernel of ``fl_app/recsys/spmm.py``).
+(``SparseItemItem``: nnz(P~) flops per row, the cache-blocked kernel of ``fedrec/recsys/spmm.py``).
 This benchmark times, on one thread (a simulated node runs on one CPU), for one batch of
 ``--batch`` dense rows: the centralized factored product, the node's explicit product in
 float64 and float32, and the node's one-off work per P~ (rebuilding the symmetric matrix from
@@ -34,8 +34,8 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks._report import log, machine_info, write_report  # noqa: E402
 from datasets import DatasetSpec, load_dataset  # noqa: E402
-from fl_app.recsys.graph_filters import FactoredItemItem, SparseItemItem  # noqa: E402
-from fl_app.recsys.linalg import (  # noqa: E402
+from fedrec.recsys.graph_filters import FactoredItemItem, SparseItemItem  # noqa: E402
+from fedrec.recsys.linalg import (  # noqa: E402
     item_item_matrix,
     normalize_interactions,
     symmetric_from_upper,

@@ -28,14 +28,14 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks._report import log, machine_info, write_report  # noqa: E402
 from datasets import DatasetSpec, load_dataset  # noqa: E402
-from fl_app.recsys.graph_filters import FactoredItemItem, make_filter  # noqa: E402
-from fl_app.recsys.linalg import (  # noqa: E402
+from fedrec.recsys.graph_filters import FactoredItemItem, make_filter  # noqa: E402
+from fedrec.recsys.linalg import (  # noqa: E402
     normalize_interactions,
     projector_distance,
     randomized_power_iteration,
     top_right_singular_vectors,
 )
-from fl_app.recsys.metrics import evaluate_ranking  # noqa: E402
+from fedrec.recsys.metrics import evaluate_ranking  # noqa: E402
 
 #: Same clipping as the nodes' Omega rows (clients/privirec.py).
 OMEGA_CLIP = 8.0

@@ -29,7 +29,7 @@ from benchmarks._report import (  # noqa: E402
     show_protocol_phases,
     write_report,
 )
-from fl_app.results import read_run, results_dir  # noqa: E402
+from fedrec.results import read_run, results_dir  # noqa: E402
 from fl_app.simulation import run_in_simulation  # noqa: E402
 
 CASES = {

@@ -42,13 +42,13 @@ from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
 from benchmarks._report import machine_info, write_report  # noqa: E402
 from clients.diagnostics import diag_secure_sum  # noqa: E402
+from clients.handlers import QUERY_HANDLERS, handler  # noqa: E402
 from clients.node import NodeContext  # noqa: E402
-from clients.registry import QUERY_HANDLERS, handler  # noqa: E402
-from fl_app.messaging import Messenger  # noqa: E402
-from fl_app.secure.aggregate import Aggregator, PlainAggregator  # noqa: E402
-from fl_app.secure.aggregators import auto_degree  # noqa: E402
-from fl_app.secure.fixedpoint import FixedPoint  # noqa: E402
-from fl_app.secure.secagg import SecureAggregator  # noqa: E402
+from fedrec.secure.fixedpoint import FixedPoint  # noqa: E402
+from fedrec.transport.aggregators import Aggregator, PlainAggregator  # noqa: E402
+from fedrec.transport.factory import auto_degree  # noqa: E402
+from fedrec.transport.messenger import Messenger  # noqa: E402
+from fedrec.transport.secagg_server import SecureAggregator  # noqa: E402
 from fl_app.simulation import simulate  # noqa: E402
 
 ACTION = "diag_secure_sum"

@@ -11,7 +11,7 @@ protocols see), then scores every user with
 * ``oracle``     -- the generator's own preference logits (a ceiling no model can know),
 
 and reports Recall@20 / NDCG@20 (LightGCN all-ranking protocol of
-:func:`fl_app.recsys.metrics.evaluate_ranking`: training items excluded). It also measures
+:func:`fedrec.recsys.metrics.evaluate_ranking`: training items excluded). It also measures
 how much of the latent factors the side features explain (held-out R^2 of a ridge
 regression, see :func:`ridge_r2`), the item-degree long tail, and the generation time.
 
@@ -42,9 +42,9 @@ if str(REPO) not in sys.path:
 from benchmarks._report import log, machine_info, write_report  # noqa: E402
 from datasets import DatasetSpec, load_dataset, synthetic  # noqa: E402
 from datasets.containers import InteractionData  # noqa: E402
-from fl_app.config import parse_assignments  # noqa: E402
-from fl_app.recsys.graph_filters import fit_centralized, make_filter  # noqa: E402
-from fl_app.recsys.metrics import evaluate_ranking  # noqa: E402
+from fedrec.config import parse_assignments  # noqa: E402
+from fedrec.recsys.graph_filters import fit_centralized, make_filter  # noqa: E402
+from fedrec.recsys.metrics import evaluate_ranking  # noqa: E402
 
 K = 20
 FILTER_RANK = 16  # ideal low-pass rank: 2x the default latent rank, 3 % of 500 items

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from flwr.app import ConfigRecord, RecordDict
 
+from clients.handlers import handler
 from clients.node import NodeContext
 from clients.policy import POLICY_RECORD
-from clients.registry import handler
 from clients.sealed import new_mail_key
-from fl_app.secure.sealed import MAIL_KEY_REPLY
+from fedrec.secure.sealed import MAIL_KEY_REPLY
 
 
 @handler("hello")

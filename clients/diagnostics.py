@@ -3,7 +3,7 @@
 Why apart: ``keys_prove`` MACs a server-chosen challenge under a shared secret and
 ``keys_ckks_selftest`` decrypts whatever the server sends with the shared CKKS secret key;
 ``diag_secure_sum`` answers sums with known inputs. Each is an oracle or a test fixture for
-the server, so they register in ``clients.registry.DIAGNOSTIC_HANDLERS`` and
+the server, so they register in ``clients.handlers.DIAGNOSTIC_HANDLERS`` and
 ``fl_app.client_app.build_client_app`` adds them only when asked: tests pass
 ``extra_modules=["clients.diagnostics"]``; an operator checking a new deployment sets
 ``FEDREC_NODE_POLICY="diagnostics=true"`` in the node's environment (and removes it after).
@@ -25,11 +25,11 @@ import hmac
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
-from clients.aggregate import sum_reply
+from clients.contribute import sum_reply
+from clients.handlers import diagnostic
 from clients.keyrelay import get_shared_context, get_shared_secret
 from clients.node import NodeContext
-from clients.registry import diagnostic
-from fl_app.secure.relay import RELAY_KEY, RelayError
+from fedrec.secure.relay import RELAY_KEY, RelayError
 
 
 def diagnostic_vector(seed: int, partition_id: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -66,7 +66,7 @@ def prove(content: RecordDict, node: NodeContext) -> RecordDict:
 @diagnostic("keys_ckks_selftest")
 def ckks_selftest(content: RecordDict, node: NodeContext) -> RecordDict:
     """CKKS round trip with the relayed context (``encrypt`` or ``decrypt``)."""
-    from fl_app.secure.he import decrypt_packed, encrypt_packed
+    from fedrec.secure.he import decrypt_packed, encrypt_packed
 
     cfg = _relay_cfg(content)
     ctx = get_shared_context(node.state, str(cfg["purpose"]))

@@ -1,6 +1,6 @@
 """DP-Prototypes silo (paper 003): one epsilon-DP release, then local fitting and metrics.
 
-``dpp_prototypes`` releases this silo's k prototypes (``fl_app/recsys/dp_prototypes.py``)
+``dpp_prototypes`` releases this silo's k prototypes (``fedrec/recsys/prototypes.py``)
 only after the node's own checks: every parameter finite and in range, it holds at least k
 users (its public user count), the sizes fit its ``memory-budget-mb``, and its node policy's
 ``dp-budget`` covers epsilon on top of what its DP ledger (``clients/dp_ledger.py``) records
@@ -17,17 +17,17 @@ import json
 
 from flwr.app import ConfigRecord, RecordDict
 
-from clients.aggregate import sum_reply
+from clients.contribute import sum_reply
+from clients.handlers import handler
 from clients.node import NodeContext
-from clients.registry import handler
-from fl_app.records import to_array_record
-from fl_app.recsys.dp_prototypes import (
+from fedrec.records import to_array_record
+from fedrec.recsys.nmf import fit_user_factors
+from fedrec.recsys.prototypes import (
     MAX_JL_DIM,
     PrototypeParams,
     private_prototypes,
     silo_metric_sums,
 )
-from fl_app.recsys.nmf import fit_user_factors
 
 _USER_FACTORS = "dpp.users"
 _SILO_ROLES = ("silo", "user")

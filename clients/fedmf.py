@@ -1,7 +1,7 @@
 """FedMF node: private user factors stay here; item updates leave only as shares of a sum.
 
 ``fedmf_train`` answers the FedMF protocol (``strategies/fedmf.py``) through
-``clients.aggregate.sum_reply``, so under SecAgg+ the server sees this node's reply masked.
+``clients.contribute.sum_reply``, so under SecAgg+ the server sees this node's reply masked.
 The node keeps its users' factors and its Adam state in ``context.state`` between rounds.
 ``fedmf_stock_train`` / ``fedmf_stock_evaluate`` answer Flower's stock ``train`` /
 ``evaluate`` messages (a stock strategy such as ``FedAvg``), which reveal item factors in
@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
-from clients.aggregate import sum_reply
+from clients.contribute import sum_reply
+from clients.handlers import evaluate_handler, handler, train_handler
 from clients.node import NodeContext
-from clients.registry import evaluate_handler, handler, train_handler
-from fl_app.recsys.metrics import RankingSums, evaluate_ranking
-from fl_app.recsys.mf import Adam, bpr_step, bpr_train_local, init_user_factors, item_gradient
+from fedrec.recsys.metrics import RankingSums, evaluate_ranking
+from fedrec.recsys.mf import Adam, bpr_step, bpr_train_local, init_user_factors, item_gradient
 
 _STATE = "fedmf.users"
 
@@ -146,7 +146,7 @@ def fedmf_stock_train(content: RecordDict, node: NodeContext) -> RecordDict:
     """One full-batch BPR step; reply the updated item factors IN CLEAR (stock FedAvg path).
 
     FedAvg weights the reply by ``num-examples`` = users with training items here, which
-    makes its average exactly the centralized step (``fl_app/recsys/mf.py``). The server sees
+    makes its average exactly the centralized step (``fedrec/recsys/mf.py``). The server sees
     this node's item factors, so the node's policy must allow plain replies.
     """
     node.policy.require("allow-plain", "Flower's stock train round (the server would see this "

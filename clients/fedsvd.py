@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
-from clients.aggregate import ranking_reply, sum_reply
+from clients.contribute import ranking_reply, sum_reply
+from clients.handlers import handler
 from clients.node import NodeContext
-from clients.registry import handler
-from fl_app.records import config_record
-from fl_app.recsys import fedsvd as svd
-from fl_app.secure.aggregate import SUM_KEY
+from fedrec.records import config_record
+from fedrec.recsys import power_svd as svd
+from fedrec.wire.sums import SUM_KEY
 
 _NOISE = "fedsvd.noise"  # arrays in node state: this node's weighted noise of the last sync
 _NOISE_INFO = "fedsvd.noise-info"  # ConfigRecord: its iteration t, the sum's mode, w_i, std
@@ -145,12 +145,12 @@ def sync(content: RecordDict, node: NodeContext) -> RecordDict:
 @handler("fedsvd_noise_product")
 def noise_product(content: RecordDict, node: NodeContext) -> RecordDict:
     """Alg. 2 step 10: Enc(b_i) x (w_i N_i), re-randomized with a fresh Enc(0) and
-    statistically flooded (``fl_app/secure/selection.py``).
+    statistically flooded (``fedrec/secure/selection.py``).
 
     The selection value arrives encrypted under the server's key; this node holds no secret
     key and cannot tell Enc(0) from Enc(1), so it never learns whether its noise is kept.
     """
-    from fl_app.secure.selection import VALUE_BOUND
+    from fedrec.secure.selection import VALUE_BOUND
 
     node.policy.require("allow-noise-removal", "fedsvd-utility's noise removal (the server "
                         "learns this node's noise unless the node is the one kept)", node.who)
@@ -189,7 +189,7 @@ _HE_CONTEXT = "fedsvd.he-context"  # ConfigRecord in node state: the hash this n
 def _selection_context(node: NodeContext, public: bytes):
     """The checked :class:`NodeSelection` for ``public`` (public key only, expected CKKS
     parameters), from the cache when this run already checked these exact bytes."""
-    from fl_app.secure.selection import NodeSelection, context_hash_of
+    from fedrec.secure.selection import NodeSelection, context_hash_of
 
     key = (int(node.context.run_id), context_hash_of(public))
     hit = _SELECTION_CONTEXTS.get(key)

@@ -1,4 +1,4 @@
-"""This node's signing identity and the federation roster (``fl_app/secure/identity.py``).
+"""This node's signing identity and the federation roster (``fedrec/secure/identity.py``).
 
 Node config ``identity-key`` (this node's PEM private key) and ``roster`` (the roster JSON)
 give a deployed node its identity; both or neither. An item server holds no user rows: its
@@ -26,8 +26,8 @@ from typing import Any
 from flwr.app import RecordDict
 
 from clients.policy import NodePolicy
-from fl_app.records import state_record
-from fl_app.secure.identity import IdentityError, Roster, SignedKey, SigningIdentity
+from fedrec.records import state_record
+from fedrec.secure.identity import IdentityError, Roster, SignedKey, SigningIdentity
 
 #: Node config keys of a deployed node's identity.
 IDENTITY_KEY, ROSTER_KEY = "identity-key", "roster"

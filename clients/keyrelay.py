@@ -1,4 +1,4 @@
-"""Client side of the shared-secret relay (see ``fl_app/secure/relay.py`` for the protocol).
+"""Client side of the shared-secret relay (see ``fedrec/secure/relay.py`` for the protocol).
 
 State kept in this node's ``context.state`` (never sent anywhere):
 
@@ -21,10 +21,10 @@ import secrets
 
 from flwr.app import ConfigRecord, RecordDict
 
+from clients.handlers import handler
 from clients.node import NodeContext
-from clients.registry import handler
-from fl_app.records import config_record
-from fl_app.secure.relay import MAKES, RELAY_KEY, RelayError, secret_mail_purpose
+from fedrec.records import config_record
+from fedrec.secure.relay import MAKES, RELAY_KEY, RelayError, secret_mail_purpose
 
 __all__ = ["get_shared_secret", "get_shared_context", "secret_fingerprint"]
 
@@ -43,7 +43,7 @@ def secret_fingerprint(secret: bytes) -> bytes:
 def get_shared_secret(state: RecordDict, purpose: str) -> bytes:
     """The secret relayed for ``purpose`` (raw bytes), from this node's state.
 
-    Raises :class:`fl_app.secure.relay.RelayError` if the relay for ``purpose`` has not run
+    Raises :class:`fedrec.secure.relay.RelayError` if the relay for ``purpose`` has not run
     on this node (the server must call ``relay_secret(..., purpose=...)`` first).
     """
     key = _secret_key(purpose)
@@ -53,14 +53,14 @@ def get_shared_secret(state: RecordDict, purpose: str) -> bytes:
                       if k.startswith("secret.") and config_record(state, k) is not None)
         raise RelayError(
             f"no shared secret '{purpose}' on this node (holds: {held or 'none'}); the server "
-            f"must run fl_app.secure.relay.relay_secret(purpose={purpose!r}) first"
+            f"must run fedrec.secure.relay.relay_secret(purpose={purpose!r}) first"
         )
     return bytes(record["secret"])
 
 
 def get_shared_context(state: RecordDict, purpose: str):
     """The relayed CKKS secret context for ``purpose`` as a TenSEAL context (cached)."""
-    from fl_app.secure.he import load_context
+    from fedrec.secure.he import load_context
 
     record = config_record(state, _secret_key(purpose))
     if record is not None and str(record["make"]) != "ckks-context":
@@ -91,7 +91,7 @@ def _make_secret(make: str) -> tuple[bytes, bytes | None]:
     if make == "random-key":
         return secrets.token_bytes(32), None
     if make == "ckks-context":
-        from fl_app.secure.he import (
+        from fedrec.secure.he import (
             make_secret_context,
             public_context_bytes,
             secret_context_bytes,

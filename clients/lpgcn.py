@@ -1,7 +1,7 @@
 """LP-GCN node (paper 001): its users' rows and its convolution items live here; only item
 rows, item-gradient partials and sealed mail leave it.
 
-Server side ``strategies/lpgcn.py``, math ``fl_app/recsys/lightgcn.py``, decisions
+Server side ``strategies/lpgcn.py``, math ``fedrec/recsys/lightgcn.py``, decisions
 ``docs/protocols/lpgcn.md``. Setup actions, in order: ``lpgcn_count`` (this node's number of
 training interactions, as a share of a sum), ``lpgcn_holdings`` (pseudonyms of the items its
 users hold plus virtual items), ``lpgcn_assign`` (which node convolves each held item; a
@@ -30,13 +30,13 @@ import numpy as np
 import scipy.sparse as sp
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-from clients.aggregate import sum_reply
+from clients.contribute import sum_reply
+from clients.handlers import handler
 from clients.keyrelay import get_shared_secret
 from clients.node import NodeContext
 from clients.policy import PolicyError
-from clients.registry import handler
-from fl_app.records import array_record, config_record, from_array_record, to_array_record
-from fl_app.recsys.lightgcn import (
+from fedrec.records import array_record, config_record, from_array_record, to_array_record
+from fedrec.recsys.lightgcn import (
     bpr_terms,
     direct_terms,
     epoch_triples,
@@ -47,10 +47,10 @@ from fl_app.recsys.lightgcn import (
     scatter_rows,
     to_users,
 )
-from fl_app.recsys.metrics import evaluate_ranking
-from fl_app.recsys.mf import Adam
-from fl_app.secure.pseudonyms import item_pseudonyms, keyed_normal
-from fl_app.secure.randomness import csprng_uniform
+from fedrec.recsys.metrics import evaluate_ranking
+from fedrec.recsys.mf import Adam
+from fedrec.secure.pseudonyms import item_pseudonyms, keyed_normal
+from fedrec.secure.randomness import csprng_uniform
 
 SECRET = "lpgcn-S"  # the relay purpose of the shared key S
 _SETUP, _PARAMS, _STEP, _EPOCH, _FLAGS = ("lpgcn.setup", "lpgcn.params", "lpgcn.step",

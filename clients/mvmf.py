@@ -1,10 +1,10 @@
 """FedMVMF / PrivMVMF nodes (paper 004): user nodes and the item server.
 
 A user node keeps its users' ratings, attributes and factors p_i; its summed gradients
-leave only as a share of a sum (``clients.aggregate.sum_reply``: masked, CKKS-encrypted or,
+leave only as a share of a sum (``clients.contribute.sum_reply``: masked, CKKS-encrypted or,
 with the node's ``allow-plain``, clear). SGD factors stay in the node state between epochs.
 The item server answers sum_d f(j,d) and the eq. 17 factors of its new items in clear (the
-paper's Alg. 2: item features are not private). Math: ``fl_app/recsys/mvmf.py``.
+paper's Alg. 2: item features are not private). Math: ``fedrec/recsys/multiview.py``.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 from flwr.app import RecordDict
 
-from clients.aggregate import sum_reply
+from clients.contribute import sum_reply
+from clients.handlers import handler
 from clients.node import NodeContext
-from clients.registry import handler
-from fl_app.records import to_array_record
-from fl_app.recsys.mvmf import (
+from fedrec.records import to_array_record
+from fedrec.recsys.multiview import (
     BLOCK,
     MVMFConfig,
     attribute_matrix,

@@ -18,7 +18,7 @@ from flwr.app import ConfigRecord, Context, RecordDict
 
 from datasets import DatasetSpec, NodeData, PartitionSpec, load_item_server_data, load_node_data
 from datasets.synthetic import footprint_bytes as synthetic_bytes
-from fl_app.records import array_record, config_record, from_array_record, to_array_record
+from fedrec.records import array_record, config_record, from_array_record, to_array_record
 
 if TYPE_CHECKING:
     from clients.identity import NodeIdentity

@@ -59,7 +59,7 @@ Keys (``docs/threat-model.md`` says what each weaker mode reveals):
   threshold, which the node computes itself).
 - ``allow-simulated-identity`` (default true): without ``identity-key`` / ``roster`` node
   config, sign and check keys with the public simulated identities
-  (``fl_app/secure/identity.py``). The one default that is not the safe choice: Flower's
+  (``fedrec/secure/identity.py``). The one default that is not the safe choice: Flower's
   simulation cannot hand nodes key files. They authenticate nothing, and results say so
   (``privacy.identities``); a deployed SuperNode's operator sets it to false.
 - ``diagnostics``: build the diagnostic actions into the ClientApp (``clients/diagnostics.py``;
@@ -76,7 +76,7 @@ from typing import TYPE_CHECKING, Any
 
 from flwr.app import ConfigRecord, RecordDict
 
-from fl_app.records import config_record
+from fedrec.records import config_record
 
 if TYPE_CHECKING:
     from clients.dp_ledger import LedgerKey

@@ -18,24 +18,24 @@ import numpy as np
 import scipy.sparse as sp
 from flwr.app import RecordDict
 
-from clients.aggregate import sum_reply
+from clients.contribute import sum_reply
+from clients.handlers import handler
 from clients.node import NodeContext
-from clients.registry import handler
-from fl_app.records import (
+from fedrec.records import (
     arrays_of,
     csr_from_arrays,
     csr_to_arrays,
     pop_arrays,
     to_array_record,
 )
-from fl_app.recsys.graph_filters import SCORE_DTYPES, SparseItemItem, make_filter
-from fl_app.recsys.linalg import (
+from fedrec.recsys.graph_filters import SCORE_DTYPES, SparseItemItem, make_filter
+from fedrec.recsys.linalg import (
     normalize_rows,
     symmetric_from_upper,
     upper_triangle,
     user_gram_weight,
 )
-from fl_app.recsys.metrics import evaluate_ranking
+from fedrec.recsys.metrics import evaluate_ranking
 
 #: Gaussian start rows are clipped to +-OMEGA_CLIP so their secure sum has a declared range
 #: (P(|z| > 8) ~ 1e-15 per draw; the distribution is otherwise unchanged).
@@ -54,12 +54,12 @@ def omega_rows(user_ids: np.ndarray, p: int, mode: str, seed: int) -> np.ndarray
     """The node's private rows of the Gaussian start Omega (paper A2: the server never sees it).
 
     ``private``: AES-256-CTR keyed from the OS CSPRNG, Box-Muller
-    (``fl_app.secure.randomness.csprng_normal``): known to nobody but this node.
+    (``fedrec.secure.randomness.csprng_normal``): known to nobody but this node.
     ``seeded``: drawn from (seed, user id), reproducible by the centralized reference (tests,
     benchmarks); anyone who knows the run seed knows Omega, so use it only for evaluation.
     """
     if mode == "private":
-        from fl_app.secure.randomness import csprng_normal
+        from fedrec.secure.randomness import csprng_normal
 
         rows = csprng_normal((len(user_ids), p))
     elif mode == "seeded":

@@ -1,4 +1,4 @@
-"""Node side of the sealed relay (``fl_app/secure/sealed.py``): this node's mail key
+"""Node side of the sealed relay (``fedrec/secure/sealed.py``): this node's mail key
 (:func:`new_mail_key`, called by the ``relay_keys`` handler in ``clients/common.py`` and by
 ``secagg_advertise``), opening and sealing payloads for other nodes.
 
@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 
 from flwr.app import ConfigRecord, RecordDict
 
-from fl_app.records import config_record, state_record
-from fl_app.secure.identity import SIGNED_KEY_BYTES, SignedKey
-from fl_app.secure.keys import AuthenticationError, NodeKeys, open_sealed, seal
-from fl_app.secure.sealed import (
+from fedrec.records import config_record, state_record
+from fedrec.secure.identity import SIGNED_KEY_BYTES, SignedKey
+from fedrec.secure.keys import AuthenticationError, NodeKeys, open_sealed, seal
+from fedrec.secure.sealed import (
     MAIL_DIRECTORY,
     MAIL_IN,
     MAIL_OUT,
@@ -133,7 +133,7 @@ class Mailbox:
         record = config_record(self.state, KEY_STATE)
         if record is None:
             raise RelayError(f"node {self.me} has no mail key: the server must run "
-                             "fl_app.secure.sealed.open_mailroom first")
+                             "fedrec.transport.mailroom.open_mailroom first")
         return bytes(record["sk"])
 
     @cached_property

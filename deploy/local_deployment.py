@@ -15,7 +15,7 @@ What a deployment does, as separate processes (each in its own process group):
   num-partitions=n identity-key=... roster=... allow-simulated-identity=false
   [data-dir=...]"`` and one per item server (``role="item-server"``, partition -k), its own
   Runtime API port, its own ``FLWR_HOME`` and its own ``FEDREC_CACHE`` (as if each were a
-  different machine). Identities (``fl_app/secure/identity.py`` keygen) are made for the
+  different machine). Identities (``fedrec/secure/identity.py`` keygen) are made for the
   whole federation, item servers included, with each entry's role in ``roster.json``.
 * ``flwr run <app> <connection> --run-config ...`` against a named SuperLink connection
   written to ``<workdir>/flwr-home/config.toml`` (``FLWR_HOME``), then ``flwr ls`` until the
@@ -227,7 +227,7 @@ class LocalDeployment:
         ``deploy/make_certs.sh`` in ``<workdir>/certs``).
     data_dirs : optional ``data-dir`` per node (node config), e.g. each holder's own files.
     identities_dir : node identities (``node-<i>.key`` and ``roster.json``, as
-        ``python -m fl_app.secure.identity keygen`` writes them; default: made in
+        ``python -m fedrec.secure.identity keygen`` writes them; default: made in
         ``<workdir>/identities``). Each SuperNode gets its own key and the roster in its node
         config and ``allow-simulated-identity=false``, so every key it is relayed must carry
         the roster's signature.
@@ -401,7 +401,7 @@ class LocalDeployment:
     def node_config_of(self, index: int) -> dict[str, Any]:
         """SuperNode ``index``'s node config: partition, role, identity key and roster, no
         simulated identity, ``node_config`` and then ``node_configs[index]`` over them."""
-        from fl_app.secure.identity import key_file_name
+        from fedrec.secure.identity import key_file_name
 
         ids = self.identities_dir or self.workdir / "identities"
         is_item_server = index >= self.num_nodes
@@ -422,7 +422,7 @@ class LocalDeployment:
     def _identities(self) -> Path:
         """The folder with every node's identity key and the roster (made if not given):
         keygen for the whole federation, item servers included, roles in the roster."""
-        from fl_app.secure.identity import keygen
+        from fedrec.secure.identity import keygen
 
         if self.identities_dir is None:
             self.identities_dir = self.workdir / "identities"
@@ -656,8 +656,8 @@ class LocalDeployment:
 
     def results_path(self, run_config: Mapping[str, Any] | None) -> Path:
         """Where the ServerApp writes this run config's results."""
-        from fl_app.config import run_name
-        from fl_app.registry import resolve_config
+        from fedrec.config import run_name
+        from fedrec.protocols import resolve_config
 
         return self.results_dir / "runs" / f"{run_name(resolve_config(run_config))}.json"
 
@@ -783,7 +783,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "poll interval and telemetry), to compare round times")
     args = parser.parse_args(argv)
 
-    from fl_app.config import parse_assignments
+    from fedrec.config import parse_assignments
 
     run_config = parse_assignments(args.set)
     node_configs: dict[int, dict[str, Any]] = {}

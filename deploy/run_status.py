@@ -82,7 +82,7 @@ def check_run(run_id: int, connection: str | None, wait: float, poll: float = 5.
 
 
 def check_results(path: Path, wait: float, poll: float = 2.0) -> tuple[int, str]:
-    """(exit code, message) for a results file (``fl_app/results.py``), waiting up to
+    """(exit code, message) for a results file (``fedrec/results.py``), waiting up to
     ``wait`` s for the ServerApp to write it."""
     deadline = time.monotonic() + wait
     while not path.is_file() and time.monotonic() < deadline:

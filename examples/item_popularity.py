@@ -1,7 +1,7 @@
 """A new protocol in one file: most-popular-items recommendation from a secure sum.
 
 Shows how to add a protocol without editing the project: node handlers register with
-``clients.registry.handler``, the server side is a ``ProtocolStrategy`` naming its handler
+``clients.handlers.handler``, the server side is a ``ProtocolStrategy`` naming its handler
 module in ``clients``. Run it:
 
     python run_simulation.py --protocol examples.item_popularity:ItemPopularity
@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 from flwr.app import RecordDict
 
-from clients.aggregate import ranking_reply, sum_reply
+from clients.contribute import ranking_reply, sum_reply
+from clients.handlers import handler
 from clients.node import NodeContext
-from clients.registry import handler
-from fl_app.config import Key
+from fedrec.config import Key
 from strategies.base import ProtocolStrategy, RunOutcome
 
 

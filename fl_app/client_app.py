@@ -1,8 +1,8 @@
 """The ClientApp: every registered client handler, exposed as a Flower action.
 
-The node-side modules of every registered protocol (``fl_app/registry.py``) and of users'
+The node-side modules of every registered protocol (``fedrec/protocols.py``) and of users'
 plugins register their handlers on import; ``query.<action>`` messages go to
-:data:`clients.registry.QUERY_HANDLERS`; Flower's stock
+:data:`clients.handlers.QUERY_HANDLERS`; Flower's stock
 ``train`` / ``evaluate`` messages (sent by stock strategies such as ``FedAvg``) go to the
 handler of the protocol named in the message's config (``fedrec-protocol``).
 
@@ -24,18 +24,18 @@ from typing import Any
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from clients.node import NodeContext
-from clients.policy import NodePolicy
-from clients.registry import (
+from clients.handlers import (
     DIAGNOSTIC_HANDLERS,
     EVALUATE_HANDLERS,
     QUERY_HANDLERS,
     TRAIN_HANDLERS,
     Handler,
 )
+from clients.node import NodeContext
+from clients.policy import NodePolicy
+from fedrec.protocols import DIAGNOSTICS_MODULE, client_modules
+from fedrec.secure.sealed import MAIL_DIRECTORY, MAIL_IN
 from fl_app.quiet import quiet_flower_noise
-from fl_app.registry import DIAGNOSTICS_MODULE, client_modules
-from fl_app.secure.sealed import MAIL_DIRECTORY, MAIL_IN
 
 PLUGIN_GROUP = "fedrec_privacy.clients"
 PLUGIN_ENV = "FEDREC_CLIENT_MODULES"

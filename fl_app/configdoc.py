@@ -16,8 +16,8 @@ import re
 import sys
 from pathlib import Path
 
-from fl_app.config import Key, Value
-from fl_app.registry import builtin_keys
+from fedrec.config import Key, Value
+from fedrec.protocols import builtin_keys
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = REPO / "pyproject.toml"

@@ -1,6 +1,6 @@
 """The ServerApp: read the run config, build the strategy, run it, save and show results.
 
-``protocol`` names a registered protocol (``fl_app/registry.py``) or a
+``protocol`` names a registered protocol (``fedrec/protocols.py``) or a
 ``package.module:ClassName`` of a ``ProtocolStrategy``. ``strategy`` optionally names a plain
 Flower ``Strategy`` (e.g. ``FedAvg`` or a user's subclass) to drive the clients of
 ``protocol`` instead of the protocol's own server side, for protocols whose strategy class
@@ -17,10 +17,10 @@ from typing import Any
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fl_app.config import ConfigError, run_name
-from fl_app.messaging import AccountedGrid, Messenger
-from fl_app.registry import load_strategy_class, resolve_config
-from fl_app.results import print_run_table, write_run
+from fedrec.config import ConfigError, run_name
+from fedrec.protocols import load_strategy_class, resolve_config
+from fedrec.results import print_run_table, write_run
+from fedrec.transport.messenger import AccountedGrid, Messenger
 
 log = logging.getLogger("fedrec")
 

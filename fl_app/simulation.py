@@ -18,10 +18,10 @@ from typing import Any
 from clients.policy import NodePolicy
 from datasets import DatasetSpec, load_dataset
 from datasets.partition import PartitionSpec, partition_users
-from fl_app.config import ConfigError, run_name
+from fedrec.config import ConfigError, run_name
+from fedrec.protocols import load_strategy_class, resolve_config
+from fedrec.results import print_run_table, write_run
 from fl_app.quiet import quiet_flower_noise
-from fl_app.registry import load_strategy_class, resolve_config
-from fl_app.results import print_run_table, write_run
 
 #: One CPU per simulated node's worker: with 2 cores, two ClientApps run at once.
 DEFAULT_BACKEND: dict[str, Any] = {
@@ -41,9 +41,9 @@ def backend_config_for(client_cpus: int) -> dict[str, Any]:
 #: Node errors that are answers to the run's input (a refusal by the node's policy, bad data
 #: or config, a roster that does not fit), not bugs: the ServerApp reports each in one line
 #: naming the node, so Flower's copy of the node's traceback is dropped from the console.
-REFUSALS = ("clients.policy.PolicyError", "fl_app.secure.secagg.SecAggError",
-            "fl_app.secure.identity.IdentityError", "datasets.errors.DataError",
-            "fl_app.config.ConfigError")
+REFUSALS = ("clients.policy.PolicyError", "fedrec.secure.secagg.SecAggError",
+            "fedrec.secure.identity.IdentityError", "datasets.errors.DataError",
+            "fedrec.config.ConfigError")
 #: Flower's header before each ClientApp traceback; the traceback itself says the same.
 _HEADER = "An exception was raised when processing a message by"
 
@@ -95,7 +95,7 @@ def check_federation_size(cfg: Mapping[str, Any], num_nodes: int, policy: NodePo
         raise ConfigError(f"run config 'item-servers' = {cfg['item-servers']}: expected fewer "
                           f"than the {num_nodes} simulated nodes (--nodes / num_nodes), so "
                           "that some hold user rows")
-    from fl_app.registry import protocols
+    from fedrec.protocols import protocols
 
     if (cfg["aggregator"] == "secagg+" and cfg["protocol"] in protocols()
             and users < policy.min_survivors):
@@ -244,7 +244,7 @@ def compare_with_references(cfg: Mapping[str, Any], protocol_cls: type,
     """The federated metrics beside the protocol's centralized reference (``reference(data)``
     on its strategy, if it has one) and item popularity, each on the same split, with the
     reference's wall time for the federated/centralized ratio."""
-    from fl_app.recsys.metrics import popularity_sums
+    from fedrec.recsys.metrics import popularity_sums
 
     log = logging.getLogger("fedrec")
     data = load_dataset(DatasetSpec.from_config(cfg))

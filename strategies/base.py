@@ -12,12 +12,12 @@ from flwr.app import ConfigRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from fl_app.config import Key
-from fl_app.messaging import Messenger
-from fl_app.records import to_array_record
-from fl_app.recsys.metrics import RankingSums
-from fl_app.secure.aggregate import Aggregator
-from fl_app.secure.aggregators import make_aggregator
+from fedrec.config import Key
+from fedrec.records import to_array_record
+from fedrec.recsys.metrics import RankingSums
+from fedrec.transport.aggregators import Aggregator
+from fedrec.transport.factory import make_aggregator
+from fedrec.transport.messenger import Messenger
 
 
 @dataclass
@@ -147,19 +147,20 @@ def handshake(messenger: Messenger, cfg: Mapping[str, Any], min_nodes: int = 1,
                                holds=tuple(str(h) for h in info.get("holds", ["rows"])))
         where = (f"partition {infos[node].partition_id}" if infos[node].role != "item-server"
                  else "item server")
-        messenger.node_labels[node] = f"node {node} ({where})"
+        messenger.report.name_node(node, where)
         if "policy" in reply.config_records:  # what the node accepts, for the results
-            messenger.node_policies[node] = dict(reply.config_records["policy"])
+            messenger.report.add_policy(node, reply.config_records["policy"])
         if "identity" in info:
-            messenger.node_identities[node] = str(info["identity"])
+            messenger.report.add_identity(node, str(info["identity"]))
     item_counts = {i.n_items for i in infos.values()}
     if len(item_counts) != 1:
         detail = ", ".join(f"{messenger.label(n)}: {i.n_items}" for n, i in sorted(infos.items()))
         raise ValueError(f"nodes disagree on the number of items ({detail}); "
                          "they must load the same catalogue")
     check_federation(infos, needs, messenger.label, protocol or str(cfg.get("protocol", "")))
-    messenger.node_order = node_order(infos)
-    return {n: infos[n] for n in messenger.node_order}
+    order = node_order(infos)
+    messenger.report.set_order(order)
+    return {n: infos[n] for n in order}
 
 
 @dataclass
@@ -225,7 +226,7 @@ class Federation:
                  phase: str = "evaluate") -> dict[str, float]:
         """Ranking metrics of every node's users, learned only as a sum over nodes.
 
-        Nodes answer with ``clients.aggregate.ranking_reply``; the result is
+        Nodes answer with ``clients.contribute.ranking_reply``; the result is
         ``{"recall@20": ..., "ndcg@20": ..., ...}``.
         """
         total = self.sum(action, arrays, {**dict(config or {}), "top-k": k},
@@ -302,7 +303,7 @@ class ProtocolStrategy(Strategy):
         from flwr.app import MetricRecord
         from flwr.serverapp.strategy import Result
 
-        from fl_app.registry import resolve_config
+        from fedrec.protocols import resolve_config
 
         cfg = resolve_config({"protocol": f"{type(self).__module__}:{type(self).__qualname__}",
                               **dict(train_config or {})})

@@ -2,7 +2,7 @@
 differentially private prototypes"): one-shot cross-silo recommendation.
 
 Two protocol rounds after the handshake (node side ``clients/dp_prototypes.py``, math
-``fl_app/recsys/dp_prototypes.py`` and ``fl_app/recsys/nmf.py``, decisions in
+``fedrec/recsys/prototypes.py`` and ``fedrec/recsys/nmf.py``, decisions in
 ``docs/protocols/dp-prototypes.md``):
 
 1. ``prototypes`` (up): every silo releases k epsilon-DP prototypes of its users (Alg. 2),
@@ -30,11 +30,11 @@ import numpy as np
 from flwr.app import RecordDict
 from flwr.serverapp import Grid
 
-from fl_app.config import Key
-from fl_app.messaging import Messenger
-from fl_app.recsys.dp_prototypes import PrototypeParams, metric_means
-from fl_app.recsys.nmf import nmf
-from fl_app.secure.dp import PrivacyLedger
+from fedrec.config import Key
+from fedrec.dp import PrivacyLedger
+from fedrec.recsys.nmf import nmf
+from fedrec.recsys.prototypes import PrototypeParams, metric_means
+from fedrec.transport.messenger import Messenger
 from strategies.base import Federation, ProtocolStrategy, RoleNeed, RunOutcome
 
 log = logging.getLogger("fedrec")
@@ -116,8 +116,8 @@ class DPPrototypes(ProtocolStrategy):
     def reference(self, data: Any) -> dict[str, float]:
         """The paper's "Full" baseline: the same NMF on every user's training row in one
         process (no federation, no privacy), metrics as the federated run's."""
-        from fl_app.recsys.dp_prototypes import silo_metric_sums
-        from fl_app.recsys.nmf import fit_user_factors
+        from fedrec.recsys.nmf import fit_user_factors
+        from fedrec.recsys.prototypes import silo_metric_sums
 
         V = nmf(data.train, self.rank, self.reg, self.nmf_iters).V
         U = fit_user_factors(data.train, V, self.reg, self.nmf_iters)
@@ -142,7 +142,7 @@ class DPPrototypes(ProtocolStrategy):
                 ) -> tuple[np.ndarray, dict[str, Any]]:
         """The stacked prototypes (in node order) and each silo's ledger, checked: shape,
         range, and a ledger whose pure epsilon is the configured one."""
-        from fl_app.records import from_array_record
+        from fedrec.records import from_array_record
 
         k, eps = self.params.k, self.params.epsilon
         blocks, ledgers = [], {}

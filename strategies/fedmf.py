@@ -1,6 +1,6 @@
 """FedMF: federated BPR matrix factorization, the baseline the papers compare against.
 
-What runs (client side ``clients/fedmf.py``, math ``fl_app/recsys/mf.py``, decisions in
+What runs (client side ``clients/fedmf.py``, math ``fedrec/recsys/mf.py``, decisions in
 ``docs/protocols/fedmf.md``). Each round the server broadcasts the item factors V; every
 node trains on its own users, whose factors never leave it, and answers with its share of
 a sum through the run's aggregator (``aggregator``: SecAgg+ by default, so the server learns
@@ -31,10 +31,11 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from fl_app.config import ConfigError, Key
-from fl_app.messaging import PROGRESS_SECONDS, Messenger
-from fl_app.recsys.metrics import evaluate_ranking
-from fl_app.recsys.mf import BPRMF, Adam, init_item_factors, item_gradient
+from fedrec.config import ConfigError, Key
+from fedrec.recsys.metrics import evaluate_ranking
+from fedrec.recsys.mf import BPRMF, Adam, init_item_factors, item_gradient
+from fedrec.transport.ledger import PROGRESS_SECONDS
+from fedrec.transport.messenger import Messenger
 from strategies.base import Federation, ProtocolStrategy, RunOutcome, data_config, handshake
 
 log = logging.getLogger("fedrec")

@@ -1,7 +1,7 @@
 """Federated SVD (paper 002, Liu, Pejo, Tang 2023): FedPower (Algorithm 1) and its utility-
 and privacy-enhanced schemes (Algorithms 2 and 3) over horizontally partitioned rows.
 
-One strategy class per scheme, sharing :class:`FedSvd` (math in ``fl_app/recsys/fedsvd.py``,
+One strategy class per scheme, sharing :class:`FedSvd` (math in ``fedrec/recsys/power_svd.py``,
 node side ``clients/fedsvd.py``, decisions in ``docs/protocols/fedsvd.md``). Each
 synchronization is ONE message round of work for the nodes: the server sends the common
 basis, each node runs its p - 1 local power iterations and its part of the synchronization
@@ -15,7 +15,7 @@ the server learns only the weighted sum. Then:
   the server holds a CKKS key pair, sends each node a fresh encryption of its selection
   value (0 for one node j drawn from the OS CSPRNG, 1 for the others, replicated over the
   slots), each node multiplies its own weighted noise into it, re-randomizes and floods
-  (``fl_app/secure/selection.py``), the server
+  (``fedrec/secure/selection.py``), the server
   adds the products and decrypts the sum only: sum_{i != j} w_i N_i, which it subtracts.
 - ``fedsvd-privacy``: no alignment; noise at every iteration; the server clips orth(Y).
 
@@ -34,10 +34,10 @@ import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 from flwr.serverapp import Grid
 
-from fl_app.config import ConfigError, Key
-from fl_app.messaging import Messenger
-from fl_app.recsys import fedsvd as svd
-from fl_app.recsys.metrics import evaluate_ranking
+from fedrec.config import ConfigError, Key
+from fedrec.recsys import power_svd as svd
+from fedrec.recsys.metrics import evaluate_ranking
+from fedrec.transport.messenger import Messenger
 from strategies.base import Federation, ProtocolStrategy, RunOutcome
 
 log = logging.getLogger("fedrec")
@@ -206,21 +206,21 @@ def _z_max(reply: RecordDict) -> float:
 
 
 class _ServerHe:
-    """Alg. 2's homomorphic step, server side (``fl_app/secure/selection.py``): the SERVER's
+    """Alg. 2's homomorphic step, server side (``fedrec/secure/selection.py``): the SERVER's
     CKKS key pair (as the paper's Paillier pair), one fresh encrypted selection value per
     node, the sum of the nodes' products, one decryption. The kept node j comes from the OS
     CSPRNG (never the public seed) and stays on the server; :attr:`view` records only what
     the results may show."""
 
     def __init__(self) -> None:
-        from fl_app.secure import selection
+        from fedrec.secure import selection
 
         self.ctx = selection.make_context()
         self.public = selection.public_context_bytes(self.ctx)
         self.view: list[dict[str, Any]] = []
 
     def remove_noise(self, fed: Federation, t: int, shape: tuple[int, ...]) -> np.ndarray:
-        from fl_app.secure import selection
+        from fedrec.secure import selection
 
         nodes = fed.nodes
         j = secrets.randbelow(len(nodes))

@@ -1,11 +1,11 @@
 """LP-GCN (paper 001): lossless federated LightGCN / LightGCN+ over the sealed relay.
 
-Node side ``clients/lpgcn.py``, math ``fl_app/recsys/lightgcn.py`` (shared with the
-centralized reference :class:`fl_app.recsys.lightgcn.LightGCN`), decisions and costs
+Node side ``clients/lpgcn.py``, math ``fedrec/recsys/lightgcn.py`` (shared with the
+centralized reference :class:`fedrec.recsys.lightgcn.LightGCN`), decisions and costs
 ``docs/protocols/lpgcn.md``.
 
 Setup: handshake and the run's aggregator; the shared key S made by a random node and relayed
-sealed (``fl_app.secure.relay``: the server never holds S); the number of training
+sealed (``fedrec.secure.relay``: the server never holds S); the number of training
 interactions as a sum (batches per epoch); every node's held item set as pseudonyms under S
 (real and virtual items mixed); a greedy set cover of the items by nodes and one random
 convolution node per item from the cover, confirmed by each convolution node to its items'
@@ -34,14 +34,14 @@ import scipy.sparse as sp
 from flwr.app import RecordDict
 from flwr.serverapp import Grid
 
-from fl_app.config import Key
-from fl_app.messaging import Messenger, NodeTimeoutError
-from fl_app.records import from_array_record
-from fl_app.recsys.cover import assign_items, greedy_cover
-from fl_app.recsys.lightgcn import BACKBONES, LightGCN, layer_mean, n_batches
-from fl_app.recsys.metrics import evaluate_ranking
-from fl_app.secure.pseudonyms import is_pseudonym
-from fl_app.secure.relay import relay_secret
+from fedrec.config import Key
+from fedrec.records import from_array_record
+from fedrec.recsys.cover import assign_items, greedy_cover
+from fedrec.recsys.lightgcn import BACKBONES, LightGCN, layer_mean, n_batches
+from fedrec.recsys.metrics import evaluate_ranking
+from fedrec.secure.pseudonyms import is_pseudonym
+from fedrec.transport.messenger import Messenger, NodeTimeoutError
+from fedrec.transport.relay_server import relay_secret
 from strategies.base import Federation, ProtocolStrategy, RunOutcome
 
 log = logging.getLogger("fedrec")

@@ -1,7 +1,7 @@
 """FedMVMF and PrivMVMF (paper 004, "PrivMVMF: Privacy-Preserving Multi-View Matrix
 Factorization"): multi-view MF with an item server, plaintext or CKKS-encrypted gradients.
 
-Parties (math in ``fl_app/recsys/mvmf.py``, node handlers in ``clients/mvmf.py``, decisions in
+Parties (math in ``fedrec/recsys/multiview.py``, node handlers in ``clients/mvmf.py``, decisions in
 ``docs/protocols/mvmf.md``):
 
 - user nodes (role ``user``) hold their users' explicit ratings, dummy attributes and user
@@ -18,7 +18,7 @@ the default ``secagg+`` already hides them). ``privmvmf`` always uses CKKS (TenS
 of the paper's Paillier): one user node makes the context, the secret key reaches the other
 user nodes sealed, the server adds ciphertexts with the public context, and the decrypter
 node (drawn with the seed) opens only a sum of at least its ``min-survivors`` signed
-contributions (``fl_app/secure/aggregate.py``). Dense packing hides which items a user sent.
+contributions (``fedrec/wire/sums.py``). Dense packing hides which items a user sent.
 
 Rounds per epoch: the item server's term, the users' sum (privmvmf: plus its decryption).
 At the end: the item server's cold-start factors and the metric sum (plus its decryption).
@@ -34,9 +34,8 @@ from typing import Any
 import numpy as np
 from flwr.serverapp import Grid
 
-from fl_app.config import ConfigError, Key
-from fl_app.messaging import PROGRESS_SECONDS, Messenger
-from fl_app.recsys.mvmf import (
+from fedrec.config import ConfigError, Key
+from fedrec.recsys.multiview import (
     MVMF,
     P_UPDATES,
     WEIGHTINGS,
@@ -49,8 +48,10 @@ from fl_app.recsys.mvmf import (
     server_gradients,
     user_scores,
 )
-from fl_app.secure.aggregate import Aggregator, CkksAggregator
-from fl_app.secure.aggregators import make_aggregator
+from fedrec.transport.aggregators import Aggregator, CkksAggregator
+from fedrec.transport.factory import make_aggregator
+from fedrec.transport.ledger import PROGRESS_SECONDS
+from fedrec.transport.messenger import Messenger
 from strategies.base import Federation, ProtocolStrategy, RoleNeed, RunOutcome, handshake
 
 log = logging.getLogger("fedrec")
@@ -252,7 +253,7 @@ class PrivMVMF(FedMVMF):
 
 def _arrays(reply: Any, label: str) -> dict[str, np.ndarray]:
     """The ``arrays`` record of an item-server reply; an error naming the node otherwise."""
-    from fl_app.records import from_array_record
+    from fedrec.records import from_array_record
 
     if "arrays" not in reply.array_records:
         raise ValueError(f"{label} answered without its 'arrays' record")

@@ -36,25 +36,26 @@ import scipy.sparse as sp
 from flwr.app import ConfigRecord, RecordDict
 from flwr.serverapp import Grid
 
-from fl_app.config import ConfigError, Key
-from fl_app.messaging import Messenger
-from fl_app.records import csr_from_arrays, csr_to_arrays, to_array_record
-from fl_app.recsys.graph_filters import (
+from fedrec.config import ConfigError, Key
+from fedrec.records import csr_from_arrays, csr_to_arrays, to_array_record
+from fedrec.recsys.graph_filters import (
     SCORE_DTYPES,
     default_hyperparams,
     evaluate_centrally,
     make_filter,
 )
-from fl_app.recsys.linalg import (
+from fedrec.recsys.linalg import (
     item_item_from_gram,
     qr_positive,
     rayleigh_ritz_from_gram,
     symmetric_from_upper,
     upper_triangle,
 )
-from fl_app.recsys.metrics import RankingSums
-from fl_app.secure.aggregate import WIRE_DTYPES, Aggregator, in_node_order
-from fl_app.secure.aggregators import make_aggregator
+from fedrec.recsys.metrics import RankingSums
+from fedrec.transport.aggregators import Aggregator, in_node_order
+from fedrec.transport.factory import make_aggregator
+from fedrec.transport.messenger import Messenger
+from fedrec.wire.sums import WIRE_DTYPES
 from strategies.base import ProtocolStrategy, RunOutcome, data_config, handshake, node_order
 
 log = logging.getLogger("fedrec")
@@ -316,8 +317,8 @@ class PriviRec(ProtocolStrategy):
                                              phase=phase)
             for node, reply in in_node_order(replies, agg.nodes):
                 total = total + _sparse_gram(reply, messenger.label(node), n_items)
-            agg._record(phase, "privirec_gram", [("gram", (n_items, n_items))], len(agg.nodes),
-                        form="plain")  # labelled in the results like every plain sum
+            agg.record_sum(phase, "privirec_gram", [("gram", (n_items, n_items))],
+                           len(agg.nodes), form="plain")  # labelled in the results like every plain sum
             return symmetric_from_upper(total)
         dense = agg.sum("privirec_gram", req, max_abs=float(max_users), phase=phase)["gram"]
         rows, cols = np.triu_indices(n_items)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from fedrec.config import ConfigError, Key, parse_assignments, run_name
+from fedrec.protocols import builtin_keys, load_strategy_class, protocols, resolve_config
 from fl_app import configdoc
-from fl_app.config import ConfigError, Key, parse_assignments, run_name
-from fl_app.registry import builtin_keys, load_strategy_class, protocols, resolve_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -105,7 +105,7 @@ def test_strategy_loading_errors_are_clear() -> None:
     with pytest.raises(ValueError, match="has no class"):
         load_strategy_class("strategies.fedmf:Nope")
     with pytest.raises(ValueError, match="not a flwr"):
-        load_strategy_class("fl_app.config:ConfigError")
+        load_strategy_class("fedrec.config:ConfigError")
 
 
 @pytest.mark.parametrize("raw", ["nan", "inf", "-inf"])

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from fl_app.recsys.cover import assign_items, greedy_cover, neighbour_counts
+from fedrec.recsys.cover import assign_items, greedy_cover, neighbour_counts
 
 
 def _reference_cover(sets: list[set[int]], m: int) -> list[int]:

@@ -126,12 +126,12 @@ def _config(protocol: str, extra: Mapping[str, Any], run_name: str) -> dict[str,
 
 
 def test_every_registered_protocol_has_a_deployment_line() -> None:
-    from fl_app.registry import protocols
+    from fedrec.protocols import protocols
 
     lines = [p for p, _, _ in PROTOCOLS + ITEM_SERVER_PROTOCOLS]
     assert sorted(lines) == sorted(protocols()), (
         "add a line to PROTOCOLS (or ITEM_SERVER_PROTOCOLS) for every protocol in "
-        "fl_app/registry.py")
+        "fedrec/protocols.py")
 
 
 def test_clientapp_import_is_cheap() -> None:

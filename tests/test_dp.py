@@ -1,4 +1,4 @@
-"""DP mechanisms and the privacy ledger (fl_app.secure.dp)."""
+"""DP mechanisms and the privacy ledger (fedrec.dp)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fl_app.secure import dp
+from fedrec import dp
 
 #: Draws per moment test: OpenDP's exact samplers manage ~1e4-3e4 floats/s on a loaded core.
 DRAWS = 20_000

@@ -12,7 +12,7 @@ import pytest
 
 from clients.dp_ledger import Ledger, LedgerError, LedgerKey, data_digest
 from clients.policy import NodePolicy, PolicyError
-from fl_app.messaging import NodeError
+from fedrec.transport.messenger import NodeError
 from tests.test_dp_prototypes import TINY, _run
 
 KEY_A, KEY_B = LedgerKey("aa", "d1"), LedgerKey("bb", "d1")

@@ -11,19 +11,19 @@ import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment, nnls
 
 from datasets import DatasetSpec, PartitionSpec, load_node_data
-from fl_app.client_app import build_client_app
-from fl_app.messaging import Messenger, NodeError
-from fl_app.recsys.dp_prototypes import (
+from fedrec.protocols import resolve_config
+from fedrec.recsys.kmeans import kmeans, kmeans_loss
+from fedrec.recsys.nmf import fit_user_factors, nmf
+from fedrec.recsys.poisson import poisson_silos
+from fedrec.recsys.prototypes import (
     PrototypeParams,
     clip_rows,
     metric_means,
     private_prototypes,
     silo_metric_sums,
 )
-from fl_app.recsys.kmeans import kmeans, kmeans_loss
-from fl_app.recsys.nmf import fit_user_factors, nmf
-from fl_app.recsys.poisson import poisson_silos
-from fl_app.registry import resolve_config
+from fedrec.transport.messenger import Messenger, NodeError
+from fl_app.client_app import build_client_app
 from strategies.dp_prototypes import DPPrototypes
 from tests.localgrid import LocalGrid
 

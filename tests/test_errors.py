@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import run_simulation
-from fl_app.registry import protocols
+from fedrec.protocols import protocols
 
 
 @pytest.fixture(autouse=True)
@@ -145,7 +145,7 @@ def test_a_node_policy_refusal_names_the_flag(monkeypatch: pytest.MonkeyPatch,
     """A node refusing during the run: its own error line, then how to opt in from here."""
     import fl_app.simulation
     from clients.policy import NodePolicy, PolicyError
-    from fl_app.messaging import NodeError
+    from fedrec.transport.messenger import NodeError
 
     def refuse(*args: object, **kwargs: object) -> None:
         try:
@@ -169,6 +169,6 @@ def test_flower_copies_of_node_refusals_are_dropped_but_bugs_keep_theirs() -> No
     keep = NodeRefusalFilter().filter
     assert not keep(record("An exception was raised when processing a message by RayBackend"))
     assert not keep(record("Traceback ...\nclients.policy.PolicyError: node 1 refuses ..."))
-    assert not keep(record("ray::ClientAppActor.run()\nfl_app.secure.secagg.SecAggError: x"))
+    assert not keep(record("ray::ClientAppActor.run()\nfedrec.secure.secagg.SecAggError: x"))
     assert keep(record("Traceback ...\nZeroDivisionError: division by zero"))  # user's code
     assert keep(record("clients.policy.PolicyError: x", logging.WARNING))

@@ -23,7 +23,7 @@ from flwr.app import Message, RecordDict
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fl_app.messaging import AccountedGrid, Messenger, NodeTimeoutError  # noqa: E402
+from fedrec.transport.messenger import AccountedGrid, Messenger, NodeTimeoutError  # noqa: E402
 from tests.localgrid import LocalGrid  # noqa: E402
 
 #: Tiny synthetic data, as the deployment matrix's (tests/test_deployment.py).
@@ -39,7 +39,8 @@ def _echo(msg: Message, _context: Any) -> Message:
 
 def _labelled(grid: LocalGrid, timeout: float) -> Messenger:
     messenger = Messenger(grid, timeout=timeout)
-    messenger.node_labels = {n: f"node {n} (partition {i})" for i, n in enumerate(grid.ids)}
+    for i, n in enumerate(grid.ids):
+        messenger.report.name_node(n, f"partition {i}")
     return messenger
 
 
@@ -72,7 +73,7 @@ def test_a_tolerated_dropout_is_recorded_with_its_reason() -> None:
         replies = dict(messenger.iter_replies("probe", {n: RecordDict() for n in grid.ids},
                                               allow_missing=True))
     assert set(replies) == {1001, 1002}
-    why = {tuple(d["node_ids"]): d["why"] for d in messenger.dropouts}
+    why = {tuple(d["node_ids"]): d["why"] for d in messenger.report.dropouts()}
     assert UNAVAILABLE in why[(1003,)] and SILENT in why[(1004,)]
     lost = messenger.lost_nodes()
     assert "node 1003 (partition 2) in 'probe'" in lost and "node 1004 (partition 3)" in lost
@@ -106,8 +107,8 @@ def test_a_node_lost_in_round_two_fails_the_run_naming_it_with_the_history_so_fa
     """FedMF, three rounds; partition 2 is lost at round 2's training sum. The run fails
     naming that node and the reason before any survivor is asked to unmask (SecAgg+: the
     sum is abandoned under the default node policy); the failed record has round 1's row."""
+    from fedrec.protocols import resolve_config
     from fl_app.client_app import build_client_app
-    from fl_app.registry import resolve_config
     from fl_app.server_app import run_protocol
 
     cfg = resolve_config({**TINY, "protocol": "fedmf", "rounds": 3, "mf-dim": 4,
@@ -136,7 +137,7 @@ def test_a_node_lost_in_round_two_fails_the_run_naming_it_with_the_history_so_fa
 def test_the_deployed_serverapp_raises_the_record_error() -> None:
     """Flower shows the ServerApp's exception as the run's status details (``flwr ls``), so
     the deployed ServerApp raises the record's error, lost node first."""
-    from fl_app.registry import resolve_config
+    from fedrec.protocols import resolve_config
     from fl_app.server_app import RunFailedError, failed_record
 
     with LocalGrid(_echo, 3, unavailable=[1003]) as grid:

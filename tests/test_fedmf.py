@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from datasets import DatasetSpec, load_dataset
-from fl_app.recsys.metrics import ranking_sums
-from fl_app.recsys.mf import BPRMF
-from fl_app.secure.fixedpoint import FixedPoint
+from fedrec.recsys.metrics import ranking_sums
+from fedrec.recsys.mf import BPRMF
+from fedrec.secure.fixedpoint import FixedPoint
 from fl_app.simulation import run_in_simulation
 from strategies.fedmf import LOSS_CAP
 from tests.simutil import run_in_process
@@ -118,8 +118,8 @@ def test_local_mode_beats_popularity_and_sends_only_masked_item_updates() -> Non
 def test_centralized_reference_is_fedmf_with_one_node() -> None:
     """The reference runs the nodes' own local-training code: a one-node federation (plain
     sums, in-process Flower grid) gives the reference's factors and metrics."""
+    from fedrec.protocols import resolve_config
     from fl_app.client_app import build_client_app
-    from fl_app.registry import resolve_config
     from fl_app.server_app import run_protocol
     from tests.localgrid import LocalGrid
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from datasets import DatasetSpec, PartitionSpec, load_dataset, partition_users
+from fedrec.config import ConfigError
+from fedrec.protocols import resolve_config
+from fedrec.recsys import power_svd as svd
 from fl_app.client_app import build_client_app
-from fl_app.config import ConfigError
-from fl_app.recsys import fedsvd as svd
-from fl_app.registry import resolve_config
 from fl_app.server_app import run_protocol
 from tests.localgrid import LocalGrid
 
@@ -109,20 +109,20 @@ def test_noise_removal_leaves_exactly_one_nodes_noise(monkeypatch):
     assert len(he_msgs) == NODES
     import tenseal as ts
 
-    from fl_app.secure.he import load_context
+    from fedrec.secure.he import load_context
     records = [m.content.config_records["fedsvd-he"] for m in he_msgs]
     assert {tuple(sorted(r.keys())) for r in records} == {("public-context", "selection", "t")}
     assert len({bytes(r["public-context"]) for r in records}) == 1  # the same for everyone
     assert len({len(bytes(r["selection"])) for r in records}) == 1
     ctx = load_context(bytes(records[0]["public-context"]))
     assert not ctx.has_secret_key()
-    from fl_app.secure.he import unpad_ciphertext
+    from fedrec.secure.he import unpad_ciphertext
     with pytest.raises(Exception):  # a node cannot open its selection value
         ts.ckks_vector_from(ctx, unpad_ciphertext(bytes(records[0]["selection"]))).decrypt()
 
 
 def test_server_saw_updates_masked_and_noise_products_encrypted(monkeypatch):
-    from fl_app.secure.selection import NodeSelection
+    from fedrec.secure.selection import NodeSelection
 
     monkeypatch.setattr(svd, "draw_noise", known_noise)
     loads = []
@@ -154,7 +154,7 @@ def test_selection_sums_products_and_a_node_checks_the_context():
     from flwr.app import RecordDict
 
     from clients.fedsvd import _selection_context
-    from fl_app.secure import he, selection
+    from fedrec.secure import he, selection
 
     ctx = selection.make_context()
     public = selection.public_context_bytes(ctx)
@@ -224,8 +224,8 @@ def attacked(tmp_path, monkeypatch):
 
     from flwr.app import ArrayRecord
 
-    from fl_app.records import from_array_record, to_array_record
-    from fl_app.secure.aggregate import VALUES_KEY
+    from fedrec.records import from_array_record, to_array_record
+    from fedrec.wire.sums import VALUES_KEY
     from tests.malicious import MaliciousGrid, copy_content
 
     monkeypatch.setattr(svd, "draw_noise", lambda shape, std: np.zeros(shape))

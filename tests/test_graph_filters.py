@@ -1,4 +1,4 @@
-"""Tests for fl_app.recsys.linalg and fl_app.recsys.graph_filters (PriviRec, paper 000).
+"""Tests for fedrec.recsys.linalg and fedrec.recsys.graph_filters (PriviRec, paper 000).
 
 Every filter is compared against a dense NumPy re-implementation of its formula written out
 here, on a tiny seeded random dataset.
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from fl_app.recsys import graph_filters as gfm
-from fl_app.recsys.graph_filters import (
+from fedrec.recsys import graph_filters as gfm
+from fedrec.recsys.graph_filters import (
     BSPM,
     FILTER_NAMES,
     FactoredItemItem,
@@ -24,7 +24,7 @@ from fl_app.recsys.graph_filters import (
     fit_centralized,
     score_all,
 )
-from fl_app.recsys.linalg import (
+from fedrec.recsys.linalg import (
     item_item_from_gram,
     item_item_matrix,
     normalize_interactions,

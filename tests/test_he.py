@@ -1,11 +1,11 @@
-"""TenSEAL helpers (fl_app.secure.he): packed CKKS sums, public context, BFV bits."""
+"""TenSEAL helpers (fedrec.secure.he): packed CKKS sums, public context, BFV bits."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from fl_app.secure import he
+from fedrec.secure import he
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,7 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, RecordDict
 
-from fl_app.client_app import build_client_app
-from fl_app.messaging import Messenger, NodeError
-from fl_app.secure.identity import (
+from fedrec.secure.identity import (
     IdentityError,
     Roster,
     SignedKey,
@@ -25,16 +23,14 @@ from fl_app.secure.identity import (
     keygen,
     main,
 )
-from fl_app.secure.keys import NodeKeys
-from fl_app.secure.relay import relay_secret
-from fl_app.secure.sealed import MAIL_PURPOSE, open_mailroom
-from fl_app.secure.secagg import (
-    MASK_KEY_PURPOSE,
-    SecAggError,
-    SecureAggregator,
-    masking_minimum,
-    threshold_for,
-)
+from fedrec.secure.keys import NodeKeys
+from fedrec.secure.sealed import MAIL_PURPOSE
+from fedrec.secure.secagg import MASK_KEY_PURPOSE, SecAggError, masking_minimum, threshold_for
+from fedrec.transport.mailroom import open_mailroom
+from fedrec.transport.messenger import Messenger, NodeError
+from fedrec.transport.relay_server import relay_secret
+from fedrec.transport.secagg_server import SecureAggregator
+from fl_app.client_app import build_client_app
 from tests.localgrid import LocalGrid
 from tests.simutil import DIAGNOSTIC_APP, diag_expected, diag_request
 
@@ -85,7 +81,8 @@ def _hello(grid: LocalGrid, messenger: Messenger) -> list[int]:
                                              "synthetic-items": 20, "seed": 1,
                                              "partition": "shards-contiguous"})})
     messenger.broadcast("hello", data, nodes)
-    messenger.node_labels = {n: f"node {n} (partition {i})" for i, n in enumerate(nodes)}
+    for i, n in enumerate(nodes):
+        messenger.report.name_node(n, f"partition {i}")
     return nodes
 
 

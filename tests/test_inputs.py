@@ -18,17 +18,12 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from datasets import DataError, DatasetSpec, PartitionSpec, load_dataset, load_node_data, synthetic
 from datasets import cache as data_cache
 from datasets.containers import NodeData
+from fedrec.protocols import resolve_config
+from fedrec.records import to_array_record
+from fedrec.transport.aggregators import PlainAggregator
+from fedrec.transport.messenger import Messenger, NodeError
+from fedrec.wire.sums import SHAPES_KEY, VALUES_KEY, AggregationError, reply_values
 from fl_app.client_app import build_client_app
-from fl_app.messaging import Messenger, NodeError
-from fl_app.records import to_array_record
-from fl_app.registry import resolve_config
-from fl_app.secure.aggregate import (
-    SHAPES_KEY,
-    VALUES_KEY,
-    AggregationError,
-    PlainAggregator,
-    reply_values,
-)
 from tests.localgrid import LocalGrid
 from tests.malicious import MaliciousGrid, Refused, copy_content
 from tests.simutil import DIAGNOSTIC_APP, diag_request
@@ -278,7 +273,7 @@ def test_fedmf_sizes_that_are_not_positive_integers_are_refused(key: str, bad: A
 
 
 def _mvmf(**over: Any) -> dict[str, Any]:
-    from fl_app.recsys.mvmf import MVMFConfig
+    from fedrec.recsys.multiview import MVMFConfig
     from strategies.mvmf import node_config
 
     cfg = node_config(MVMFConfig(), 0, {"mvmf-top-k": 10, "mvmf-threshold": 4.0})

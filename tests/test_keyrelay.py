@@ -19,11 +19,12 @@ import pytest
 import tenseal as ts
 from flwr.app import ConfigRecord, RecordDict
 
+from clients.handlers import QUERY_HANDLERS, handler
 from clients.node import NodeContext
-from clients.registry import QUERY_HANDLERS, handler
-from fl_app.messaging import Messenger, NodeError
-from fl_app.secure.he import EncryptedSum, load_context
-from fl_app.secure.relay import RELAY_KEY, RelayError, relay_secret
+from fedrec.secure.he import EncryptedSum, load_context
+from fedrec.secure.relay import RELAY_KEY, RelayError
+from fedrec.transport.messenger import Messenger, NodeError
+from fedrec.transport.relay_server import relay_secret
 
 N = 5
 KEY_PURPOSE = "lpgcn-S"

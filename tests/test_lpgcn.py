@@ -13,10 +13,10 @@ import scipy.sparse as sp
 
 from clients.lpgcn import stored_params
 from datasets import DatasetSpec, load_dataset
+from fedrec.protocols import resolve_config
+from fedrec.recsys.lightgcn import LightGCN, inv_sqrt
+from fedrec.transport.messenger import NodeError
 from fl_app.client_app import build_client_app
-from fl_app.messaging import NodeError
-from fl_app.recsys.lightgcn import LightGCN, inv_sqrt
-from fl_app.registry import resolve_config
 from fl_app.server_app import run_protocol
 from strategies.lpgcn import LPGCN, LosslessRunError
 from tests.localgrid import LocalGrid
@@ -113,7 +113,7 @@ def test_federated_equals_centralized(runs) -> None:
     if runs["backbone"] == "lightgcn":
         assert seen_users == set(range(ref.R.shape[0]))
     uf, vf = ref.final_embeddings()
-    from fl_app.recsys.metrics import evaluate_ranking
+    from fedrec.recsys.metrics import evaluate_ranking
 
     data = load_dataset(DatasetSpec.from_config(BASE))
     central = evaluate_ranking(lambda r: uf[r] @ vf.T, data.train, data.test, k=20).means()

@@ -25,13 +25,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clients.diagnostics import diagnostic_vector
+from fedrec.secure.fixedpoint import FixedPoint
+from fedrec.secure.identity import keygen
+from fedrec.secure.sealed import MAIL_DIRECTORY, MAIL_IN
+from fedrec.secure.secagg import SecAggError, neighbour_graph
+from fedrec.transport.messenger import Messenger, NodeError
+from fedrec.transport.secagg_server import SecureAggregator
+from fedrec.wire.sums import SUM_KEY, VALUES_KEY, AggregationError
 from fl_app.client_app import build_client_app
-from fl_app.messaging import Messenger, NodeError
-from fl_app.secure.aggregate import SUM_KEY, VALUES_KEY, AggregationError
-from fl_app.secure.fixedpoint import FixedPoint
-from fl_app.secure.identity import keygen
-from fl_app.secure.sealed import MAIL_DIRECTORY, MAIL_IN
-from fl_app.secure.secagg import SecAggError, SecureAggregator, neighbour_graph
 from tests.malicious import MaliciousGrid, Refused
 from tests.simutil import diag_request
 
@@ -261,8 +262,8 @@ def test_a_sum_asked_of_fewer_nodes_stays_masked(roster: Path) -> None:
     assert all(r is not None for r in revealed.values())  # honest lists: they answer
     codec = FixedPoint.for_sum(MAX_ABS, 5)
     total = sum(run.masked.values())
-    from fl_app.secure.keys import combine_secret
-    from fl_app.secure.secagg import self_mask
+    from fedrec.secure.keys import combine_secret
+    from fedrec.secure.secagg import self_mask
 
     for u in asked:  # remove every self mask the server could rebuild
         shares = [bytes(r.config_records["revealed"][f"b:{u}"]) for r in revealed.values()]
@@ -376,7 +377,7 @@ def test_values_out_of_range_give_the_server_a_count_of_nodes_only(roster: Path)
 @contextmanager
 def _ckks_run() -> Iterator[tuple[MaliciousGrid, Any]]:
     """A run of 4 nodes that opted in to CKKS sums, key relay done."""
-    from fl_app.secure.aggregate import CkksAggregator
+    from fedrec.transport.aggregators import CkksAggregator
 
     app = build_client_app(["clients.diagnostics"], policy={"allow-ckks": True})
     grid = MaliciousGrid(app, 4, run_id=next(_RUNS))

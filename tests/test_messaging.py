@@ -14,9 +14,9 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
+from clients.handlers import handler
 from clients.node import NodeContext
-from clients.registry import handler
-from fl_app.messaging import (
+from fedrec.transport.messenger import (
     AccountedGrid,
     CommLedger,
     Messenger,
@@ -148,8 +148,8 @@ def test_empty_ledger_to_dict() -> None:
 def test_silent_node_times_out_and_is_named(client_app) -> None:
     with LocalGrid(client_app, 3, silent=[1002]) as grid:
         messenger = Messenger(grid, timeout=30)
-        messenger.node_labels = {nid: f"node {nid} (partition {i})"
-                                 for i, nid in enumerate(grid.ids)}
+        for i, nid in enumerate(grid.ids):
+            messenger.report.name_node(nid, f"partition {i}")
         t0 = time.monotonic()
         with pytest.raises(NodeTimeoutError) as info:
             messenger.broadcast("msgtest_echo", RecordDict(), timeout=0.3)
@@ -171,8 +171,8 @@ def test_node_the_superlink_reports_unavailable_counts_as_silent(client_app) -> 
     or a recorded dropout where the phase tolerates one), never a handler failure."""
     with LocalGrid(client_app, 3, unavailable=[1003]) as grid:
         messenger = Messenger(grid, timeout=30)
-        messenger.node_labels = {nid: f"node {nid} (partition {i})"
-                                 for i, nid in enumerate(grid.ids)}
+        for i, nid in enumerate(grid.ids):
+            messenger.report.name_node(nid, f"partition {i}")
         t0 = time.monotonic()
         with pytest.raises(NodeTimeoutError) as info:
             messenger.broadcast("msgtest_echo", RecordDict())
@@ -194,11 +194,11 @@ def test_node_the_superlink_reports_unavailable_counts_as_silent(client_app) -> 
 def test_handler_exception_becomes_node_error(client_app) -> None:
     with LocalGrid(client_app, 2) as grid:
         messenger = Messenger(grid, timeout=5)
-        messenger.node_labels = {grid.ids[1]: "silo B"}
+        messenger.report.name_node(grid.ids[1], "silo B")
         with pytest.raises(NodeError) as info:
             messenger.send("msgtest_fail", {grid.ids[1]: RecordDict()})
     err = info.value
-    assert err.node == "silo B"
+    assert err.node == f"node {grid.ids[1]} (silo B)"
     assert err.action == "msgtest_fail"
     assert "boom on partition 1" in err.reason
     assert "silo B" in str(err) and "boom on partition 1" in str(err)
@@ -264,7 +264,7 @@ def test_accounted_grid_non_strict_returns_what_arrived_by_timeout(client_app) -
 def test_accounted_grid_strict_names_the_silent_node(client_app) -> None:
     with LocalGrid(client_app, 3, silent=[1003]) as grid:
         messenger = Messenger(grid, timeout=5)
-        messenger.node_labels[1003] = "node 1003 (partition 2)"
+        messenger.report.name_node(1003, "partition 2")
         fast = AccountedGrid(grid, messenger)
         msgs = [Message(RecordDict(), dst_node_id=n, message_type="query.msgtest_echo")
                 for n in grid.ids]

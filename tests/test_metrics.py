@@ -1,4 +1,4 @@
-"""Tests for fl_app.recsys.metrics against small hand-computed cases.
+"""Tests for fedrec.recsys.metrics against small hand-computed cases.
 
 Shorthand used in the comments:
     L3 = log2(3) = 1.5849625, so 1/L3 = 0.6309298
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from fl_app.recsys.metrics import (
+from fedrec.recsys.metrics import (
     RankingSums,
     average_rank_sums,
     evaluate_ranking,
@@ -472,7 +472,7 @@ def test_ranking_sums_matches_naive_loop():
 
 def test_mid_rank_strategies_agree():
     # Internal helper: the "compare" and "sort" paths must give identical mid-ranks, ties included.
-    from fl_app.recsys.metrics import _mid_rank_above
+    from fedrec.recsys.metrics import _mid_rank_above
 
     rng = np.random.default_rng(5)
     neg = rng.integers(0, 4, size=(6, 9)).astype(float)  # many ties

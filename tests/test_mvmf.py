@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from datasets import DatasetSpec, load_dataset
-from fl_app.recsys import mvmf as M
+from fedrec.recsys import multiview as M
 
 PLAIN_CKKS = {"allow-plain": True, "allow-ckks": True}
 #: 5 nodes: 4 user nodes and the item server (the last partition); cold users and items too.
@@ -94,7 +94,7 @@ def test_weights_obsonly_inclunc_sampled() -> None:
 
 
 def test_rating_sums_match_the_platform_prf_and_graded_ndcg() -> None:
-    from fl_app.recsys.metrics import rating_topk_prf
+    from fedrec.recsys.metrics import rating_topk_prf
 
     rng = np.random.default_rng(0)
     R, *_ = _toy(2, users=30, items=40)
@@ -149,8 +149,8 @@ def test_ml100k_attribute_schema() -> None:
 
 
 def test_implicit_data_is_refused() -> None:
-    from fl_app.config import ConfigError
-    from fl_app.registry import load_strategy_class, resolve_config
+    from fedrec.config import ConfigError
+    from fedrec.protocols import load_strategy_class, resolve_config
 
     cls = load_strategy_class("fedmvmf")
     with pytest.raises(ConfigError, match="explicit ratings: set implicit = false"):
@@ -159,8 +159,8 @@ def test_implicit_data_is_refused() -> None:
 
 # -- 2. the protocols -------------------------------------------------------------------------
 def _run(protocol: str, aggregator: str, extra: dict | None = None, record_replies=None):
+    from fedrec.protocols import resolve_config
     from fl_app.client_app import build_client_app
-    from fl_app.registry import resolve_config
     from fl_app.server_app import run_protocol
     from tests.localgrid import LocalGrid
 
@@ -256,7 +256,7 @@ def test_privmvmf_equals_fedmvmf_and_gives_the_same_top10(fed_plain, priv, data)
 
 
 def test_the_privmvmf_server_sees_no_per_user_gradient_and_no_secret_key(priv) -> None:
-    from fl_app.secure.aggregate import VALUES_KEY
+    from fedrec.wire.sums import VALUES_KEY
 
     _, record, states, replies = priv
     secrets = [bytes(s.config_records[k]["secret"]) for s in states.values()
@@ -281,9 +281,9 @@ def test_the_privmvmf_server_sees_no_per_user_gradient_and_no_secret_key(priv) -
 
 
 def test_a_decrypter_refuses_a_single_nodes_or_a_relabelled_ciphertext() -> None:
+    from fedrec.transport.aggregators import CkksAggregator
+    from fedrec.transport.messenger import Messenger, NodeError
     from fl_app.client_app import build_client_app
-    from fl_app.messaging import Messenger, NodeError
-    from fl_app.secure.aggregate import CkksAggregator
     from tests.localgrid import LocalGrid
     from tests.simutil import DIAGNOSTIC_APP, diag_request
 

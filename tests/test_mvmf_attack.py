@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from datasets import DatasetSpec, load_dataset
-from fl_app.recsys import mvmf_attack as A
-from fl_app.recsys.mvmf import MVMFConfig, attribute_matrix
+from fedrec.recsys import multiview_attack as A
+from fedrec.recsys.multiview import MVMFConfig, attribute_matrix
 
 SYNTH = DatasetSpec(name="synthetic", synthetic_users=40, synthetic_items=40,
                     synthetic_density=0.3, synthetic_clusters=4, implicit=False,

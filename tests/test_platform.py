@@ -6,7 +6,6 @@ every message still goes through Flower records and the node handlers.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import numpy as np
@@ -15,13 +14,14 @@ import tenseal as ts
 from flwr.app import ConfigRecord, RecordDict
 
 from clients.diagnostics import diagnostic_vector
+from clients.handlers import QUERY_HANDLERS, handler
 from clients.node import NodeContext
-from clients.registry import QUERY_HANDLERS, handler
+from fedrec.secure.he import load_context
+from fedrec.secure.sealed import MAIL_IN, MAIL_OUT
+from fedrec.transport.aggregators import CkksAggregator, PlainAggregator
+from fedrec.transport.mailroom import open_mailroom
+from fedrec.transport.messenger import Messenger, NodeError
 from fl_app.client_app import build_client_app
-from fl_app.messaging import Messenger, NodeError
-from fl_app.secure.aggregate import CkksAggregator, PlainAggregator
-from fl_app.secure.he import load_context
-from fl_app.secure.sealed import MAIL_IN, MAIL_OUT, open_mailroom
 from strategies.base import RoleNeed, handshake
 from tests.localgrid import LocalGrid
 from tests.simutil import DIAGNOSTIC_APP, diag_expected, diag_request
@@ -177,70 +177,6 @@ def test_a_node_whose_role_does_not_fit_fails_naming_it() -> None:
         _federation({}, ITEM_SERVER)
 
 
-# -- layering -------------------------------------------------------------------------------
-PACKAGES = ("fl_app", "strategies", "clients", "datasets")
-CORE = ("fl_app.messaging", "fl_app.secure", "fl_app.recsys", "fl_app.results",
-        "fl_app.records", "fl_app.config", "fl_app.registry")
-
-
-def _imports() -> dict[str, set[str]]:
-    """Module -> project modules it imports, wherever the import statement is (module level,
-    inside functions, under TYPE_CHECKING). Packages' ``__init__`` are not targets: importing
-    ``pkg.mod`` is an edge to ``pkg.mod``."""
-    paths = {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
-             for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py")}
-    graph: dict[str, set[str]] = {}
-    for mod, path in paths.items():
-        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-        deps: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                    base = ".".join(parts + ([base] if base else []))
-                names = [base] + [f"{base}.{a.name}" for a in node.names]
-            for name in names:
-                while name and name not in paths:
-                    name = name.rpartition(".")[0]
-                if name and name != mod and paths[name].name != "__init__.py":
-                    deps.add(name)
-        graph[mod] = deps
-    return graph
-
-
-def test_no_import_cycle_in_the_project() -> None:
-    graph = _imports()
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(m: str) -> None:
-        state[m] = 1
-        stack.append(m)
-        for d in sorted(graph[m]):
-            if state.get(d) == 1:
-                cycle = stack[stack.index(d):] + [d]
-                raise AssertionError("import cycle: " + " -> ".join(cycle))
-            if d not in state:
-                visit(d)
-        stack.pop()
-        state[m] = 2
-
-    for module in sorted(graph):
-        if module not in state:
-            visit(module)
-
-
-def test_core_imports_neither_side() -> None:
-    for module, deps in _imports().items():
-        if module.startswith(CORE):
-            sides = sorted(d for d in deps if d.split(".")[0] in ("strategies", "clients"))
-            assert not sides, f"{module} imports {sides}"
-
-
 # -- results ----------------------------------------------------------------------------------
 #: The smallest real run: the example protocol on 40 synthetic users.
 TINY_POPULARITY = {"protocol": "examples.item_popularity:ItemPopularity",
@@ -250,8 +186,8 @@ TINY_POPULARITY = {"protocol": "examples.item_popularity:ItemPopularity",
 def test_results_record_what_the_server_received_and_keep_large_arrays(tmp_path: Path) -> None:
     import scipy.sparse as sp
 
-    from fl_app.registry import resolve_config
-    from fl_app.results import load_run_arrays, read_run, write_run
+    from fedrec.protocols import resolve_config
+    from fedrec.results import load_run_arrays, read_run, write_run
     from fl_app.server_app import run_protocol
 
     cfg = resolve_config(TINY_POPULARITY)
@@ -283,8 +219,8 @@ def test_results_record_what_the_server_received_and_keep_large_arrays(tmp_path:
 
 
 def test_a_failed_run_keeps_its_partial_results_and_reason() -> None:
-    from fl_app.messaging import NodeTimeoutError
-    from fl_app.registry import resolve_config
+    from fedrec.protocols import resolve_config
+    from fedrec.transport.messenger import NodeTimeoutError
     from fl_app.server_app import run_protocol
 
     cfg = resolve_config({**TINY_POPULARITY, "timeout": 0.5, "startup-timeout": 0.5})
@@ -301,8 +237,8 @@ def test_the_handshake_waits_for_a_slow_start_that_a_later_request_may_not_take(
     """Each node's first reply comes 0.6 s after the request (a node's start), three times
     the per-request `timeout`: the handshake allows `startup-timeout`; without it the same
     start fails the run."""
-    from fl_app.messaging import NodeTimeoutError
-    from fl_app.registry import resolve_config
+    from fedrec.protocols import resolve_config
+    from fedrec.transport.messenger import NodeTimeoutError
     from fl_app.server_app import run_protocol
 
     base = {**TINY_POPULARITY, "timeout": 0.2}
@@ -316,7 +252,7 @@ def test_the_handshake_waits_for_a_slow_start_that_a_later_request_may_not_take(
 
 
 def test_secagg_graph_is_complete_for_small_federations_and_logarithmic_above() -> None:
-    from fl_app.secure.aggregators import auto_degree
+    from fedrec.transport.factory import auto_degree
 
     assert auto_degree(10) is None and auto_degree(32) is None
     assert auto_degree(100) == 14 and auto_degree(1000) == 20

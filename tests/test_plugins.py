@@ -10,7 +10,7 @@ import pytest
 
 import run_simulation
 from datasets import DatasetSpec, load_dataset
-from fl_app.recsys.metrics import ranking_sums
+from fedrec.recsys.metrics import ranking_sums
 from fl_app.simulation import run_in_simulation
 from tests.simutil import run_in_process
 

@@ -16,17 +16,14 @@ import pytest
 from flwr.app import ConfigRecord, RecordDict
 
 from clients.policy import NodePolicy, PolicyError
+from fedrec.protocols import resolve_config
+from fedrec.secure.fixedpoint import FixedPoint
+from fedrec.secure.secagg import SecAggError
+from fedrec.transport.aggregators import PlainAggregator
+from fedrec.transport.messenger import Messenger, NodeError
+from fedrec.transport.secagg_server import SecureAggregator
+from fedrec.wire.sums import SHAPES_KEY, VALUES_KEY, AggregationError
 from fl_app.client_app import build_client_app
-from fl_app.messaging import Messenger, NodeError
-from fl_app.registry import resolve_config
-from fl_app.secure.aggregate import (
-    SHAPES_KEY,
-    VALUES_KEY,
-    AggregationError,
-    PlainAggregator,
-)
-from fl_app.secure.fixedpoint import FixedPoint
-from fl_app.secure.secagg import SecAggError, SecureAggregator
 from strategies.privirec import NodeSetChanged, PriviRec, PriviRecK, check_fixed_node_set
 from tests.localgrid import LocalGrid
 from tests.simutil import DIAGNOSTIC_APP, diag_request
@@ -208,7 +205,7 @@ def test_diagnostics_only_on_an_explicit_opt_in() -> None:
 
 
 def test_the_decrypter_refuses_sums_it_did_not_contribute_to() -> None:
-    from fl_app.secure.aggregate import CkksAggregator
+    from fedrec.transport.aggregators import CkksAggregator
 
     with LocalGrid(build_client_app(**DIAGNOSTIC_APP), 3) as grid:
         messenger = Messenger(grid, timeout=60)
@@ -225,7 +222,7 @@ def test_the_decrypter_refuses_sums_it_did_not_contribute_to() -> None:
 
 
 def test_ckks_sums_need_the_nodes_opt_in() -> None:
-    from fl_app.secure.aggregate import CkksAggregator
+    from fedrec.transport.aggregators import CkksAggregator
 
     app = build_client_app(["clients.diagnostics"], policy={})
     with LocalGrid(app, 3) as grid:
@@ -262,7 +259,7 @@ def _tampered_sum(kind: str, tamper: Any) -> str:
 
 
 def _short(content: RecordDict) -> None:
-    from fl_app.records import to_array_record
+    from fedrec.records import to_array_record
 
     values = content.array_records[VALUES_KEY]["v"].numpy()
     content[VALUES_KEY] = to_array_record({"v": values[:1].copy()})
@@ -280,7 +277,7 @@ def _bad_shape(content: RecordDict) -> None:
 def test_malformed_replies_are_errors_naming_node_and_field(kind: str) -> None:
     victim, text = _tampered_sum(kind, _short).split("|", 1)
     assert f"node {victim}" in text and "field 'secagg.values.v' has shape (1,)" in text
-    # a masked reply also carries the one-value clip flag (clients.aggregate.clipped_into_range)
+    # a masked reply also carries the one-value clip flag (clients.contribute.clipped_into_range)
     assert f"need ({10 + (kind == 'secagg+')},)" in text
     victim, text = _tampered_sum(kind, _drop_values).split("|", 1)
     assert f"node {victim} answered a sum without field 'secagg.values.v'" in text
@@ -289,7 +286,7 @@ def test_malformed_replies_are_errors_naming_node_and_field(kind: str) -> None:
 
 
 def test_a_wrong_dtype_is_refused() -> None:
-    from fl_app.records import to_array_record
+    from fedrec.records import to_array_record
 
     def as_float(content: RecordDict) -> None:
         v = content.array_records[VALUES_KEY]["v"].numpy()
@@ -387,7 +384,7 @@ def test_privirec_checks_that_every_sum_ran_over_the_same_nodes() -> None:
         agg = PlainAggregator(messenger, nodes)
         agg.sum("diag_secure_sum", diag_request(1, {"v": (3,)}), max_abs=10.0, phase="degrees")
         check_fixed_node_set(agg)
-        agg._record("power", "privirec_power", [("Y", (3,))], 2, [nodes[2]],
+        agg.record_sum("power", "privirec_power", [("Y", (3,))], 2, [nodes[2]],
                     members=nodes[:2])
         with pytest.raises(NodeSetChanged, match=rf"sum 'power' ran without node {nodes[2]} "
                                                  r"compared with sum 'degrees'"):
@@ -397,7 +394,7 @@ def test_privirec_checks_that_every_sum_ran_over_the_same_nodes() -> None:
 # -- 5. randomness ----------------------------------------------------------------------------
 def test_private_omega_is_a_csprng_gaussian() -> None:
     from clients.privirec import OMEGA_CLIP, omega_rows
-    from fl_app.secure.randomness import csprng_normal, csprng_uniform
+    from fedrec.secure.randomness import csprng_normal, csprng_uniform
 
     z = csprng_normal((400, 500))
     assert z.shape == (400, 500)

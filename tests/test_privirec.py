@@ -11,14 +11,14 @@ import pytest
 
 from clients.privirec import omega_rows
 from datasets import DatasetSpec, load_dataset
-from fl_app.recsys.graph_filters import make_filter, score_all
-from fl_app.recsys.linalg import (
+from fedrec.recsys.graph_filters import make_filter, score_all
+from fedrec.recsys.linalg import (
     item_item_matrix,
     normalize_interactions,
     randomized_power_iteration,
     top_eigvecs_exact,
 )
-from fl_app.recsys.metrics import ranking_sums
+from fedrec.recsys.metrics import ranking_sums
 from tests.simutil import run_in_process as _run_in_process
 
 #: These runs ask for seeded Omega (comparisons with the reference), plain sums and sparse

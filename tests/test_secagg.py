@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 from flwr.app import RecordDict
 
-from clients.aggregate import clipped_into_range
+from clients.contribute import clipped_into_range
 from clients.diagnostics import diagnostic_vector
-from fl_app.messaging import Messenger, NodeError
-from fl_app.secure.aggregate import AggregationError, PlainAggregator, flatten
-from fl_app.secure.fixedpoint import FixedPoint
-from fl_app.secure.secagg import SecAggError, SecureAggregator, neighbour_graph
+from fedrec.secure.fixedpoint import FixedPoint
+from fedrec.secure.secagg import SecAggError, neighbour_graph
+from fedrec.transport.aggregators import PlainAggregator
+from fedrec.transport.messenger import Messenger, NodeError
+from fedrec.transport.secagg_server import SecureAggregator
+from fedrec.wire.sums import AggregationError, flatten
 from tests.simutil import DIAGNOSTIC_APP, diag_expected, diag_request
 
 N = 6

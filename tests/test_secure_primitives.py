@@ -1,4 +1,4 @@
-"""Masks, fixed point, sealing, secret relay and Shamir shares (fl_app.secure)."""
+"""Masks, fixed point, sealing, secret relay and Shamir shares (fedrec.secure)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fl_app.secure.fixedpoint import FixedPoint
-from fl_app.secure.keys import (
+from fedrec.secure.fixedpoint import FixedPoint
+from fedrec.secure.keys import (
     AuthenticationError,
     NodeKeys,
     combine_secret,
@@ -15,7 +15,7 @@ from fl_app.secure.keys import (
     seal,
     split_secret,
 )
-from fl_app.secure.masks import counter_block, derive_sum_key, expand_mask
+from fedrec.secure.masks import counter_block, derive_sum_key, expand_mask
 
 KEY = bytes(range(32))
 
@@ -216,7 +216,7 @@ def test_shamir_any_threshold_subset_reconstructs_every_length():
 def test_shamir_shares_of_one_point_look_uniform_whatever_the_secret():
     """t-1 = 1 share of a 2-of-n split: its limbs are uniform over the field, independent of
     the secret (mean of uniform GF(p) elements ~ p/2 for an all-zero and an all-ones secret)."""
-    from fl_app.secure import shamir
+    from fedrec.secure import shamir
 
     for secret in (bytes(32), b"\xff" * 32):
         ys = np.stack([np.frombuffer(split_secret(secret, 2, 2)[0][7:], "<u4")

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from fl_app.recsys.graph_filters import SparseItemItem
-from fl_app.recsys.spmm import BlockedSymmetricSpMM, RowParallelCSR
+from fedrec.recsys.graph_filters import SparseItemItem
+from fedrec.recsys.spmm import BlockedSymmetricSpMM, RowParallelCSR
 
 
 def _symmetric(n: int, density: float, seed: int = 0) -> sp.csr_matrix:

@@ -19,7 +19,7 @@ Model (paper 001, Eqs. 1-6; ``docs/protocols/lpgcn.md`` has every decision):
   Every draw is seeded by ``(seed, epoch, user id)``, so any partition of the users draws
   the same triples: a node samples its own users' triples and the union is the centralized
   batch, with no party learning another's positives.
-- Adam (``fl_app.recsys.mf.Adam``, elementwise) on every layer-0 row at every step, rows
+- Adam (``fedrec.recsys.mf.Adam``, elementwise) on every layer-0 row at every step, rows
   with a zero gradient included (dense ``torch.optim.Adam`` semantics), so a node stepping
   its own rows equals the centralized step on the whole table.
 
@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from fl_app.recsys.mf import Adam, sample_bpr_triples
-from fl_app.recsys.spmm import RowParallelCSR, usable_cores
+from fedrec.recsys.mf import Adam, sample_bpr_triples
+from fedrec.recsys.spmm import RowParallelCSR, usable_cores
 
 BACKBONES = ("lightgcn", "lightgcn+")
 #: Stream tags, so user init, item tables and batch assignment never share draws.
@@ -77,7 +77,7 @@ def epoch_triples(train: sp.csr_matrix, user_ids: np.ndarray, seed: int, epoch: 
                   nbatches: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(row, positive, negative, batch) of every triple of ``epoch`` for these users.
 
-    Negatives come from :func:`fl_app.recsys.mf.sample_bpr_triples` (uniform over the user's
+    Negatives come from :func:`fedrec.recsys.mf.sample_bpr_triples` (uniform over the user's
     non-interacted items, stream ``(seed, negatives, epoch, user id)``); the batch of each of
     a user's triples from the stream ``(seed, batch, epoch, user id)``.
     """

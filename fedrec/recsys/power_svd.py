@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from fl_app.recsys.linalg import qr_positive
-from fl_app.recsys.metrics import subspace_distance
+from fedrec.recsys.linalg import qr_positive
+from fedrec.recsys.metrics import subspace_distance
 
 #: The three registered schemes.
 SCHEMES = ("fedpower", "fedsvd-utility", "fedsvd-privacy")
@@ -45,10 +45,10 @@ Noise = Callable[[tuple[int, ...], float], np.ndarray]
 def draw_noise(shape: tuple[int, ...], std: float) -> np.ndarray:
     """N(0, std^2) noise of ``shape`` from the floating-point-safe OpenDP sampler.
 
-    Every noise the protocol releases comes from here (``fl_app/secure/dp.py``); tests may
+    Every noise the protocol releases comes from here (``fedrec/dp.py``); tests may
     replace it with known values (the node handlers look it up on this module per call).
     """
-    from fl_app.secure.dp import gaussian_noise_with_sigma
+    from fedrec.dp import gaussian_noise_with_sigma
 
     return gaussian_noise_with_sigma(np.zeros(shape), std)
 
@@ -487,7 +487,7 @@ def accounting(scheme: str, params: SvdParams, n_nodes: int, min_rows: int,
     """
     import warnings
 
-    from fl_app.secure.dp import PrivacyLedger
+    from fedrec.dp import PrivacyLedger
 
     out: dict = {"scheme": scheme, "delta": params.delta, "T": params.T}
     if scheme == "fedpower":

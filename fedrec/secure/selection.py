@@ -45,7 +45,7 @@ import numpy as np
 import tenseal as ts
 import tenseal.sealapi as sa
 
-from fl_app.secure.he import (
+from fedrec.secure.he import (
     CkksParams,
     load_context,
     make_secret_context,
@@ -54,7 +54,7 @@ from fl_app.secure.he import (
     public_context_bytes,
     unpad_ciphertext,
 )
-from fl_app.secure.randomness import csprng_uniform
+from fedrec.secure.randomness import csprng_uniform
 
 #: N = 8192 and 218 bits of coefficient modulus (the 128-bit-security maximum at N = 8192):
 #: one 158-bit data level holds SELECTION_SCALE x VALUE_SCALE x 2^8 with a bit to spare.
@@ -221,7 +221,7 @@ def context_hash_of(public: bytes) -> str:
 
 def _uniform(n: int, width: float) -> np.ndarray:
     """n values uniform on (-width, width), unpredictable to the server
-    (``fl_app/secure/randomness.py``: AES-256-CTR keyed from the OS CSPRNG)."""
+    (``fedrec/secure/randomness.py``: AES-256-CTR keyed from the OS CSPRNG)."""
     return (2.0 * csprng_uniform(n) - 1.0) * width
 
 

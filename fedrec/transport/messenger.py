@@ -4,36 +4,31 @@ Why not ``Grid.send_and_receive``: it sleeps between polls (0.1 s in simulation,
 deployed SuperLink), and protocols here run hundreds of synchronous rounds. We push all
 requests with ``push_messages`` and pull replies with a short poll, so a round costs what
 Flower's own delivery costs and nothing more (the simulation engine hands each node at most
-one message every 0.1 s; see DESIGN.md section 7).
+one message every 0.1 s; docs/architecture.md, "Flower facts").
 
-Every request and reply is measured in bytes as Flower serializes it (the deflated message
-and all its records, arrays and array chunks), per node, per phase and per direction, and
-every phase is timed. Strategies read the totals from :class:`CommLedger`.
+The Messenger owns three things and writes only its own: the loop (this module), the
+communication ledger every round is recorded in (``ledger.py``) and the run report's privacy
+section (``report.py``), which the handshake, the aggregators and the loop add to through its
+methods. The sealed mail's directory and queues (``mailroom.py``) ride on every request once a
+relay opened them.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from flwr.app import Message, RecordDict
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
-if TYPE_CHECKING:
-    from fl_app.secure.sealed import Mailroom
+from fedrec.transport.ledger import CommLedger, message_nbytes, messages_nbytes
+from fedrec.transport.mailroom import Mailroom
+from fedrec.transport.report import RunReport
 
 DEFAULT_POLL_INTERVAL = 0.002
-#: Rounds slower than this are reported at INFO (progress inside long phases).
-SLOW_ROUND_SECONDS = 5.0
-#: The console gets a summary of the phases run since the last line when a phase ends and at
-#: least this long has passed (alternating short phases, e.g. train/evaluate, share a line).
-PROGRESS_SECONDS = 2.0
 
 log = logging.getLogger("fedrec")
 
@@ -88,202 +83,11 @@ def clean_error_reason(reason: str) -> str:
     return lines[-1].strip() if lines else reason
 
 
-def message_nbytes(message: Message, sizes: dict[str, int] | None = None) -> int:
-    """Bytes Flower carries for ``message``: its deflated body plus every unique descendant.
-
-    This is the size of the objects Flower's object store moves between SuperLink and
-    SuperNode (metadata, records, arrays and their chunks); identical chunks count once, as
-    Flower sends them once. ``sizes`` (object id -> deflated length) can be shared across the
-    messages of a broadcast, so a payload sent to every node is serialized for measuring once,
-    not once per node; it is still counted for every node that receives it.
-    """
-    return messages_nbytes([message], sizes)[0]
-
-
-def messages_nbytes(messages: list[Message], sizes: dict[str, int] | None = None) -> list[int]:
-    """:func:`message_nbytes` of each of ``messages``, measured together.
-
-    Object ids are computed once per object for the whole batch (Flower's
-    ``no_object_id_recompute``, as its own grid does when it pushes): otherwise each record
-    is serialized again for every ancestor that asks for its id (four times per record), and
-    a record that several messages share (a broadcast payload, the relay's directory) once
-    per message. Nothing changes while measuring, so no id can go stale.
-    """
-    sizes = {} if sizes is None else sizes
-    out = []
-    with _no_object_id_recompute():
-        for message in messages:
-            seen: set[str] = set()
-            total = len(message.deflate())
-            stack = list((message.children or {}).items())
-            while stack:
-                obj_id, obj = stack.pop()
-                if obj_id in seen:
-                    continue
-                seen.add(obj_id)
-                if obj_id not in sizes:
-                    sizes[obj_id] = len(obj.deflate())
-                total += sizes[obj_id]
-                stack.extend((obj.children or {}).items())
-            out.append(total)
-    return out
-
-
-def _no_object_id_recompute() -> AbstractContextManager[None]:
-    """Flower's object-id cache for one measurement; a no-op on a Flower without it."""
-    try:
-        from flwr.supercore.inflatable.inflatable_object import no_object_id_recompute
-    except ImportError:  # pragma: no cover - older Flower: ids are recomputed, sizes the same
-        return nullcontext()
-    return no_object_id_recompute()
-
-
-@dataclass
-class PhaseStats:
-    """Totals of one named phase (e.g. ``power_step``) over all its rounds."""
-
-    rounds: int = 0
-    seconds: float = 0.0
-    bytes_down: int = 0  # server -> nodes
-    bytes_up: int = 0  # nodes -> server
-    messages: int = 0
-
-
-@dataclass
-class Receipt:
-    """What the server received in one phase: each reply record's entries and their shapes
-    (never values), how many replies, and what form each record had (``plain`` unless the
-    mechanism that owns it says ``masked``, ``encrypted``, ``sealed`` or ``noised``)."""
-
-    replies: int = 0
-    records: dict[str, dict[str, Any]] = field(default_factory=dict)
-    forms: dict[str, str] = field(default_factory=dict)
-
-    def add(self, content: RecordDict) -> None:
-        self.replies += 1
-        for name, record in content.array_records.items():
-            self.records.setdefault(name, {k: list(a.shape) for k, a in record.items()})
-        for kind, group in (("config", content.config_records),
-                            ("metrics", content.metric_records)):
-            for name, record in group.items():
-                self.records.setdefault(name, {k: kind for k in record})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"replies": self.replies,
-                "records": {name: {"form": self.forms.get(name, "plain"), "entries": entries}
-                            for name, entries in self.records.items()}}
-
-
-@dataclass
-class CommLedger:
-    """Accounting of what crossed the Grid: per phase, per node and per round."""
-
-    phases: dict[str, PhaseStats] = field(default_factory=lambda: defaultdict(PhaseStats))
-    node_down: dict[int, int] = field(default_factory=lambda: defaultdict(int))
-    node_up: dict[int, int] = field(default_factory=lambda: defaultdict(int))
-    rounds: list[dict[str, Any]] = field(default_factory=list)
-    receipts: dict[str, Receipt] = field(default_factory=lambda: defaultdict(Receipt))
-    _current: str = ""
-    _since: int = 0  # index in ``rounds`` of the first round not yet summarized on the console
-    _last_line: float = field(default_factory=time.monotonic)
-
-    def mark(self, phase: str, record: str, form: str) -> None:
-        """Say what form a reply record of ``phase`` has (e.g. SecAgg+ values: ``masked``)."""
-        self.receipts[phase].forms[record] = form
-
-    def summarize(self, force: bool = True) -> None:
-        """One console line for the phases run since the last line: rounds and seconds per
-        phase, megabytes in total. Unless ``force``, only after :data:`PROGRESS_SECONDS`."""
-        run = self.rounds[self._since:]
-        if not run or (not force and time.monotonic() - self._last_line < PROGRESS_SECONDS):
-            return
-        per_phase: dict[str, list[float]] = {}
-        for r in run:
-            acc = per_phase.setdefault(r["phase"], [0, 0.0])
-            acc[0] += 1
-            acc[1] += r["seconds"]
-        parts = ", ".join(f"{p} {int(n)} round(s) {sec:.2f} s" for p, (n, sec) in per_phase.items())
-        log.info("%s (%.3g MB down, %.3g MB up)", parts,
-                 sum(r["bytes_down"] for r in run) / 1e6, sum(r["bytes_up"] for r in run) / 1e6)
-        self._since = len(self.rounds)
-        self._last_line = time.monotonic()
-
-    def record_round(
-        self,
-        phase: str,
-        seconds: float,
-        down: Mapping[int, int],
-        up: Mapping[int, int],
-    ) -> None:
-        """Add one synchronous round (requests out, replies back) to the ledger."""
-        if phase != self._current:
-            self.summarize(force=False)
-            self._current = phase
-        stats = self.phases[phase]
-        stats.rounds += 1
-        stats.seconds += seconds
-        stats.bytes_down += sum(down.values())
-        stats.bytes_up += sum(up.values())
-        stats.messages += len(down) + len(up)
-        log.log(logging.INFO if seconds >= SLOW_ROUND_SECONDS else logging.DEBUG,
-                "%s round %d: %d/%d nodes answered in %.2f s (%.3g MB down, %.3g MB up)",
-                phase, stats.rounds, len(up), len(down), seconds,
-                sum(down.values()) / 1e6, sum(up.values()) / 1e6)
-        for node, n in down.items():
-            self.node_down[node] += n
-        for node, n in up.items():
-            self.node_up[node] += n
-        self.rounds.append(
-            {
-                "phase": phase,
-                "seconds": seconds,
-                "nodes": len(down),
-                "bytes_down": sum(down.values()),
-                "bytes_up": sum(up.values()),
-            }
-        )
-
-    @property
-    def total_rounds(self) -> int:
-        return len(self.rounds)
-
-    def bytes_per_node(self) -> dict[str, float]:
-        """Mean, max bytes per node in each direction (what a data holder pays)."""
-        nodes = set(self.node_down) | set(self.node_up)
-        if not nodes:
-            return {"mean_down": 0.0, "mean_up": 0.0, "max_down": 0.0, "max_up": 0.0}
-        down = [self.node_down.get(n, 0) for n in nodes]
-        up = [self.node_up.get(n, 0) for n in nodes]
-        return {
-            "mean_down": sum(down) / len(nodes),
-            "mean_up": sum(up) / len(nodes),
-            "max_down": float(max(down)),
-            "max_up": float(max(up)),
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready summary: per-phase totals, per-node bytes, and the round log."""
-        return {
-            "total_rounds": self.total_rounds,
-            "phases": {name: vars(stats) for name, stats in self.phases.items()},
-            "bytes_per_node": self.bytes_per_node(),
-            "node_bytes": {
-                str(n): {"down": self.node_down.get(n, 0), "up": self.node_up.get(n, 0)}
-                for n in sorted(set(self.node_down) | set(self.node_up))
-            },
-            "rounds": self.rounds,
-        }
-
-    def privacy(self) -> dict[str, Any]:
-        """Per phase, what the server received: records, entries, shapes and form."""
-        return {phase: receipt.to_dict() for phase, receipt in self.receipts.items()}
-
-
 class Messenger:
     """Send requests to nodes and collect their replies, fast and accounted.
 
-    ``node_labels`` maps node ids to human names (e.g. ``"node 7 (partition 3)"``) used in
-    error messages; strategies fill it after a handshake.
+    :attr:`report` names the nodes (e.g. ``"node 7 (partition 3)"``) in error messages once
+    the handshake has named them (:meth:`RunReport.name_node`).
     """
 
     def __init__(
@@ -298,28 +102,24 @@ class Messenger:
         self.timeout = timeout
         self.poll_interval = poll_interval
         self.ledger = ledger if ledger is not None else CommLedger()
-        self.node_labels: dict[int, str] = {}
+        self.report = RunReport()
         self.last_missing: list[int] = []
         self.last_rejected: list[int] = []
         #: Of :attr:`last_missing`, the nodes the SuperLink reported unavailable.
         self.last_unavailable: set[int] = set()
         #: The deadline (s) of the last round, for :meth:`missing_reason`.
         self.last_timeout: float = timeout
-        #: Sealed node-to-node mail (``fl_app.secure.sealed``): once opened, every request
-        #: carries the recipient's pending mail and every reply's outgoing mail is queued.
+        #: Sealed node-to-node mail (``fedrec.secure.sealed``): once opened
+        #: (:meth:`mailroom_for`), every request carries the recipient's pending mail and
+        #: every reply's outgoing mail is queued.
         self.mailroom: Mailroom | None = None
-        #: Every aggregator that ran sums through this messenger (for the privacy report).
-        self.aggregators: list[Any] = []
-        #: The fixed order reductions run in (partition order, set by the handshake).
-        self.node_order: list[int] = []
-        #: Each node's privacy policy as it acknowledged it in the handshake (by node id).
-        self.node_policies: dict[int, dict[str, Any]] = {}
-        #: Per node: where its signing identity comes from ("roster" or "simulated").
-        self.node_identities: dict[int, str] = {}
-        #: Every dropout: nodes silent in a round that tolerates silence, or whose reply a
-        #: sum discarded (phase, action, node ids, why), for the results.
-        self.dropouts: list[dict[str, Any]] = []
         self._round = 0
+
+    def mailroom_for(self, nodes: Iterable[int]) -> Mailroom:
+        """The run's mailroom, opened for ``nodes`` if no relay opened it yet."""
+        if self.mailroom is None:
+            self.mailroom = Mailroom(nodes=sorted(int(n) for n in nodes))
+        return self.mailroom
 
     def poll_wait(self, elapsed: float) -> float:
         """Seconds to wait before the next pull, ``elapsed`` s into a round.
@@ -347,7 +147,7 @@ class Messenger:
         return ids
 
     def label(self, node_id: int) -> str:
-        return self.node_labels.get(node_id, f"node {node_id}")
+        return self.report.label(node_id)
 
     def record_dropout(self, phase: str, action: str, nodes: Iterable[int],
                        why: str | None = None) -> None:
@@ -357,8 +157,7 @@ class Messenger:
         nodes = sorted(nodes)
         for reason in sorted({why or self.missing_reason(n) for n in nodes}):
             same = [n for n in nodes if (why or self.missing_reason(n)) == reason]
-            self.dropouts.append({"phase": phase, "action": action, "node_ids": same,
-                                  "why": reason})
+            self.report.add_dropout(phase, action, same, reason)
 
     def missing_reason(self, node: int) -> str:
         """Why ``node`` gave no reply in the last round: the SuperLink reported it unavailable
@@ -371,37 +170,15 @@ class Messenger:
         return f"no reply within {self.last_timeout:g} s (silent past the timeout)"
 
     def lost_nodes(self) -> str:
-        """Every node that dropped out during the run, with the round and the reason, e.g.
-        ``node 7 (partition 2) in 'train' (fedmf_train): no reply within 45 s (silent past
-        the timeout)``;
-        empty if none. A failed run's error ends with it (``fl_app/server_app.py``), so the
-        lost node is named even when a later step is what failed."""
-        return "; ".join(f"{', '.join(self.label(n) for n in d['node_ids'])} in "
-                         f"'{d['phase']}' ({d['action']}): {d['why']}" for d in self.dropouts)
+        """Every node that dropped out during the run, with its round and reason
+        (:meth:`RunReport.lost_nodes`)."""
+        return self.report.lost_nodes()
 
     def privacy_report(self) -> dict[str, Any]:
-        """What the server received, for the results' ``privacy`` section: per phase the
-        reply records and their form; every sum (aggregator, form, shapes, nodes, dropouts);
-        the sealed mail it carried (endpoints and sizes only); every dropout (which nodes,
-        which phase); the policy each node acknowledged in the handshake; whose keys were
-        signed with simulated identities (which authenticate nothing)."""
-        sums = [vars(r) for agg in self.aggregators for r in agg.view]
-        mail: dict[str, dict[str, int]] = {}
-        for m in (self.mailroom.view if self.mailroom else []):
-            entry = mail.setdefault(m.purpose.split(":")[0], {"payloads": 0, "bytes": 0})
-            entry["payloads"] += 1
-            entry["bytes"] += m.nbytes
-        dropouts = [{**d, "nodes": [self.label(n) for n in d["node_ids"]]}
-                    for d in self.dropouts]
-        policies = {self.label(n): p for n, p in sorted(self.node_policies.items())}
-        plain_ok = sorted(self.label(n) for n, p in self.node_policies.items()
-                          if p.get("allow-plain"))
-        identities: dict[str, list[str]] = {}
-        for n, source in sorted(self.node_identities.items()):
-            identities.setdefault(source, []).append(self.label(n))
-        return {"received": self.ledger.privacy(), "sums": sums, "sealed_mail": mail,
-                "dropouts": dropouts, "node_policies": policies,
-                "nodes_allowing_plain": plain_ok, "identities": identities}
+        """The results' ``privacy`` section: the report with the ledger's receipts and the
+        sealed mail the server carried (:meth:`RunReport.privacy`)."""
+        return self.report.privacy(self.ledger.privacy(),
+                                   self.mailroom.view if self.mailroom else [])
 
     def exchange(
         self,
@@ -589,7 +366,7 @@ class AccountedGrid(Grid):
         arrived = list(self._messenger.exchange(messages, phase=phase, timeout=timeout))
         # Replies in the handshake's node order, not arrival order, so a stock strategy's
         # float aggregation (e.g. FedAvg's weighted mean) is the same in every run.
-        rank = {n: i for i, n in enumerate(self._messenger.node_order)}
+        rank = {n: i for i, n in enumerate(self._messenger.report.order)}
         arrived.sort(key=lambda pair: (rank.get(pair[0], len(rank)), pair[0]))
         replies = [reply for _, reply in arrived]
         for _, reply in arrived:

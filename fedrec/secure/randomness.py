@@ -5,14 +5,14 @@ generator; its whole output follows from 128 bits of state, and its outputs reve
 state. A node's private Gaussian rows (PriviRec's Omega) need draws that stay unpredictable
 even to someone who sees many of them, so they come from AES-256-CTR keyed by 32 fresh bytes
 of the OS CSPRNG (``secrets.token_bytes``, i.e. ``os.urandom``) -- the generator SecAgg+'s
-masks use (:func:`fl_app.secure.masks.expand_mask`).
+masks use (:func:`fedrec.secure.masks.expand_mask`).
 
 Construction of :func:`csprng_normal`: each pair of 64-bit keystream words gives two uniforms
 u = (w >> 11 + 0.5) / 2^53 in the open interval (0, 1) (53 random bits, never 0 or 1), and
 the Box-Muller transform maps (u1, u2) to two independent standard normals
 sqrt(-2 ln u1) cos(2 pi u2) and sqrt(-2 ln u1) sin(2 pi u2). The float rounding of this map
 is irrelevant for its use here (a random start matrix); DP noise, where floating point
-can leak, uses the samplers of ``fl_app/secure/dp.py`` instead.
+can leak, uses the samplers of ``fedrec/dp.py`` instead.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import secrets
 
 import numpy as np
 
-from fl_app.secure.masks import expand_mask
+from fedrec.secure.masks import expand_mask
 
 _TWO_POW_53 = float(1 << 53)
 

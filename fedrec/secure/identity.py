@@ -12,7 +12,7 @@ purpose or node id, and one partition cannot be claimed by two node ids.
 
 Where identities come from:
 
-- deployment: ``python -m fl_app.secure.identity keygen --partitions N [--item-servers K]
+- deployment: ``python -m fedrec.secure.identity keygen --partitions N [--item-servers K]
   --out DIR`` writes one private key per data holder's partition 0..N-1 (``node-<i>.key``)
   and per item server, partitions -1..-K (``item-server-<k>.key`` for partition -k; an item
   server holds no user rows, so its partition id is negative and -1 by default), PEM, mode
@@ -272,7 +272,7 @@ def keygen(partitions: int, out: str | Path, item_servers: int = 0,
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m fl_app.secure.identity",
+    parser = argparse.ArgumentParser(prog="python -m fedrec.secure.identity",
                                      description="Make node identities and the roster.")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("keygen", help="one Ed25519 key per node, plus roster.json")

@@ -77,7 +77,7 @@ RENAMED: dict[str, str] = {
 
 #: Keys every run understands, whatever the protocol.
 CORE_KEYS: tuple[Key, ...] = (
-    Key("protocol", "privirec", "built-in protocol name (`fl_app.registry`) or "
+    Key("protocol", "privirec", "built-in protocol name (`fedrec.protocols`) or "
         "`package.module:ClassName` of a ProtocolStrategy", used_by="all"),
     Key("strategy", "", "a plain Flower `Strategy` (`module:Class`) that drives the clients of "
         "`protocol` (a protocol with a stock driver: `fedmf`)", used_by="stock-strategy runs"),
@@ -114,7 +114,7 @@ CORE_KEYS: tuple[Key, ...] = (
         choices=("secagg+", "plain", "ckks"), used_by="protocols with sums"),
     Key("secagg-degree", 0, "neighbours per node in the SecAgg+ graph (Harary graph); `0` = "
         "automatic: the complete graph up to 32 nodes, 2 ceil(log2 n) neighbours above "
-        "(`fl_app/secure/aggregators.py`)", min=0, used_by="protocols with sums"),
+        "(`fedrec/transport/aggregators.py`)", min=0, used_by="protocols with sums"),
     Key("item-servers", 0, "simulation only: how many simulated nodes (the highest partition "
         "ids) act as item servers (item features, no user rows); deployed nodes declare "
         "`role` in their node config instead", min=0, used_by="protocols with an item server"),

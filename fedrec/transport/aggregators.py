@@ -2,9 +2,9 @@
 
 Every protocol asks for sums through an :class:`Aggregator` and never learns how it was
 formed; the run config's ``aggregator`` key picks the implementation
-(``fl_app.secure.aggregators.make_aggregator``):
+(``fedrec.transport.aggregators.make_aggregator``):
 
-- ``secagg+`` (:class:`fl_app.secure.secagg.SecureAggregator`): masked fixed-point sums,
+- ``secagg+`` (:class:`fedrec.secure.secagg.SecureAggregator`): masked fixed-point sums,
   exact, dropout-tolerant; the server learns only the total.
 - ``plain`` (:class:`PlainAggregator`): labelled clear sums for full-scale accuracy runs. The
   server adds replies in the fixed node order it was given (partition order), whatever order
@@ -19,7 +19,7 @@ formed; the run config's ``aggregator`` key picks the implementation
   a decryption oracle for the server.
 
 A sum request carries a ``secagg`` ConfigRecord (mode, sum id, declared range); a node
-answers with ``clients.aggregate.sum_reply``. What each sum showed the server is recorded in
+answers with ``clients.contribute.sum_reply``. What each sum showed the server is recorded in
 :attr:`Aggregator.view` for the results' ``privacy`` section.
 """
 
@@ -34,54 +34,25 @@ from typing import Any, TypeVar
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
-from fl_app.messaging import Messenger
-
-#: Implementations by run-config name.
-AGGREGATORS = ("secagg+", "plain", "ckks")
-#: Precisions plain-mode replies may travel in.
-WIRE_DTYPES = ("float64", "float32")
-#: RecordDict keys used by the sum layer inside protocol messages.
-SUM_KEY = "secagg"  # ConfigRecord in requests: mode, sum id, range, wire dtype
-VALUES_KEY = "secagg.values"  # ArrayRecord in replies: masked or plain values
-CIPHER_KEY = "secagg.cipher"  # ConfigRecord in replies: CKKS chunks
-SHAPES_KEY = "secagg.shapes"  # ConfigRecord in replies: name -> shape, in order
-#: Array every masked or encrypted reply carries beside the protocol's arrays: ``max_abs`` if
-#: the node clipped any value into the declared range, else 0. Its sum counts the nodes that
-#: clipped, which is all the server learns: a node never refuses a sum because of its values
-#: (a refusal, or a count of offending values, would be an oracle on them).
-CLIPPED_KEY = "secagg.clipped"
-#: Relay purpose of the CKKS secret context the ckks aggregator uses.
-CKKS_PURPOSE = "aggregate-ckks"
-#: ConfigRecords of a decrypt request: every contribution's chunks and signed digest by node.
-CONTRIB_KEY = "secagg.contributions"
-SIGNED_KEY = "secagg.signatures"
-
-
-def contribution_purpose(sum_id: int) -> str:
-    """What a node's signature on its CKKS contribution is bound to (with run and node)."""
-    return f"ckks-contribution:{int(sum_id)}"
-
-
-def contribution_digest(sum_id: int, chunks: Sequence[bytes], bound: bytes = b"") -> bytes:
-    """SHA-256 over the sum id, the digest of the request answered (``bound``) and the
-    length-prefixed ciphertext chunks (32 bytes, what a node signs as its contribution).
-    The decrypter recomputes it with its own request's digest, so contributions made for
-    another request (a model the server gave one node only) are refused."""
-    import hashlib
-
-    h = hashlib.sha256(f"fedrec-ckks-contribution|v2|{int(sum_id)}|{len(chunks)}|".encode()
-                       + bytes(bound).hex().encode() + b"|")
-    for blob in chunks:
-        h.update(len(blob).to_bytes(8, "big"))
-        h.update(bytes(blob))
-    return h.digest()
+from fedrec.transport.messenger import Messenger
+from fedrec.wire.sums import (
+    CIPHER_KEY,
+    CKKS_PURPOSE,
+    CLIPPED_KEY,
+    CONTRIB_KEY,
+    SIGNED_KEY,
+    SUM_KEY,
+    VALUES_KEY,
+    WIRE_DTYPES,
+    AggregationError,
+    layout_of,
+    layout_size,
+    reply_values,
+    unflatten,
+)
 
 T = TypeVar("T")
 Reply = Callable[[int, RecordDict], None]
-
-
-class AggregationError(RuntimeError):
-    """A sum cannot complete (no replies, inconsistent shapes, too many dropouts)."""
 
 
 @dataclass
@@ -96,91 +67,6 @@ class SumRecord:
     nodes: int
     dropped: list[int] = field(default_factory=list)
     members: list[int] = field(default_factory=list)  # node ids whose inputs the sum holds
-
-
-def flatten(arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, list[tuple[str, tuple]]]:
-    """Concatenate named arrays (sorted by name) into one vector plus their layout.
-
-    The vector is float32 when every array is float32 (a float32 wire then needs no float64
-    copy of a large reply), float64 otherwise.
-    """
-    layout = [(name, tuple(np.shape(arrays[name]))) for name in sorted(arrays)]
-    if not layout:
-        return np.zeros(0), layout
-    dtype = np.result_type(np.float32, *(np.asarray(arrays[n]).dtype for n, _ in layout))
-    vec = np.concatenate([np.asarray(arrays[n], dtype=dtype).ravel() for n, _ in layout])
-    return vec, layout
-
-
-def unflatten(vec: np.ndarray, layout: list[tuple[str, tuple]]) -> dict[str, np.ndarray]:
-    """Inverse of :func:`flatten`."""
-    out, off = {}, 0
-    for name, shape in layout:
-        size = int(np.prod(shape)) if shape else 1
-        out[name] = vec[off:off + size].reshape(shape)
-        off += size
-    return out
-
-
-def layout_of(reply: RecordDict, label: str) -> list[tuple[str, tuple]]:
-    """The (name, shape) list a node declared in its sum reply, checked: names sorted and
-    unique (as :func:`flatten` makes them), shapes lists of non-negative ints. A clear error
-    naming the node and the field otherwise; never the node's values."""
-    if SHAPES_KEY not in reply.config_records:
-        raise AggregationError(f"{label} answered a sum without '{SHAPES_KEY}' (its handler "
-                               "must reply with clients.aggregate.sum_reply)")
-    layout: list[tuple[str, tuple]] = []
-    for name, dims in reply.config_records[SHAPES_KEY].items():
-        items = dims if isinstance(dims, list) else [dims]
-        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in items):
-            raise AggregationError(f"{label}: field '{SHAPES_KEY}.{name}' is not a shape (a "
-                                   "list of non-negative ints)")
-        layout.append((str(name), tuple(int(d) for d in items)))
-    names = [n for n, _ in layout]
-    if names != sorted(set(names)):
-        raise AggregationError(f"{label}: field '{SHAPES_KEY}' names {names} are not sorted "
-                               "and unique")
-    return layout
-
-
-def layout_size(layout: list[tuple[str, tuple]]) -> int:
-    """How many values the flattened arrays of ``layout`` hold (sum of declared shapes)."""
-    return sum(int(np.prod(s)) if s else 1 for _, s in layout)
-
-
-def reply_values(reply: RecordDict, label: str, layout: list[tuple[str, tuple]],
-                 dtypes: tuple[str, ...]) -> np.ndarray:
-    """The value vector of a sum reply, checked against the declared layout: present, 1-D,
-    one of ``dtypes``, exactly :func:`layout_size` values (a short reply must never be
-    broadcast onto every coordinate), and finite when floating point (one NaN or inf would
-    make every node's coordinate of the total unusable). Errors name the node and the
-    field, never values nor how many are bad (a refusal is no oracle)."""
-    field = f"{VALUES_KEY}.v"
-    if VALUES_KEY not in reply.array_records or "v" not in reply.array_records[VALUES_KEY]:
-        raise AggregationError(f"{label} answered a sum without field '{field}'")
-    values = reply.array_records[VALUES_KEY]["v"].numpy()
-    n = layout_size(layout)
-    if values.dtype.name not in dtypes:
-        raise AggregationError(f"{label}: field '{field}' has dtype {values.dtype.name}, "
-                               f"expected {' or '.join(dtypes)}")
-    if values.shape != (n,):
-        raise AggregationError(f"{label}: field '{field}' has shape {values.shape}; its "
-                               f"declared arrays {dict(layout)} need ({n},)")
-    _require_finite(values, label, field, layout)
-    return values
-
-
-def _require_finite(values: np.ndarray, label: str, field: str,
-                    layout: list[tuple[str, tuple]]) -> None:
-    """Refuse a floating-point reply holding NaN or inf (masked integer replies have none),
-    naming the first declared array that holds one."""
-    if values.dtype.kind != "f" or np.isfinite(values).all():
-        return
-    first = int(np.argmin(np.isfinite(values)))
-    ends = np.cumsum([int(np.prod(s)) if s else 1 for _, s in layout])
-    array = layout[int(np.searchsorted(ends, first, side="right"))][0]
-    raise AggregationError(f"{label}: field '{field}' (declared array '{array}') holds "
-                           "non-finite values (NaN or inf); a sum takes finite numbers only")
 
 
 def in_node_order(replies: Iterable[tuple[int, T]], order: Sequence[int]) -> Iterator[tuple[int, T]]:
@@ -200,6 +86,8 @@ def in_node_order(replies: Iterable[tuple[int, T]], order: Sequence[int]) -> Ite
             nxt += 1
     for i in sorted(early):
         yield early[i]  # type: ignore[misc]
+
+
 
 
 class Aggregator(ABC):
@@ -223,7 +111,7 @@ class Aggregator(ABC):
         #: A protocol whose paper forbids sums over different node sets (PriviRec) sets this:
         #: a dropout then abandons the sum before anything is unmasked or decrypted.
         self.fixed_set = False
-        messenger.aggregators.append(self)  # the run's results list every sum it saw
+        messenger.report.add_aggregator(self)  # the run's results list every sum it saw
 
     def setup(self) -> None:
         """One-off rounds before the first sum (none for plain sums)."""
@@ -235,7 +123,7 @@ class Aggregator(ABC):
         """Send ``action`` to every node; return the element-wise sums of their arrays.
 
         ``content`` is one RecordDict for all nodes or one per node. Each node's handler
-        answers through ``clients.aggregate.sum_reply``; ``max_abs`` declares the range of
+        answers through ``clients.contribute.sum_reply``; ``max_abs`` declares the range of
         every value a node sends (nodes refuse values outside it where the encoding needs a
         range). ``on_reply`` sees each reply as it arrives (tests record the server's view).
         ``wire_dtype`` is the precision plain replies travel in.
@@ -285,9 +173,12 @@ class Aggregator(ABC):
                 "the sum)")
         return sums
 
-    def _record(self, phase: str, action: str, layout: list[tuple[str, tuple]], nodes: int,
-                dropped: Iterable[int] = (), members: Iterable[int] | None = None,
-                form: str | None = None) -> None:
+    def record_sum(self, phase: str, action: str, layout: list[tuple[str, tuple]], nodes: int,
+                   dropped: Iterable[int] = (), members: Iterable[int] | None = None,
+                   form: str | None = None) -> None:
+        """List one sum in the run report: what the server received for it. :meth:`sum`
+        records its own; a protocol that reduces replies itself (a sparse plain sum) records
+        its sum here, so the results still list it."""
         members = sorted(self.nodes if members is None else members)
         self.view.append(SumRecord(phase, action, self.kind, form or self.form,
                                    {n: list(s) for n, s in layout}, nodes, sorted(dropped),
@@ -319,7 +210,7 @@ class PlainAggregator(Aggregator):
             else:
                 total += values
         assert total is not None and self._layout is not None
-        self._record(phase, action, self._layout, len(self.nodes))
+        self.record_sum(phase, action, self._layout, len(self.nodes))
         return unflatten(total, self._layout)
 
 
@@ -327,9 +218,9 @@ class CkksAggregator(Aggregator):
     """CKKS sums: the server adds ciphertexts; one decrypter node opens the total.
 
     :meth:`setup` has one node create a CKKS secret context and relay it sealed to the other
-    nodes (``fl_app.secure.relay.relay_secret``); the server keeps only the public context.
+    nodes (``fedrec.secure.relay.relay_secret``); the server keeps only the public context.
     The decrypter is drawn from the nodes with ``seed``. Accuracy: CKKS scale 2^40 gives
-    about 1e-7 absolute error on sums of values of order 1 (``fl_app/secure/he.py``).
+    about 1e-7 absolute error on sums of values of order 1 (``fedrec/secure/he.py``).
 
     No decryption oracle: every reply carries the node's Ed25519 signature over
     :func:`contribution_digest` (sum id, ciphertexts; the signed statement binds run and node
@@ -357,14 +248,14 @@ class CkksAggregator(Aggregator):
         self.contributions: dict[int, dict[int, tuple[list[bytes], bytes]]] = {}
 
     def setup(self) -> None:
-        from fl_app.secure.relay import relay_secret
+        from fedrec.transport.relay_server import relay_secret
 
         result = relay_secret(self.messenger, self.nodes, purpose=CKKS_PURPOSE,
                               seed=self.seed, make="ckks-context")
         self.public_context = result.public_context
         if self.public_context is None:
             raise AggregationError("the CKKS context relay returned no public context")
-        from fl_app.secure.he import load_context, slots_of
+        from fedrec.secure.he import load_context, slots_of
 
         self.slots = slots_of(load_context(self.public_context))
 
@@ -372,7 +263,7 @@ class CkksAggregator(Aggregator):
                       max_abs: float, phase: str | None = None,
                       on_reply: Reply | None = None) -> tuple[list[bytes], list[tuple[str, tuple]]]:
         """The encrypted total (packed CKKS chunks) and its layout; nothing is decrypted."""
-        from fl_app.secure.he import EncryptedSum
+        from fedrec.secure.he import EncryptedSum
 
         if self.public_context is None:
             raise AggregationError("CkksAggregator.setup() must run before the first sum")
@@ -414,7 +305,7 @@ class CkksAggregator(Aggregator):
                                        f"CKKS ciphertexts of this context "
                                        f"({type(exc).__name__})") from None
         assert self._layout is not None
-        self._record(phase, action, self._layout, len(self.nodes))
+        self.record_sum(phase, action, self._layout, len(self.nodes))
         self.messenger.ledger.mark(phase, CIPHER_KEY, "encrypted")
         return total.result(), self._layout
 

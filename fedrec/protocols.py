@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fl_app.config import CORE_KEYS, ConfigError, Key, key_table, merge_config
+from fedrec.config import CORE_KEYS, ConfigError, Key, key_table, merge_config
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,8 @@ BUILTIN: tuple[Registration, ...] = (
 )
 
 #: Node-side modules every protocol may use (handshake, secure sums, relay).
-MECHANISM_CLIENTS: tuple[str, ...] = ("clients.common", "clients.sealed", "clients.aggregate",
-                                      "clients.secagg", "clients.keyrelay")
+MECHANISM_CLIENTS: tuple[str, ...] = ("clients.common", "clients.sealed", "clients.contribute",
+                                      "clients.secagg_node", "clients.keyrelay")
 #: Diagnostic node actions (oracles by design): loaded only on an explicit opt-in
 #: (``build_client_app(extra_modules=[DIAGNOSTICS_MODULE])`` or the node policy's
 #: ``diagnostics=true``), never by a production ClientApp.
@@ -153,7 +153,7 @@ def keys_for(cfg: Mapping[str, Any]) -> list[Key]:
 def resolve_config(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     """The full typed run config: defaults of every applicable key, overrides applied.
 
-    An unknown protocol or key raises :class:`fl_app.config.ConfigError`.
+    An unknown protocol or key raises :class:`fedrec.config.ConfigError`.
     """
     overrides = dict(overrides or {})
     known = key_table(CORE_KEYS)

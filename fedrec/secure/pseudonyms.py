@@ -1,5 +1,5 @@
 """Keyed pseudonyms and keyed masks under a secret the nodes share and the server lacks
-(LP-GCN's key S, relayed by ``fl_app/secure/relay.py``).
+(LP-GCN's key S, relayed by ``fedrec/secure/relay.py``).
 
 Item pseudonyms: paper 001 encrypts item ids deterministically under S so the server can join
 the nodes' item sets without reading them. A PRF serves the same purpose and every holder of
@@ -8,7 +8,7 @@ bits, with bit 62 set, so a pseudonym is a positive int64 >= 2^62 and can never 
 for a real item id (a test checks every integer the server receives against that).
 
 Masks: pseudo-random rows both ends of a pair can regenerate from S (AES-256-CTR keyed by an
-HMAC of S and the context, ``fl_app.secure.randomness.csprng_normal``), so a virtual holder's
+HMAC of S and the context, ``fedrec.secure.randomness.csprng_normal``), so a virtual holder's
 cover value can be removed by the item's convolution node and never by the server.
 """
 
@@ -19,7 +19,7 @@ import hmac
 
 import numpy as np
 
-from fl_app.secure.randomness import csprng_normal
+from fedrec.secure.randomness import csprng_normal
 
 _TOP = np.int64(1) << np.int64(62)
 

@@ -44,7 +44,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import (
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from fl_app.secure import shamir
+from fedrec.secure import shamir
 
 __all__ = [
     "AuthenticationError",
@@ -151,7 +151,7 @@ def split_secret(secret: bytes, threshold: int, n: int) -> list[bytes]:
     """Split ``secret`` into ``n`` shares, any ``threshold`` of which reconstruct it.
 
     Share format: ``version(1) || threshold(2, BE) || length(2, BE) || holder x(2, BE) ||
-    limbs (uint32 LE)``, the limbs being the GF(2^31 - 1) values of :mod:`fl_app.secure.shamir`.
+    limbs (uint32 LE)``, the limbs being the GF(2^31 - 1) values of :mod:`fedrec.secure.shamir`.
     """
     return split_secrets([secret], threshold, n)[0]
 

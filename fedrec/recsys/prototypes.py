@@ -31,12 +31,12 @@ constants in ``docs/protocols/dp-prototypes.md``:
    their k-means loss in the item space (Alg. 2, line 8).
 
 Neighbouring datasets differ by adding or removing one user (a row). Every release is
-recorded in a :class:`fl_app.secure.dp.PrivacyLedger`; the split (:meth:`PrototypeParams.
+recorded in a :class:`fedrec.dp.PrivacyLedger`; the split (:meth:`PrototypeParams.
 budget`) sums to epsilon by basic composition, and clusters compose in parallel.
 
 Randomness that is *not* DP noise (the JL matrix, shifts, initial centres, padding points,
 tie-breaks) is public by design (Balcan et al.'s guarantee does not need it secret) and comes
-from a seeded numpy stream; every DP draw comes from ``fl_app.secure.dp`` (OpenDP).
+from a seeded numpy stream; every DP draw comes from ``fedrec.dp`` (OpenDP).
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from fl_app.recsys.kmeans import kmeans_loss, squared_distances
-from fl_app.recsys.metrics import RankingSums, average_rank_sums, ranking_sums
-from fl_app.secure import dp
+from fedrec import dp
+from fedrec.recsys.kmeans import kmeans_loss, squared_distances
+from fedrec.recsys.metrics import RankingSums, average_rank_sums, ranking_sums
 
 __all__ = ["TRIAL_SPLIT", "FINAL_SHARE", "MAX_JL_DIM", "PrototypeParams", "clip_rows",
            "jl_dimension", "project", "private_grid", "candidates", "localswap",

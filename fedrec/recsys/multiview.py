@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from fl_app.recsys.mf import Adam
+from fedrec.recsys.mf import Adam
 
 WEIGHTINGS = ("obsonly", "inclunc", "sampled")
 P_UPDATES = ("semials", "sgd")
@@ -426,7 +426,7 @@ def rating_ranking_sums(scores: np.ndarray, train: sp.csr_matrix, test: sp.csr_m
     """Sums over users of the paper's App. .2 metrics (a node's share of a sum).
 
     Candidates are the user's test-rated items (the explicit-rating convention of
-    ``fl_app.recsys.metrics.rating_topk_prf``, whose P/R these sums reproduce); NDCG@k is
+    ``fedrec.recsys.metrics.rating_topk_prf``, whose P/R these sums reproduce); NDCG@k is
     graded, sum_i (2^{r_i} - 1) / log2(i + 1) over the top k by score, divided by the ideal
     (the paper's printed limit 5 and 2^{r-1} are typos). Relevant: rating >= threshold.
     Returns ``[users with a test item, NDCG sum, users with a relevant item, P sum, R sum]``.

@@ -48,13 +48,13 @@ from typing import Any, Callable, Protocol, runtime_checkable
 import numpy as np
 import scipy.sparse as sp
 
-from fl_app.recsys.linalg import (
+from fedrec.recsys.linalg import (
     item_item_matrix,
     normalize_interactions,
     safe_power,
     top_right_singular_vectors,
 )
-from fl_app.recsys.spmm import BlockedSymmetricSpMM
+from fedrec.recsys.spmm import BlockedSymmetricSpMM
 
 __all__ = [
     "ItemItemOperator",
@@ -122,7 +122,7 @@ class SparseItemItem(ItemItemOperator):
 
     This is what a PriviRec node holds after the broadcast of P~.  A sparse batch uses the
     cheap sparse x sparse product; a dense batch costs nnz(P) per row, computed by the
-    cache-blocked kernel of :mod:`fl_app.recsys.spmm` once P has at least
+    cache-blocked kernel of :mod:`fedrec.recsys.spmm` once P has at least
     ``BLOCKED_MIN_NNZ`` non-zeros (2-3x faster than scipy in float64; ``dtype=float32``
     another ~2.3x at ~1e-6 relative error).
     """
@@ -679,8 +679,8 @@ def evaluate_centrally(train: sp.spmatrix, test: sp.spmatrix, names: tuple[str, 
     ``filter_rank``/``max_rank`` as :func:`make_filter` (the federated run's settings), so the
     reference builds the very filters the nodes build.
     """
-    from fl_app.recsys.linalg import normalize_interactions
-    from fl_app.recsys.metrics import evaluate_ranking
+    from fedrec.recsys.linalg import normalize_interactions
+    from fedrec.recsys.metrics import evaluate_ranking
 
     train = sp.csr_matrix(train, dtype=np.float64, copy=True)
     train.data[:] = 1.0

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fl_app.recsys.mvmf import MVMFConfig
+from fedrec.recsys.multiview import MVMFConfig
 
 SCENARIOS = ("semials-obsonly", "semials-inclunc", "sgd-obsonly", "sgd-inclunc")
 #: The solver the paper's Table 6 selected per scenario (scipy.optimize.root methods).
@@ -273,7 +273,7 @@ def capture(R, X: np.ndarray, Y: np.ndarray, cfg: MVMFConfig, epochs: int,
             users: Iterable[int]) -> dict[int, dict[int, Observed]]:
     """Train the (centralized, same-code) model and record, per epoch, what the FedMVMF
     server receives from each of ``users``: their gradients and the Q, U they were made at."""
-    from fl_app.recsys.mvmf import MVMF
+    from fedrec.recsys.multiview import MVMF
 
     wanted = set(int(u) for u in users)
     seen: dict[int, dict[int, Observed]] = {}

@@ -1,6 +1,6 @@
 """Client side of secure aggregation: key setup, masking, and guarded share revelation.
 
-See ``fl_app/secure/secagg.py`` for the protocol and why the refusal rules below keep every
+See ``fedrec/secure/secagg.py`` for the protocol and why the refusal rules below keep every
 input hidden across the many sums of a run. All secrets (private keys, self-mask seed, the
 shares received from neighbours) live only in this node's ``context.state``.
 """
@@ -12,16 +12,15 @@ import secrets
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
+from clients.handlers import handler
 from clients.node import NodeContext
-from clients.registry import handler
 from clients.sealed import new_mail_key
-from fl_app.records import config_record
-from fl_app.secure.aggregate import SUM_KEY
-from fl_app.secure.fixedpoint import FixedPoint
-from fl_app.secure.keys import NodeKeys, split_secrets
-from fl_app.secure.masks import expand_mask
-from fl_app.secure.sealed import MAIL_KEY_REPLY, MAIL_KEYGEN
-from fl_app.secure.secagg import (
+from fedrec.records import config_record
+from fedrec.secure.fixedpoint import FixedPoint
+from fedrec.secure.keys import NodeKeys, split_secrets
+from fedrec.secure.masks import expand_mask
+from fedrec.secure.sealed import MAIL_KEY_REPLY, MAIL_KEYGEN
+from fedrec.secure.secagg import (
     SHARES_PURPOSE,
     SURVIVORS_PURPOSE,
     SecAggError,
@@ -36,6 +35,7 @@ from fl_app.secure.secagg import (
     survivors_digest,
     threshold_for,
 )
+from fedrec.wire.sums import SUM_KEY
 
 _STATE = "secagg.state"  # ConfigRecord with this node's secrets and bookkeeping
 _RECEIVED = "secagg.received"  # ConfigRecord: "<sum>:<owner>" -> my share of owner's seed

@@ -1,4 +1,4 @@
-"""Node side of every sum (``fl_app/secure/aggregate.py``): one reply function for the three
+"""Node side of every sum (``fedrec/wire/sums.py``): one reply function for the three
 aggregators, and the CKKS decrypter's step.
 
 A protocol handler answers a sum request with ``sum_reply(node, {name: array})``; the request
@@ -15,10 +15,10 @@ import numpy as np
 import scipy.sparse as sp
 from flwr.app import ConfigRecord, RecordDict
 
+from clients.handlers import handler
 from clients.node import NodeContext
-from clients.registry import handler
-from fl_app.records import config_record, content_digest, state_record, to_array_record
-from fl_app.secure.aggregate import (
+from fedrec.records import config_record, content_digest, state_record, to_array_record
+from fedrec.wire.sums import (
     CIPHER_KEY,
     CLIPPED_KEY,
     CONTRIB_KEY,
@@ -67,8 +67,8 @@ def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
         values = vec.astype(str(cfg.get("wire-dtype", "float64")), copy=False)
         reply[VALUES_KEY] = to_array_record({"v": values})
     elif mode == "secagg+":  # fixed-point encoding needs float64 precision
-        from clients.secagg import mask_values
-        from fl_app.secure.secagg import BOUND_KEY
+        from clients.secagg_node import mask_values
+        from fedrec.secure.secagg import BOUND_KEY
 
         bound = request_digest(node)
         values = mask_values(node, vec.astype(np.float64, copy=False), bound)
@@ -93,8 +93,8 @@ def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
 def request_digest(node: NodeContext) -> bytes:
     """Digest of the request this node answers, less the per-node records (the sum record
     with its alive list, relayed mail): what its masked or encrypted contribution is bound
-    to, so that nodes sent different models cannot be summed (``fl_app.records``)."""
-    from fl_app.secure.sealed import MAIL_DIRECTORY, MAIL_IN, MAIL_ROUND
+    to, so that nodes sent different models cannot be summed (``fedrec.records``)."""
+    from fedrec.secure.sealed import MAIL_DIRECTORY, MAIL_IN, MAIL_ROUND
 
     return content_digest(node.request, skip=(SUM_KEY, MAIL_IN, MAIL_DIRECTORY, MAIL_ROUND))
 
@@ -144,7 +144,7 @@ def ranking_reply(node: NodeContext, score: Callable[[sp.csr_matrix], np.ndarray
     ``score(train_rows)`` returns dense scores for a batch of this node's training rows;
     ``top-k`` comes from the request (default 20). The server learns only sums over nodes.
     """
-    from fl_app.recsys.metrics import evaluate_ranking
+    from fedrec.recsys.metrics import evaluate_ranking
 
     data = node.data()
     k = int(node.config().get("top-k", 20))
@@ -155,7 +155,7 @@ def ranking_reply(node: NodeContext, score: Callable[[sp.csr_matrix], np.ndarray
 
 def _encrypt(node: NodeContext, vec: np.ndarray, cfg: ConfigRecord) -> list[bytes]:
     from clients.keyrelay import get_shared_context
-    from fl_app.secure.he import encrypt_packed
+    from fedrec.secure.he import encrypt_packed
 
     ctx = get_shared_context(node.state, str(cfg["purpose"]))
     return encrypt_packed(ctx, vec.astype(np.float64, copy=False))

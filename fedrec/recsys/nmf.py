@@ -1,5 +1,5 @@
 """Regularized non-negative matrix factorization: the one solver paper 003's server, silos
-and every baseline share (``fl_app/recsys/dp_prototypes.py``, ``benchmarks/dp_prototypes.py``).
+and every baseline share (``fedrec/recsys/prototypes.py``, ``benchmarks/dp_prototypes.py``).
 
 Objective (paper 003, Eq. 1, with the Frobenius norm and no 1/N factor):
 

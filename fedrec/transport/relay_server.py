@@ -3,10 +3,10 @@ server sees only ciphertexts and fingerprints.
 
 Used for the secrets the papers let nodes share but not the server: LP-GCN's key S, the CKKS
 secret context of PrivMVMF and of the ``ckks`` aggregator. The secret travels through the
-sealed relay (``fl_app/secure/sealed.py``): AES-256-GCM under the owner-recipient X25519 key,
+sealed relay (``fedrec/secure/sealed.py``): AES-256-GCM under the owner-recipient X25519 key,
 bound to sender, recipient, run, round and purpose.
 
-Rounds (through :class:`fl_app.messaging.Messenger`; the first only if the run's relay has no
+Rounds (through :class:`fedrec.transport.messenger.Messenger`; the first only if the run's relay has no
 mail keys yet):
 
 1. ``relay_keys`` (``open_mailroom``): every node publishes its mail public key.
@@ -33,21 +33,12 @@ from dataclasses import dataclass
 
 from flwr.app import ConfigRecord, RecordDict
 
-from fl_app.messaging import Messenger
-from fl_app.secure.sealed import RelayError, open_mailroom
+from fedrec.secure.relay import MAKES, RELAY_KEY, secret_mail_purpose
+from fedrec.secure.sealed import RelayError
+from fedrec.transport.mailroom import open_mailroom
+from fedrec.transport.messenger import Messenger
 
-__all__ = ["MAKES", "RELAY_KEY", "RelayError", "RelayResult", "relay_secret",
-           "secret_mail_purpose"]
-
-#: Kinds of secret the owner can create.
-MAKES = ("random-key", "ckks-context")
-#: ConfigRecord key of relay parameters inside relay messages.
-RELAY_KEY = "relay"
-
-
-def secret_mail_purpose(purpose: str) -> str:
-    """The sealed-relay purpose under which the secret of ``purpose`` travels."""
-    return f"secret:{purpose}"
+__all__ = ["RelayResult", "relay_secret"]
 
 
 @dataclass(frozen=True)
@@ -78,14 +69,14 @@ def relay_secret(messenger: Messenger, nodes: list[int], *, purpose: str,
         owner: node that creates the secret; None picks one with ``random.Random(seed)``.
         seed: seeds the owner choice only (the secret itself comes from the OS CSPRNG).
         make: ``"random-key"`` (32 random bytes) or ``"ckks-context"`` (TenSEAL CKKS secret
-            context, serialized with ``fl_app.secure.he.secret_context_bytes``).
+            context, serialized with ``fedrec.secure.he.secret_context_bytes``).
 
     Returns:
         :class:`RelayResult` (owner id, public CKKS context for ``"ckks-context"``).
 
     Raises:
         ValueError on bad arguments, :class:`RelayError` when nodes disagree on the secret,
-        :class:`fl_app.messaging.NodeError` when a node fails (e.g. authentication).
+        :class:`fedrec.transport.messenger.NodeError` when a node fails (e.g. authentication).
     """
     if make not in MAKES:
         raise ValueError(f"make must be one of {MAKES}, got {make!r}")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from fl_app.messaging import Messenger
-from fl_app.secure.aggregate import AGGREGATORS, Aggregator, CkksAggregator, PlainAggregator
-from fl_app.secure.secagg import SecureAggregator
+from fedrec.transport.aggregators import Aggregator, CkksAggregator, PlainAggregator
+from fedrec.transport.messenger import Messenger
+from fedrec.transport.secagg_server import SecureAggregator
+from fedrec.wire.sums import AGGREGATORS
 
 #: Up to this many nodes SecAgg+ uses the complete graph (at most 31 pairwise masks a node).
 COMPLETE_GRAPH_UP_TO = 32

@@ -1,0 +1,141 @@
+"""The wire format of a secure sum, shared by the server's aggregators
+(``fedrec/transport/aggregators.py``, ``fedrec/transport/secagg_server.py``) and the
+node's contribution (``clients/contribute.py``): record keys, what a node signs, and how
+named arrays travel as one flat vector. A sum request carries a ``secagg`` ConfigRecord
+(mode, sum id, declared range); the reply's values are read back with
+:func:`reply_values`, which refuses anything but finite numbers of the declared layout."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from flwr.app import RecordDict
+
+#: Implementations by run-config name.
+AGGREGATORS = ("secagg+", "plain", "ckks")
+#: Precisions plain-mode replies may travel in.
+WIRE_DTYPES = ("float64", "float32")
+#: RecordDict keys used by the sum layer inside protocol messages.
+SUM_KEY = "secagg"  # ConfigRecord in requests: mode, sum id, range, wire dtype
+VALUES_KEY = "secagg.values"  # ArrayRecord in replies: masked or plain values
+CIPHER_KEY = "secagg.cipher"  # ConfigRecord in replies: CKKS chunks
+SHAPES_KEY = "secagg.shapes"  # ConfigRecord in replies: name -> shape, in order
+#: Array every masked or encrypted reply carries beside the protocol's arrays: ``max_abs`` if
+#: the node clipped any value into the declared range, else 0. Its sum counts the nodes that
+#: clipped, which is all the server learns: a node never refuses a sum because of its values
+#: (a refusal, or a count of offending values, would be an oracle on them).
+CLIPPED_KEY = "secagg.clipped"
+#: Relay purpose of the CKKS secret context the ckks aggregator uses.
+CKKS_PURPOSE = "aggregate-ckks"
+#: ConfigRecords of a decrypt request: every contribution's chunks and signed digest by node.
+CONTRIB_KEY = "secagg.contributions"
+SIGNED_KEY = "secagg.signatures"
+
+
+def contribution_purpose(sum_id: int) -> str:
+    """What a node's signature on its CKKS contribution is bound to (with run and node)."""
+    return f"ckks-contribution:{int(sum_id)}"
+
+
+def contribution_digest(sum_id: int, chunks: Sequence[bytes], bound: bytes = b"") -> bytes:
+    """SHA-256 over the sum id, the digest of the request answered (``bound``) and the
+    length-prefixed ciphertext chunks (32 bytes, what a node signs as its contribution).
+    The decrypter recomputes it with its own request's digest, so contributions made for
+    another request (a model the server gave one node only) are refused."""
+    import hashlib
+
+    h = hashlib.sha256(f"fedrec-ckks-contribution|v2|{int(sum_id)}|{len(chunks)}|".encode()
+                       + bytes(bound).hex().encode() + b"|")
+    for blob in chunks:
+        h.update(len(blob).to_bytes(8, "big"))
+        h.update(bytes(blob))
+    return h.digest()
+
+class AggregationError(RuntimeError):
+    """A sum cannot complete (no replies, inconsistent shapes, too many dropouts)."""
+
+
+def flatten(arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, list[tuple[str, tuple]]]:
+    """Concatenate named arrays (sorted by name) into one vector plus their layout.
+
+    The vector is float32 when every array is float32 (a float32 wire then needs no float64
+    copy of a large reply), float64 otherwise.
+    """
+    layout = [(name, tuple(np.shape(arrays[name]))) for name in sorted(arrays)]
+    if not layout:
+        return np.zeros(0), layout
+    dtype = np.result_type(np.float32, *(np.asarray(arrays[n]).dtype for n, _ in layout))
+    vec = np.concatenate([np.asarray(arrays[n], dtype=dtype).ravel() for n, _ in layout])
+    return vec, layout
+
+
+def unflatten(vec: np.ndarray, layout: list[tuple[str, tuple]]) -> dict[str, np.ndarray]:
+    """Inverse of :func:`flatten`."""
+    out, off = {}, 0
+    for name, shape in layout:
+        size = int(np.prod(shape)) if shape else 1
+        out[name] = vec[off:off + size].reshape(shape)
+        off += size
+    return out
+
+
+def layout_of(reply: RecordDict, label: str) -> list[tuple[str, tuple]]:
+    """The (name, shape) list a node declared in its sum reply, checked: names sorted and
+    unique (as :func:`flatten` makes them), shapes lists of non-negative ints. A clear error
+    naming the node and the field otherwise; never the node's values."""
+    if SHAPES_KEY not in reply.config_records:
+        raise AggregationError(f"{label} answered a sum without '{SHAPES_KEY}' (its handler "
+                               "must reply with clients.contribute.sum_reply)")
+    layout: list[tuple[str, tuple]] = []
+    for name, dims in reply.config_records[SHAPES_KEY].items():
+        items = dims if isinstance(dims, list) else [dims]
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in items):
+            raise AggregationError(f"{label}: field '{SHAPES_KEY}.{name}' is not a shape (a "
+                                   "list of non-negative ints)")
+        layout.append((str(name), tuple(int(d) for d in items)))
+    names = [n for n, _ in layout]
+    if names != sorted(set(names)):
+        raise AggregationError(f"{label}: field '{SHAPES_KEY}' names {names} are not sorted "
+                               "and unique")
+    return layout
+
+
+def layout_size(layout: list[tuple[str, tuple]]) -> int:
+    """How many values the flattened arrays of ``layout`` hold (sum of declared shapes)."""
+    return sum(int(np.prod(s)) if s else 1 for _, s in layout)
+
+
+def reply_values(reply: RecordDict, label: str, layout: list[tuple[str, tuple]],
+                 dtypes: tuple[str, ...]) -> np.ndarray:
+    """The value vector of a sum reply, checked against the declared layout: present, 1-D,
+    one of ``dtypes``, exactly :func:`layout_size` values (a short reply must never be
+    broadcast onto every coordinate), and finite when floating point (one NaN or inf would
+    make every node's coordinate of the total unusable). Errors name the node and the
+    field, never values nor how many are bad (a refusal is no oracle)."""
+    field = f"{VALUES_KEY}.v"
+    if VALUES_KEY not in reply.array_records or "v" not in reply.array_records[VALUES_KEY]:
+        raise AggregationError(f"{label} answered a sum without field '{field}'")
+    values = reply.array_records[VALUES_KEY]["v"].numpy()
+    n = layout_size(layout)
+    if values.dtype.name not in dtypes:
+        raise AggregationError(f"{label}: field '{field}' has dtype {values.dtype.name}, "
+                               f"expected {' or '.join(dtypes)}")
+    if values.shape != (n,):
+        raise AggregationError(f"{label}: field '{field}' has shape {values.shape}; its "
+                               f"declared arrays {dict(layout)} need ({n},)")
+    _require_finite(values, label, field, layout)
+    return values
+
+
+def _require_finite(values: np.ndarray, label: str, field: str,
+                    layout: list[tuple[str, tuple]]) -> None:
+    """Refuse a floating-point reply holding NaN or inf (masked integer replies have none),
+    naming the first declared array that holds one."""
+    if values.dtype.kind != "f" or np.isfinite(values).all():
+        return
+    first = int(np.argmin(np.isfinite(values)))
+    ends = np.cumsum([int(np.prod(s)) if s else 1 for _, s in layout])
+    array = layout[int(np.searchsorted(ends, first, side="right"))][0]
+    raise AggregationError(f"{label}: field '{field}' (declared array '{array}') holds "
+                           "non-finite values (NaN or inf); a sum takes finite numbers only")
