@@ -51,12 +51,17 @@ from fedrec.recsys.metrics import evaluate_ranking
 from fedrec.recsys.mf import Adam
 from fedrec.secure.pseudonyms import item_pseudonyms, keyed_normal
 from fedrec.secure.randomness import csprng_uniform
+from fedrec.wire import lpgcn as wire
+from fedrec.wire.lpgcn import Action, Part
 
 SECRET = "lpgcn-S"  # the relay purpose of the shared key S
 _SETUP, _PARAMS, _STEP, _EPOCH, _FLAGS = ("lpgcn.setup", "lpgcn.params", "lpgcn.step",
                                           "lpgcn.epoch", "lpgcn.flags")
 
 
+#: Where a delivered part goes in the step's state (a per-layer part's key gets its layer).
+_DELIVERED = {Part.NEG_ROWS: "neg", Part.W: "w_held", Part.ITEM_ROWS: "ei",
+              Part.ITEM_GRAD: "gsum"}
 #: This process's rows per (run, node), for the many rounds of a run in one process.
 _DATA: dict[tuple[int, int, str], Any] = {}
 
@@ -223,13 +228,13 @@ def _real_rows(node: NodeContext) -> sp.csr_matrix:
     return train
 
 
-@handler("lpgcn_count")
+@handler(Action.COUNT)
 def count(content: RecordDict, node: NodeContext) -> RecordDict:
     """This node's number of training interactions, as a share of a sum (batches per epoch)."""
     return sum_reply(node, {"n": np.array([float(_real_rows(node).nnz)])})
 
 
-@handler("lpgcn_holdings")
+@handler(Action.HOLDINGS)
 def holdings(content: RecordDict, node: NodeContext) -> RecordDict:
     """Pseudonyms (under S) of the items this node's users hold, plus virtual items.
 
@@ -264,7 +269,7 @@ def holdings(content: RecordDict, node: NodeContext) -> RecordDict:
     return RecordDict({"arrays": to_array_record({"held": pseudo_all[held_real]})})
 
 
-@handler("lpgcn_assign")
+@handler(Action.ASSIGN)
 def assign(content: RecordDict, node: NodeContext) -> RecordDict:
     """Learn each held item's convolution node and, as a convolution node, each of its items'
     holders; mail every other holder, sealed, the pseudonyms of the items it convolves for
@@ -315,7 +320,7 @@ def _check_holder_lists(node: NodeContext, ptr: np.ndarray, holders: np.ndarray,
                                 "in one list")
 
 
-@handler("lpgcn_verify")
+@handler(Action.VERIFY)
 def verify(content: RecordDict, node: NodeContext) -> RecordDict:
     """The verification, in two requests: first every node checks the confirmations and
     mails its counts; then every convolution node forms its items' degrees."""
@@ -545,7 +550,7 @@ class Session:
                          "t.out": np.searchsorted(self.setup["pseudo_all"][outside],
                                                   self.setup["pseudo_all"][neg]),
                          "negreal": outside})
-        self.out["negreq"] = self.setup["pseudo_all"][outside]
+        self.out[wire.name(Part.NEG_REQUEST)] = self.setup["pseudo_all"][outside]
 
     def triples(self, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         nb = int(self.hp["nbatches"])
@@ -565,11 +570,16 @@ class Session:
         """Deliveries of this round: item rows ``e<l>``, negatives ``neg``, W rows ``w``,
         gradient sums ``g<l>`` (held items) and ``g0`` (this node's convolution items)."""
         for name, value in got.items():
-            key = {"w": "w_held", "neg": "neg"}.get(name)
-            if key is None and name[:1] in "eg" and name[1:].isdigit():
-                key = ("ei" if name[0] == "e" else "gsum") + name[1:]
+            try:
+                part, layer = wire.parse(name)
+            except wire.WireError as exc:
+                raise LosslessnessError(f"{self.node.who}: {exc}") from None
+            key = _DELIVERED.get(part)
             if key is None:
-                raise LosslessnessError(f"{self.node.who}: unknown LP-GCN delivery '{name}'")
+                raise LosslessnessError(f"{self.node.who}: LP-GCN array '{name}' is not "
+                                        "delivered to a node")
+            if layer is not None:
+                key = f"{key}{layer}"
             if key in self.cur:
                 raise LosslessnessError(f"{self.node.who}: '{name}' delivered twice in step "
                                         f"{self.flags['step']}")
@@ -619,7 +629,7 @@ class Session:
             return False
         progress = False
         if not self.done("up.e0"):
-            self.out["e0"] = self.params["V"]
+            self.out[wire.name(Part.ITEM_ROWS, 0)] = self.params["V"]
             self.mark("up.e0")
             progress = True
         inv = inv_sqrt(self.setup["conv_degree"], self.dtype)
@@ -628,7 +638,7 @@ class Session:
                 continue
             acc = self.gather(f"lpgcn-e{layer}-s{self.flags['step']}", self.cur[f"own{layer}"])
             if acc is not None:
-                self.out[f"e{layer + 1}"] = inv[:, None] * acc
+                self.out[wire.name(Part.ITEM_ROWS, layer + 1)] = inv[:, None] * acc
                 self.mark(f"conv{layer + 1}")
                 progress = True
         return progress
@@ -646,7 +656,7 @@ class Session:
             self.cur.pop(f"lpgcn-wg{pending}.own")
             self.step_param("W", grad)
             self.flags["w-pending"] = -1
-        self.out["w"] = self.params["W"]
+        self.out[wire.name(Part.W)] = self.params["W"]
         self.mark("up.w")
         return True
 
@@ -707,9 +717,9 @@ class Session:
             if layer < L:
                 part = part + self.inv_di[:, None] * item_partial(self.RT, self.inv_du,
                                                                   c[f"Gu{layer + 1}"])
-            self.out[f"g{layer}"] = self.masked(part, layer)
+            self.out[wire.name(Part.ITEM_GRAD, layer)] = self.masked(part, layer)
             if len(c["negreal"]):
-                self.out[f"gn{layer}"] = direct_terms(layer, L, c["dNf"], c["dNr"])
+                self.out[wire.name(Part.NEG_GRAD, layer)] = direct_terms(layer, L, c["dNf"], c["dNr"])
             self.mark(f"up.g{layer}")
             progress = True
         return progress
@@ -766,7 +776,7 @@ class Session:
             self.step_param("U", c["Gu0"])
 
 
-@handler("lpgcn_round")
+@handler(Action.ROUND)
 def lpgcn_round(content: RecordDict, node: NodeContext) -> RecordDict:
     """One round: take deliveries and mail, compute what became computable, reply uploads."""
     s = Session(node)
@@ -798,7 +808,7 @@ def lpgcn_round(content: RecordDict, node: NodeContext) -> RecordDict:
     return reply
 
 
-@handler("lpgcn_evaluate")
+@handler(Action.EVALUATE)
 def lpgcn_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Recall/NDCG sums of this node's users against the final item table (sum share).
 
@@ -820,7 +830,7 @@ def lpgcn_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     return sum_reply(node, {"ranking": sums.to_vector()})
 
 
-@handler("lpgcn_losses")
+@handler(Action.LOSSES)
 def lpgcn_losses(content: RecordDict, node: NodeContext) -> RecordDict:
     """This node's loss share of every training step so far, as a share of a sum."""
     steps = node.size(_hp(node), "steps", minimum=0)

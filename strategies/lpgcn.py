@@ -42,6 +42,8 @@ from fedrec.recsys.metrics import evaluate_ranking
 from fedrec.secure.pseudonyms import is_pseudonym
 from fedrec.transport.messenger import Messenger, NodeTimeoutError
 from fedrec.transport.relay_server import relay_secret
+from fedrec.wire import lpgcn as wire
+from fedrec.wire.lpgcn import Action, Part
 from strategies.base import Federation, ProtocolStrategy, RunOutcome
 
 log = logging.getLogger("fedrec")
@@ -172,12 +174,12 @@ class _Run:
     def setup(self) -> None:
         fed, label = self.fed, self.messenger.label
         relay_secret(self.messenger, self.nodes, purpose=SECRET, seed=self.s.seed)
-        total = fed.sum("lpgcn_count", None, self.hp, phase="lpgcn-setup",
+        total = fed.sum(Action.COUNT, None, self.hp, phase="lpgcn-setup",
                         max_abs=float(fed.max_users) * fed.n_items + 1.0)
         self.n_interactions = int(round(float(total["n"][0])))
         self.nbatches = n_batches(self.n_interactions, self.s.batch_size)
         self.hp["nbatches"] = self.nbatches
-        replies = self.send("lpgcn_holdings", {n: self.request(n, None) for n in self.nodes},
+        replies = self.send(Action.HOLDINGS, {n: self.request(n, None) for n in self.nodes},
                             "lpgcn-setup")
         held = {}
         for n in self.nodes:
@@ -234,9 +236,9 @@ class _Run:
                     np.int64)
                 arrays["hold_nodes"] = np.asarray([x for h in lists for x in h], np.uint64)
             contents[n] = self.request(n, arrays)
-        self.send("lpgcn_assign", contents, "lpgcn-setup")
+        self.send(Action.ASSIGN, contents, "lpgcn-setup")
         for _ in range(2):  # counts once confirmed, then degrees
-            self.send("lpgcn_verify", {n: self.request(n, None) for n in self.nodes},
+            self.send(Action.VERIFY, {n: self.request(n, None) for n in self.nodes},
                       "lpgcn-setup")
 
     # -- training -----------------------------------------------------------------------------
@@ -255,7 +257,7 @@ class _Run:
         _, n_final = self.step(total, False, pending, True)
         losses = np.zeros(0)
         if total:
-            losses = self.fed.sum("lpgcn_losses", None, {**self.hp, "steps": total},
+            losses = self.fed.sum(Action.LOSSES, None, {**self.hp, "steps": total},
                                   max_abs=LOSS_BOUND, phase="lpgcn-losses")["loss"]
         by_step = {row["step"]: row for row in self.history}
         history = [{"step": s, "epoch": s / self.nbatches, "rounds": r,
@@ -300,58 +302,63 @@ class _Run:
         for r in range(1, 4 * L + 12):
             contents = {n: self.request(n, pending[n], step=step, train=train)
                         for n in self.nodes}
-            replies = self.send("lpgcn_round", contents, phase)
+            replies = self.send(Action.ROUND, contents, phase)
             pending = {n: {} for n in self.nodes}
             forward_done = True
             for n in self.nodes:
                 forward_done &= bool(replies[n]["lpgcn-status"]["forward-done"])
                 if "arrays" not in replies[n].array_records:
                     continue
-                for name, x in from_array_record(replies[n]["arrays"]).items():
-                    if name == "negreq":
+                for array_name, x in from_array_record(replies[n]["arrays"]).items():
+                    try:
+                        part, layer = wire.parse(array_name)
+                    except wire.WireError as exc:
+                        raise LosslessRunError(f"{label(n)} sent {exc}") from None
+                    if part is Part.NEG_REQUEST:
                         if len(x) and not is_pseudonym(x):
                             raise LosslessRunError(f"{label(n)} asked for non-pseudonyms")
                         idx = np.searchsorted(self.catalogue, x)
                         if len(x) and (idx.max() >= m or np.any(self.catalogue[idx] != x)):
                             raise LosslessRunError(f"{label(n)} asked for unknown items")
                         neg_idx[n] = idx
-                    elif name == "w":
+                    elif part is Part.W:
                         W[self.conv_idx[n]] = x
                         w_got.add(n)
-                    elif name[0] == "e":
-                        layer = int(name[1:])
+                    elif part is Part.ITEM_ROWS:
                         E[layer, self.conv_idx[n]] = x
                         e_got[layer].add(n)
-                    elif name.startswith("gn"):
-                        G[int(name[2:]), neg_idx[n]] += x
-                    elif name[0] == "g":
-                        layer = int(name[1:])
+                    elif part is Part.NEG_GRAD:
+                        G[layer, neg_idx[n]] += x
+                    elif part is Part.ITEM_GRAD:
                         if n in g_got[layer]:
                             raise LosslessRunError(f"{label(n)} sent layer {layer} twice")
                         G[layer, self.held_idx[n]] += x
                         g_got[layer].add(n)
+                    else:
+                        raise LosslessRunError(f"{label(n)} sent {part.value!r}, which only "
+                                               "the server sends")
             for layer in range(L + 1):
                 if not e_sent[layer] and e_got[layer] >= convs:
                     e_sent[layer] = True
                     for n in self.nodes:
-                        pending[n][f"e{layer}"] = E[layer, self.held_idx[n]]
+                        pending[n][wire.name(Part.ITEM_ROWS, layer)] = E[layer, self.held_idx[n]]
             if train and all(e_sent) and not neg_sent:
                 neg_sent = True
                 for n in self.nodes:
                     idx = neg_idx.get(n, np.zeros(0, np.int64))
-                    pending[n]["neg"] = np.ascontiguousarray(E[:, idx].transpose(1, 0, 2))
+                    pending[n][wire.name(Part.NEG_ROWS)] = np.ascontiguousarray(E[:, idx].transpose(1, 0, 2))
             if self.s.backbone == "lightgcn+" and not w_sent and w_got >= convs:
                 w_sent = True
                 for n in self.nodes:
-                    pending[n]["w"] = W[self.held_idx[n]]
+                    pending[n][wire.name(Part.W)] = W[self.held_idx[n]]
             for layer in range(L + 1):
                 if train and not g_sent[layer] and g_got[layer] >= everyone:
                     g_sent[layer] = True
                     for n in self.nodes:
                         if layer:
-                            pending[n][f"g{layer}"] = G[layer, self.held_idx[n]]
+                            pending[n][wire.name(Part.ITEM_GRAD, layer)] = G[layer, self.held_idx[n]]
                         elif len(self.conv_idx[n]):
-                            pending[n]["g0"] = G[0, self.conv_idx[n]]
+                            pending[n][wire.name(Part.ITEM_GRAD, 0)] = G[0, self.conv_idx[n]]
             if evaluate and not evaluated and forward_done and all(e_sent):
                 evaluated = True
                 self.evaluate(step, layer_mean(list(E)))
@@ -363,7 +370,7 @@ class _Run:
                                "missing: a node out of step?)")
 
     def evaluate(self, step: int, table: np.ndarray) -> None:
-        metrics = self.fed.evaluate("lpgcn_evaluate", {"V": table}, self.hp, k=self.s.top_k,
+        metrics = self.fed.evaluate(Action.EVALUATE, {"V": table}, self.hp, k=self.s.top_k,
                                     phase="lpgcn-evaluate")
         log.info("LP-GCN step %d (epoch %.2f): %s", step, step / self.nbatches,
                  ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()

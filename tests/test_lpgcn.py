@@ -263,3 +263,36 @@ def test_flower_simulation_smoke_with_secure_sums(data) -> None:
     np.testing.assert_allclose(record["extra"]["losses"], ref.losses, rtol=0, atol=1e-9)
     assert {s["form"] for s in record["privacy"]["sums"]} == {"masked"}
     assert record["extra"]["rounds_per_step"] == [3 + 2] * 2
+
+
+def test_the_wire_names_parse_back_exactly_and_nothing_else() -> None:
+    """Each part of a round travels under one name both sides read with ``wire.parse``; a
+    per-layer part needs its layer, a plain part refuses one, and a prefix is no match
+    (``gn1`` is never a ``g`` part, ``negreq`` never ``neg``)."""
+    from fedrec.wire import lpgcn as wire
+    from fedrec.wire.lpgcn import Part
+
+    for part in Part:
+        layers = [0, 3, 12] if part in wire.LAYERED else [None]
+        for layer in layers:
+            assert wire.parse(wire.name(part, layer)) == (part, layer)
+    for bad in ["g", "gn", "e", "e-1", "w0", "neg1", "negreq2", "x1", "G1", "g1x", ""]:
+        with pytest.raises(wire.WireError, match="unknown LP-GCN array"):
+            wire.parse(bad)
+    with pytest.raises(wire.WireError, match="needs a layer"):
+        wire.name(Part.ITEM_GRAD)
+    with pytest.raises(wire.WireError, match="has no layer"):
+        wire.name(Part.W, 1)
+
+
+def test_a_node_refuses_a_delivery_the_protocol_does_not_send_it() -> None:
+    """A part only nodes send (or an unknown name) delivered to a node is refused by name."""
+    from clients.lpgcn import LosslessnessError, Session
+
+    step = Session.__new__(Session)
+    step.node, step.cur, step.flags = type("N", (), {"who": "node 7"})(), {}, {"step": 0}
+    for name in ["gn0", "negreq", "x1"]:
+        with pytest.raises(LosslessnessError, match="node 7"):
+            step.absorb({name: np.zeros(1)})
+    step.absorb({"e1": np.ones(1), "g2": np.ones(1), "w": np.ones(1), "neg": np.ones(1)})
+    assert sorted(step.cur) == ["ei1", "gsum2", "neg", "w_held"]
