@@ -91,6 +91,18 @@ def client_modules() -> list[str]:
     return out
 
 
+def client_module(protocol: str, strategy: type | None = None) -> str:
+    """The node module of ``protocol`` (a registered name or a strategy path), declared once:
+    the registration's, else the ``clients`` of the strategy class (a protocol given as
+    ``package.module:Class`` without a registration; ``strategy``, or loaded), else ''."""
+    entry = _REGISTRY.get(protocol) or next(
+        (r for r in _REGISTRY.values() if r.strategy == protocol), None)
+    if entry is not None:
+        return entry.clients
+    cls = strategy if strategy is not None else load_strategy_class(protocol)
+    return str(getattr(cls, "clients", "") or "")
+
+
 def load_strategy_class(name: str) -> type:
     """The class for a registered name or a ``package.module:ClassName`` path.
 

@@ -19,7 +19,7 @@ from clients.policy import NodePolicy
 from datasets import DatasetSpec, load_dataset
 from datasets.partition import PartitionSpec, partition_users
 from fedrec.config import ConfigError, run_name
-from fedrec.protocols import load_strategy_class, resolve_config
+from fedrec.protocols import client_module, load_strategy_class, resolve_config
 from fedrec.results import print_run_table, write_run
 from fl_app.quiet import quiet_flower_noise
 
@@ -188,7 +188,7 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
         load_strategy_class(str(cfg["strategy"]))
     # A protocol's own node module runs in this simulation's ClientApp (the user's code, on
     # the user's machine); a deployed node imports only what its operator lists.
-    extra = [m for m in [getattr(protocol_cls, "clients", "")] if m]
+    extra = [m for m in [client_module(str(cfg["protocol"]), protocol_cls)] if m]
     _ship_by_value(extra)
     check_partitions(cfg, num_nodes)
     box: dict[str, Any] = {}

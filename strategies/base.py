@@ -249,9 +249,15 @@ class ProtocolStrategy(Strategy):
     config_keys: ClassVar[tuple[Key, ...]] = ()
     #: The federation the protocol needs (checked at the handshake).
     federation: ClassVar[tuple[RoleNeed, ...]] = USER_NODES
-    #: The module of the protocol's node handlers, imported by a local simulation's
-    #: ClientApp (deployed nodes import it only if their operator lists it).
+    #: The module of the protocol's node handlers, for a protocol given as
+    #: ``package.module:Class`` without a registration; a registered protocol declares it in
+    #: its registration instead (``fedrec/protocols.py``), once. A local simulation's ClientApp
+    #: imports it; deployed nodes import it only if their operator lists it.
     clients: ClassVar[str] = ""
+    #: The protocol's name in error messages (the run config's ``protocol`` when empty).
+    name: ClassVar[str] = ""
+    #: The roles whose nodes contribute to the run's sums (every node when empty).
+    sum_roles: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_run_config(cls, cfg: Mapping[str, Any]) -> ProtocolStrategy:
@@ -285,11 +291,20 @@ class ProtocolStrategy(Strategy):
 
     def federate(self, messenger: Messenger, cfg: Mapping[str, Any],
                  config_name: str = "protocol") -> Federation:
-        """Handshake (checked against :attr:`federation`) and the run's aggregator, set up."""
-        infos = handshake(messenger, cfg, needs=self.federation)
-        agg = make_aggregator(str(cfg["aggregator"]), messenger, list(infos),
-                              seed=int(cfg["seed"]), degree=int(cfg["secagg-degree"]) or None)
-        return Federation(messenger, cfg, infos, agg, config_name)
+        """Every protocol's one setup path: the handshake (roles checked against
+        :attr:`federation`, nodes named, identities and policies reported), then the run's
+        aggregator (:meth:`sum_aggregator`) over the nodes of :attr:`sum_roles`, set up."""
+        infos = handshake(messenger, cfg, needs=self.federation, protocol=self.name or None)
+        nodes = [n for n, i in infos.items() if not self.sum_roles or i.role in self.sum_roles]
+        return Federation(messenger, cfg, infos, self.sum_aggregator(messenger, nodes, cfg),
+                          config_name)
+
+    def sum_aggregator(self, messenger: Messenger, nodes: list[int],
+                       cfg: Mapping[str, Any]) -> Aggregator:
+        """The aggregator of the run's sums over ``nodes``: the run config's ``aggregator``,
+        ``seed`` and ``secagg-degree``. A protocol with a scheme of its own overrides this."""
+        return make_aggregator(str(cfg["aggregator"]), messenger, nodes, seed=int(cfg["seed"]),
+                               degree=int(cfg["secagg-degree"]) or None)
 
     def summary(self) -> None:
         import logging

@@ -93,7 +93,6 @@ def ledger_from_rows(rows: list[dict[str, Any]]) -> PrivacyLedger:
 class DPPrototypes(ProtocolStrategy):
     """One upload (DP prototypes), one download (item factors), metrics as sums."""
 
-    clients = "clients.dp_prototypes"
     config_keys = DPP_KEYS
     federation = (RoleNeed(SILO_ROLES, min=1, holds=("rows",)),)
 

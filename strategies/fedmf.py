@@ -88,7 +88,6 @@ class _RoundLines:
 class FedMF(ProtocolStrategy):
     """Federated BPR-MF with private user factors and item updates learned only as sums."""
 
-    clients = "clients.fedmf"
     config_keys = FEDMF_KEYS
 
     def __init__(self, *, mode: str = "local", rounds: int = 20, dim: int = 32,

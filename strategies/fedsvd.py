@@ -73,7 +73,6 @@ class FedSvd(ProtocolStrategy):
     """The common run of the three schemes; subclasses set :attr:`scheme`."""
 
     scheme = "fedpower"
-    clients = "clients.fedsvd"
     config_keys = FEDSVD_KEYS
 
     def __init__(self, params: svd.SvdParams | None = None, *, min_rows: int = 1,

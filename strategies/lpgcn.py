@@ -92,7 +92,6 @@ class LosslessRunError(RuntimeError):
 class LPGCN(ProtocolStrategy):
     """Lossless federated LightGCN / LightGCN+ (paper 001)."""
 
-    clients = "clients.lpgcn"
     config_keys = LPGCN_KEYS
 
     def __init__(self, cfg: Mapping[str, Any]) -> None:

@@ -52,7 +52,7 @@ from fedrec.transport.aggregators import Aggregator, CkksAggregator
 from fedrec.transport.factory import make_aggregator
 from fedrec.transport.ledger import PROGRESS_SECONDS
 from fedrec.transport.messenger import Messenger
-from strategies.base import Federation, ProtocolStrategy, RoleNeed, RunOutcome, handshake
+from strategies.base import Federation, ProtocolStrategy, RoleNeed, RunOutcome
 
 log = logging.getLogger("fedrec")
 
@@ -101,11 +101,11 @@ def node_config(model: MVMFConfig, epoch: int, cfg: Mapping[str, Any]) -> dict[s
 class FedMVMF(ProtocolStrategy):
     """Federated multi-view MF: user sums through the run's aggregator, an item server."""
 
-    clients = "clients.mvmf"
     config_keys = MVMF_KEYS
     federation = (RoleNeed(("user",), min=1, holds=("rows", "user-attributes")),
                   RoleNeed(("item-server",), min=1, max=1, holds=("item-features",)))
     name = "fedmvmf"
+    sum_roles = ("user",)  # the item server sends in clear
 
     def __init__(self, model: MVMFConfig, epochs: int = 20, dataset: str = "synthetic",
                  clusters: int = 10, top_k: int = 10, threshold: float = 4.0) -> None:
@@ -120,13 +120,6 @@ class FedMVMF(ProtocolStrategy):
         return cls(model_config(cfg), int(cfg["rounds"]), str(cfg["dataset"]),
                    int(cfg["synthetic-clusters"]), int(cfg["mvmf-top-k"]),
                    float(cfg["mvmf-threshold"]))
-
-    # -- the parts a subclass changes ------------------------------------------------------
-    def aggregator(self, messenger: Messenger, users: list[int],
-                   cfg: Mapping[str, Any]) -> Aggregator:
-        """The run's aggregator over the user nodes (the item server sends in clear)."""
-        return make_aggregator(str(cfg["aggregator"]), messenger, users, seed=int(cfg["seed"]),
-                               degree=int(cfg["secagg-degree"]) or None)
 
     # -- reference ---------------------------------------------------------------------------
     def attributes(self, data: Any) -> np.ndarray:
@@ -170,11 +163,9 @@ class FedMVMF(ProtocolStrategy):
     def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
         if cfg.get("implicit", True):
             raise ConfigError(f"{self.name} factorizes explicit ratings: set implicit = false")
-        infos = handshake(messenger, cfg, needs=self.federation, protocol=self.name)
-        users = [n for n, i in infos.items() if i.role == "user"]
-        item_server = next(n for n, i in infos.items() if i.role == "item-server")
-        agg = self.aggregator(messenger, users, cfg)
-        fed = Federation(messenger, cfg, infos, agg)
+        fed = self.federate(messenger, cfg)
+        (item_server,) = fed.of_role("item-server")
+        agg = fed.aggregator
         model, max_abs = self.model, float(cfg["mvmf-max-abs"])
         n_attrs = attribute_dim(str(cfg["dataset"]), int(cfg["synthetic-clusters"]))
         Q, U = init_server_factors(fed.n_items, n_attrs, model.dim, model.seed)
@@ -242,8 +233,8 @@ class PrivMVMF(FedMVMF):
     unseeded_randomness = ("CKKS sums are approximate and each encryption draws fresh OS "
                            "randomness, so the low digits of every sum vary")
 
-    def aggregator(self, messenger: Messenger, users: list[int],
-                   cfg: Mapping[str, Any]) -> Aggregator:
+    def sum_aggregator(self, messenger: Messenger, users: list[int],
+                       cfg: Mapping[str, Any]) -> Aggregator:
         """Always CKKS (the run config's ``aggregator`` is not read): the paper's scheme."""
         if str(cfg["aggregator"]) not in ("ckks", "secagg+"):
             log.info("privmvmf sums with CKKS; run config aggregator = %s is not used",

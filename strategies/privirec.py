@@ -56,7 +56,7 @@ from fedrec.transport.aggregators import Aggregator, in_node_order
 from fedrec.transport.factory import make_aggregator
 from fedrec.transport.messenger import Messenger
 from fedrec.wire.sums import WIRE_DTYPES
-from strategies.base import ProtocolStrategy, RunOutcome, data_config, handshake, node_order
+from strategies.base import ProtocolStrategy, RunOutcome, data_config
 
 log = logging.getLogger("fedrec")
 
@@ -393,14 +393,20 @@ class PriviRec(ProtocolStrategy):
                 for key, value in s.means().items()}
 
     # -- the run ----------------------------------------------------------------------------
-    def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
-        infos = handshake(messenger, cfg, needs=self.federation)
-        n_items = next(iter(infos.values())).n_items
-        max_users = max(i.n_users for i in infos.values())
-        p = self.iteration_rank(n_items)
-        agg = make_aggregator(self.aggregator, messenger, node_order(infos),
+    def sum_aggregator(self, messenger: Messenger, nodes: list[int],
+                       cfg: Mapping[str, Any]) -> Aggregator:
+        """The aggregator this strategy was built with, over a fixed node set: a dropout
+        abandons the sum before anything is unmasked."""
+        agg = make_aggregator(self.aggregator, messenger, nodes,
                               degree=self.secagg_degree or None, seed=self.seed)
-        agg.fixed_set = True  # a dropout abandons the sum before anything is unmasked
+        agg.fixed_set = True
+        return agg
+
+    def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
+        fed = self.federate(messenger, cfg)
+        infos, agg = fed.infos, fed.aggregator
+        n_items, max_users = fed.n_items, fed.max_users
+        p = self.iteration_rank(n_items)
         presets = preset_line(self.filters, self.dataset, self.filter_rank)
         if presets:
             log.info("%s", presets)

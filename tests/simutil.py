@@ -67,14 +67,13 @@ def run_in_process(overrides: dict[str, Any], num_nodes: int = 4, *,
     :class:`tests.localgrid.LocalGrid` instead of Ray: the protocol's messages and
     arithmetic are the same, without seconds of Ray start-up per run. Each protocol keeps
     at least one test on a real Flower simulation."""
-    from fedrec.protocols import load_strategy_class, resolve_config
+    from fedrec.protocols import client_module, resolve_config
     from fl_app.client_app import build_client_app
     from fl_app.server_app import run_protocol
     from tests.localgrid import LocalGrid
 
     cfg = resolve_config(overrides)
-    extra = [m for m in [getattr(load_strategy_class(str(cfg["protocol"])), "clients", "")]
-             if m]
+    extra = [m for m in [client_module(str(cfg["protocol"]))] if m]
     with LocalGrid(build_client_app(extra, policy=node_policy or {}), num_nodes) as grid:
         return run_protocol(grid, cfg)
 

@@ -87,14 +87,14 @@ def item_server_runs(deployment: LocalDeployment
 def in_process_with_item_server(cfg: dict[str, Any]) -> dict[str, Any]:
     """The run on the deployment's federation in one process: NUM_NODES user nodes and one
     item server by node config (partition -1), the real ClientApp on LocalGrid."""
-    from fedrec.protocols import load_strategy_class, resolve_config
+    from fedrec.protocols import client_module, resolve_config
     from fl_app.client_app import build_client_app
     from fl_app.server_app import run_protocol
     from tests.localgrid import LocalGrid
 
     resolved = resolve_config(cfg)
-    cls = load_strategy_class(str(resolved["protocol"]))
-    app = build_client_app([cls.clients] if cls.clients else [], policy=NODE_POLICY)
+    module = client_module(str(resolved["protocol"]))
+    app = build_client_app([module] if module else [], policy=NODE_POLICY)
     configs = {i: {"num-partitions": NUM_NODES} for i in range(NUM_NODES)}
     configs[NUM_NODES] = {"role": "item-server", "partition-id": -1,
                           "num-partitions": NUM_NODES}
