@@ -12,8 +12,11 @@ else ``~/.local/state/fedrec-privacy/dp-ledger.json``) with one entry per key:
   parameters (test ratio, seeds, scheme), so they are left out: changing them must not give
   the same people a fresh budget. Leaving them out can only over-charge.
 
-Each entry holds the total epsilon spent and the list of releases (run, what, epsilon,
-time). A charge is recorded (file replaced atomically, under an exclusive ``flock`` on a
+Each entry holds the list of releases (run, what, time, and the release's rows of
+:class:`fedrec.dp.PrivacyLedger`, the project's one accountant) and their total epsilon.
+What a key has spent is the accountant's ``spent()`` over the rows of every release it made,
+or the recorded total if that is larger (a file edited by hand can only over-charge). A
+charge is recorded (file replaced atomically, under an exclusive ``flock`` on a
 side lock file, so concurrent processes never lose an update) *before* the noisy value is
 computed: a release that fails afterwards still counts. A ledger that cannot be read is an
 error naming the file, never a silent reset to zero.
@@ -34,11 +37,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedrec.dp import PrivacyLedger
+
 #: Environment variable naming the ledger file when the policy has no ``dp-ledger``.
 LEDGER_ENV = "FEDREC_DP_LEDGER"
 #: The ledger file when neither the policy nor the environment names one.
 DEFAULT_LEDGER = "~/.local/state/fedrec-privacy/dp-ledger.json"
-_FORMAT = 1
+_FORMAT = 2
+#: Files this version reads: format 1 recorded each release's epsilon without its rows.
+_READS = (1, 2)
 
 
 class LedgerError(RuntimeError):
@@ -121,7 +128,7 @@ class Ledger:
         try:
             data = json.loads(text)
             entries = data["entries"]
-            if data.get("format") != _FORMAT or not isinstance(entries, dict):
+            if data.get("format") not in _READS or not isinstance(entries, dict):
                 raise ValueError("unexpected layout")
             for entry in entries.values():
                 _spent_of(entry)
@@ -155,12 +162,21 @@ class Ledger:
             entry = self._read()["entries"].get(key.text)
         return list(entry["releases"]) if entry is not None else []
 
-    def charge(self, key: LedgerKey, epsilon: float, budget: float, what: str,
+    def history(self, key: LedgerKey) -> PrivacyLedger:
+        """Every release ``key`` made, as one accountant (empty when it has no entry)."""
+        with self._locked():
+            entry = self._read()["entries"].get(key.text)
+        return _history_of(entry) if entry is not None else PrivacyLedger()
+
+    def charge(self, key: LedgerKey, release: PrivacyLedger, budget: float, what: str,
                run_id: int) -> float:
-        """Record a release of ``epsilon`` for ``key`` and return its new total, or raise
-        :class:`BudgetExceeded` (nothing written) when it would pass ``budget``."""
+        """Record ``release`` (the accountant of what is about to be released) for ``key``
+        and return the key's new total, or raise :class:`BudgetExceeded` (nothing written)
+        when its ``spent()`` on top of what the key spent would pass ``budget``."""
+        epsilon = release.spent()
         with self._locked():
             data = self._read()
+            data["format"] = _FORMAT
             entry = data["entries"].setdefault(
                 key.text, {"identity": key.identity, "data": key.data, "epsilon": 0.0,
                            "releases": []})
@@ -169,14 +185,29 @@ class Ledger:
                 raise BudgetExceeded(spent)
             entry["epsilon"] = spent + epsilon
             entry["releases"].append({"run": int(run_id), "what": what,
-                                      "epsilon": float(epsilon), "time": time.time()})
+                                      "epsilon": float(epsilon), "time": time.time(),
+                                      "entries": release.to_table_rows()})
             self._write(data)
         return spent + epsilon
 
 
+def _history_of(entry: Any) -> PrivacyLedger:
+    """An entry's releases as one accountant. A format-1 release (its epsilon without rows)
+    is one pure row of that epsilon."""
+    rows: list[Mapping[str, Any]] = []
+    for release in entry["releases"]:
+        rows.extend(release.get("entries") or [{
+            "name": str(release["what"]), "mechanism": "recorded",
+            "epsilon": float(release["epsilon"]), "delta": 0.0, "sigma": None,
+            "sensitivity": None, "sample_rate": 1.0, "steps": 1}])
+    return PrivacyLedger.from_rows(rows)
+
+
 def _spent_of(entry: Any) -> float:
-    """An entry's total, checked (a negative or non-finite total is a corrupt ledger)."""
+    """What an entry has spent: the accountant over its releases, or the recorded total if
+    larger; a negative or non-finite total, or a release the accountant refuses, is a
+    corrupt ledger."""
     spent = float(entry["epsilon"])
     if not (math.isfinite(spent) and spent >= 0) or not isinstance(entry["releases"], list):
         raise ValueError("an entry's epsilon must be finite and >= 0 with a list of releases")
-    return spent
+    return max(spent, _history_of(entry).spent())

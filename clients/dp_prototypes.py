@@ -26,6 +26,7 @@ from fedrec.recsys.prototypes import (
     MAX_JL_DIM,
     PrototypeParams,
     private_prototypes,
+    release_ledger,
     silo_metric_sums,
 )
 
@@ -73,16 +74,15 @@ def dpp_prototypes(content: RecordDict, node: NodeContext) -> RecordDict:
             f"k={params.k} prototypes (each silo needs at least k users; paper 003, Table 1)")
     node.policy.check_size(_release_bytes(params, n_users, data.n_items),
                            f"dp-prototypes with k={params.k}", who)
-    node.charge_dp(params.epsilon, f"a dp-prototypes release of {params.k} prototypes")
+    release = release_ledger(params, n_users, data.n_items)  # from public sizes only
+    node.charge_dp(release, f"a dp-prototypes release of {params.k} prototypes")
     P, ledger, _ = private_prototypes(data.train, params,
                                       seed=(int(cfg.get("seed", 0)), node.partition_id))
-    spent = ledger.pure_epsilon()
-    if spent > params.epsilon * (1 + 1e-9):  # the split must not spend more than charged
-        raise RuntimeError(f"{who}: the release spent epsilon {spent:g}, more than the "
-                           f"{params.epsilon:g} charged")
+    if ledger.to_table_rows() != release.to_table_rows():  # released only what was charged
+        raise RuntimeError(f"{who}: the release's DP ledger differs from the one charged")
     return RecordDict({
         "prototypes": to_array_record({"P": P}),
-        "dp-ledger": ConfigRecord({"rows": json.dumps(ledger.to_table_rows())}),
+        "dp-ledger": ConfigRecord({"rows": json.dumps(release.to_table_rows())}),
     })
 
 

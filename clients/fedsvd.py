@@ -106,9 +106,9 @@ def _charge(node: NodeContext, block: _Block) -> None:
     what the node itself uses (its rank, its clipped bounds, its sigma, its iterations)."""
     if block.scheme != "fedsvd-privacy" or block.mode != "plain" or block.sigma <= 0:
         return
-    epsilon = svd.release_epsilon(block.params, block.sigma, block.Z.shape[1],
-                                  block.t_to - block.t_from)
-    node.charge_dp(epsilon, f"fedsvd-privacy iterations {block.t_from + 1}..{block.t_to} "
+    release = svd.release_ledger(block.params, block.sigma, block.Z.shape[1],
+                                 block.t_to - block.t_from)
+    node.charge_dp(release, f"fedsvd-privacy iterations {block.t_from + 1}..{block.t_to} "
                    "released in a plain sum")
 
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from clients.identity import NodeIdentity
     from clients.policy import NodePolicy
     from clients.sealed import Mailbox
+    from fedrec.dp import PrivacyLedger
 
 #: RecordDict key under which strategies send the dataset/partition config.
 DATA_KEY = "data"
@@ -83,15 +84,16 @@ class NodeContext:
         base = self.base_policy if self.base_policy is not None else NodePolicy()
         return base.merged(self.context.node_config, f"node {self.context.node_id} config")
 
-    def charge_dp(self, epsilon: float, what: str) -> float:
-        """Charge ``epsilon`` for ``what`` to this node's own DP ledger
+    def charge_dp(self, release: PrivacyLedger, what: str) -> float:
+        """Charge ``release`` (the accountant of what is about to be released) for ``what``
+        to this node's own DP ledger
         (``NodePolicy.charge_dp``), keyed by its public signing identity and its data source,
         before anything is released; returns the total spent under that key."""
         from clients.dp_ledger import LedgerKey, data_digest
 
         key = LedgerKey(self.identity.signer.public_bytes().hex(),
                         data_digest(self.data_config()))
-        return self.policy.charge_dp(self.state, epsilon, what, self.who, key=key,
+        return self.policy.charge_dp(self.state, release, what, self.who, key=key,
                                      run_id=int(self.context.run_id))
 
     @property

@@ -80,6 +80,7 @@ from fedrec.records import config_record
 
 if TYPE_CHECKING:
     from clients.dp_ledger import LedgerKey
+    from fedrec.dp import PrivacyLedger
 
 #: Environment variable read by ``build_client_app`` (comma-separated ``key=value``).
 POLICY_ENV = "FEDREC_NODE_POLICY"
@@ -245,9 +246,11 @@ class NodePolicy:
                 f"node policy memory-budget-mb={self.memory_budget_mb:g}. Only the node's "
                 f"operator can raise it (node config 'memory-budget-mb=<MiB>')")
 
-    def charge_dp(self, state: RecordDict, epsilon: float, what: str, who: str, *,
+    def charge_dp(self, state: RecordDict, release: PrivacyLedger, what: str, who: str, *,
                   key: LedgerKey | None = None, run_id: int = 0) -> float:
-        """Spend ``epsilon`` of the node's DP budget on ``what``; refuse past the budget.
+        """Spend ``release.spent()`` of the node's DP budget on ``what``; refuse past the
+        budget. ``release`` is the accountant of what the node is about to release, built by
+        the node from what it uses (never from numbers the server declares).
 
         The spending is recorded in the node's own ledger file (``clients/dp_ledger.py``,
         path :func:`clients.dp_ledger.ledger_path`) under ``key`` (the node's identity and
@@ -258,7 +261,10 @@ class NodePolicy:
         """
         from clients.dp_ledger import BudgetExceeded, Ledger, LedgerKey, ledger_path
 
-        epsilon = float(epsilon)
+        try:
+            epsilon = float(release.spent())
+        except ValueError as exc:  # a release row without its epsilon
+            raise PolicyError(f"{who} refuses {what}: {exc}") from None
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise PolicyError(f"{who} refuses {what}: epsilon must be finite and > 0, got "
                               f"{epsilon!r}")
@@ -266,8 +272,8 @@ class NodePolicy:
             raise self._over_budget(epsilon, 0.0, what, who)
         key = key if key is not None else LedgerKey("unidentified", who)
         try:
-            total = Ledger(ledger_path(self.dp_ledger)).charge(key, epsilon, self.dp_budget, what,
-                                                     run_id)
+            total = Ledger(ledger_path(self.dp_ledger)).charge(key, release, self.dp_budget,
+                                                               what, run_id)
         except BudgetExceeded as exc:
             raise self._over_budget(epsilon, exc.spent, what, who) from None
         record = config_record(state, _DP_SPENT)

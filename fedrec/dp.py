@@ -44,6 +44,7 @@ sample_rate, steps), which is much tighter than summing per-release (eps, delta)
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any, Literal
@@ -299,10 +300,14 @@ class LedgerEntry:
 
 
 class PrivacyLedger:
-    """Record of every DP release of a run, with composed budgets.
+    """The DP accountant: a record of releases, with composed budgets.
 
-    Usage mirrors Opacus accountants: ``record(...)`` after each release, then
-    ``gaussian_epsilon(delta)`` / ``pure_epsilon()`` / ``basic_composition()``.
+    Usage mirrors Opacus accountants: ``record(...)`` steps it with a release, then
+    ``spent()`` / ``gaussian_epsilon(delta)`` / ``pure_epsilon()`` / ``basic_composition()``
+    query it. It is the one accountant of the project: a node builds the ledger of what it
+    is about to release, charges :meth:`spent` against its budget (its disk ledger,
+    ``clients/dp_ledger.py``, keeps the rows of every release and re-reads them as one
+    ledger), and the results report the rows of the same ledger.
 
     - Pure entries (delta == 0 and not Gaussian: Laplace, exponential, Gumbel top-s)
       compose by summing epsilon * steps. Their sample_rate is recorded but not used for
@@ -348,7 +353,27 @@ class PrivacyLedger:
         self.entries.append(entry)
         return entry
 
+    @classmethod
+    def from_rows(cls, rows: Iterable[Mapping[str, Any]]) -> PrivacyLedger:
+        """The ledger whose :meth:`to_table_rows` are ``rows`` (every row checked again)."""
+        ledger = cls()
+        for row in rows:
+            ledger.record(str(row["name"]), str(row["mechanism"]), row["epsilon"],
+                          row["delta"], row["sigma"], row["sensitivity"], row["sample_rate"],
+                          row["steps"])
+        return ledger
+
+    def extend(self, other: PrivacyLedger) -> None:
+        """Step this ledger with every release of ``other``."""
+        self.entries.extend(other.entries)
+
     # -- composition ---------------------------------------------------------------
+    def spent(self) -> float:
+        """The epsilon a budget is checked against: basic composition, the sum of each
+        release's epsilon times its steps (Gaussian releases with their per-release epsilon).
+        The composition theorems below can only give less; a budget holds under all of them."""
+        return self.basic_composition()[0]
+
     def _gaussian_entries(self) -> list[LedgerEntry]:
         return [e for e in self.entries if e.mechanism == _GAUSSIAN]
 

@@ -81,15 +81,6 @@ def params_from_config(cfg: Mapping[str, Any]) -> PrototypeParams:
         swaps=int(cfg["dpp-swaps"]), jl_coef=float(cfg["dpp-jl-coef"]))
 
 
-def ledger_from_rows(rows: list[dict[str, Any]]) -> PrivacyLedger:
-    """A silo's ledger rebuilt from the rows it reported (``PrivacyLedger.to_table_rows``)."""
-    ledger = PrivacyLedger()
-    for row in rows:
-        ledger.record(row["name"], row["mechanism"], row["epsilon"], row["delta"],
-                      row["sigma"], row["sensitivity"], row["sample_rate"], row["steps"])
-    return ledger
-
-
 class DPPrototypes(ProtocolStrategy):
     """One upload (DP prototypes), one download (item factors), metrics as sums."""
 
@@ -159,7 +150,8 @@ class DPPrototypes(ProtocolStrategy):
             if not (np.all(np.isfinite(P)) and P.min() >= 0
                     and P.max() <= self.params.value_max):
                 raise ValueError(f"{label}: prototypes outside [0, dpp-value-max]")
-            ledger = ledger_from_rows(json.loads(str(reply.config_records[LEDGER_RECORD]["rows"])))
+            rows = json.loads(str(reply.config_records[LEDGER_RECORD]["rows"]))
+            ledger = PrivacyLedger.from_rows(rows)
             spent = ledger.pure_epsilon()
             if not np.isclose(spent, eps, rtol=1e-9, atol=0):
                 raise ValueError(f"{label}: its ledger composes to epsilon {spent:g}, the run "

@@ -110,14 +110,22 @@ def test_policy_parsing_refuses_misspelt_keys() -> None:
 
 
 def test_dp_budget_is_spent_and_capped_by_the_node() -> None:
+    from fedrec.dp import PrivacyLedger
+
+    def release(epsilon: float) -> PrivacyLedger:
+        ledger = PrivacyLedger()
+        ledger.record("prototype release", "laplace", epsilon, sensitivity=1.0)
+        return ledger
+
     state = RecordDict()
     policy = NodePolicy(dp_budget=1.0)
-    assert policy.charge_dp(state, 0.6, "prototype release", "node 1") == pytest.approx(0.6)
+    assert policy.charge_dp(state, release(0.6), "prototype release", "node 1") == \
+        pytest.approx(0.6)
     with pytest.raises(PolicyError, match=r"epsilon 0.5 on top of 0.6 spent exceeds its node "
                                           r"policy dp-budget=1"):
-        policy.charge_dp(state, 0.5, "prototype release", "node 1")
+        policy.charge_dp(state, release(0.5), "prototype release", "node 1")
     with pytest.raises(PolicyError, match="dp-budget=0"):
-        NodePolicy().charge_dp(RecordDict(), 0.1, "a release", "node 1")
+        NodePolicy().charge_dp(RecordDict(), release(0.1), "a release", "node 1")
 
 
 # -- 2. no oracles in production -----------------------------------------------------------

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from fedrec.dp import PrivacyLedger
 from fedrec.recsys.linalg import qr_positive
 from fedrec.recsys.metrics import subspace_distance
 
@@ -202,17 +203,29 @@ def theorem2_epsilon(params: SvdParams, sigma: float) -> float:
         params.z_hat / sigma
 
 
-def release_epsilon(params: SvdParams, sigma: float, rank: int, iterations: int) -> float:
-    """What a node charges for ``iterations`` noisy fedsvd-privacy iterations it computes
-    itself: Theorem 2 with the rank ``rank`` of the basis it actually multiplies (its
-    entries clipped to z_hat, its M'_i to m_hat by :func:`clip_gram`) and the noise ``sigma``
-    it actually adds. A declared rank or bound cannot lower it: the node enforces both."""
+def release_ledger(params: SvdParams, sigma: float, rank: int, iterations: int) -> PrivacyLedger:
+    """The ledger of ``iterations`` noisy fedsvd-privacy iterations: Theorem 2 per
+    iteration with the rank ``rank`` of the basis multiplied (its entries clipped to z_hat,
+    M'_i to m_hat by :func:`clip_gram`) and the noise ``sigma`` added. A node builds it from
+    what it actually uses and charges it to its budget; the run's privacy report
+    (:func:`privacy_report`) builds it with the run's parameters. A declared rank or bound
+    cannot lower it: the node enforces both."""
     if not (math.isfinite(sigma) and sigma > 0):
         raise ValueError(f"fedsvd-privacy noise sigma must be finite and > 0, got {sigma!r}")
     if rank < 1 or iterations < 1:
         raise ValueError(f"a release needs rank >= 1 and iterations >= 1, got {rank}, "
                          f"{iterations}")
-    return iterations * theorem2_epsilon(replace(params, r=int(rank)), sigma)
+    used = replace(params, r=int(rank))
+    ledger = PrivacyLedger()
+    ledger.record("fedsvd-privacy iteration (Theorem 2)", "gaussian",
+                  theorem2_epsilon(used, sigma), used.delta, sigma=sigma,
+                  sensitivity=sensitivity(used), steps=int(iterations))
+    return ledger
+
+
+def release_epsilon(params: SvdParams, sigma: float, rank: int, iterations: int) -> float:
+    """What :func:`release_ledger`'s iterations spend: the epsilon a node charges."""
+    return release_ledger(params, sigma, rank, iterations).spent()
 
 
 def fedpower_claimed_epsilon(params: SvdParams, min_rows: int) -> float:
@@ -487,8 +500,6 @@ def accounting(scheme: str, params: SvdParams, n_nodes: int, min_rows: int,
     """
     import warnings
 
-    from fedrec.dp import PrivacyLedger
-
     out: dict = {"scheme": scheme, "delta": params.delta, "T": params.T}
     if scheme == "fedpower":
         if params.sigma <= 0:
@@ -506,9 +517,7 @@ def accounting(scheme: str, params: SvdParams, n_nodes: int, min_rows: int,
         return {**out, "epsilon": None, "reason": "sigma = 0: no noise, no guarantee"}
     sens = sensitivity(params)
     per_iter = theorem2_epsilon(params, sigma)
-    ledger = PrivacyLedger()
-    ledger.record("fedsvd-privacy iteration (Theorem 2)", "gaussian", per_iter, params.delta,
-                  sigma=sigma, sensitivity=sens, steps=params.T)
+    ledger = release_ledger(params, sigma, params.r, params.T)
     eps, dlt = ledger.basic_composition()
     out.update({"epsilon": eps, "epsilon_per_iteration": per_iter, "total_delta": dlt,
                 "sensitivity": sens, "node_sigma": sigma, "noise_multiplier": sigma / sens,

@@ -202,13 +202,18 @@ def private_grid(Y: np.ndarray, lo: np.ndarray, side: float, depth: int, eps_lev
     return np.array(centres)
 
 
+def grid_depth(n: int) -> int:
+    """Levels of one private grid over ``n`` points (Alg. 5): ceil(log2 n), at least 1."""
+    return max(1, math.ceil(math.log2(max(n, 2))))
+
+
 def candidates(Y: np.ndarray, k: int, epsilon: float, shifts: int, delta: float,
                radius: float, rng: np.random.Generator) -> tuple[np.ndarray, dict[str, Any]]:
     """Alg. 5: private grids over ``shifts`` random cubes, candidates projected into
     B(0, radius) and padded with public random points to at least 2k (the local swap needs
     more candidates than centres). Returns the candidates and the grid's accounting."""
     n, p = Y.shape
-    depth = max(1, math.ceil(math.log2(max(n, 2))))
+    depth = grid_depth(n)
     eps_level = epsilon / (shifts * depth)
     gamma = math.log(2 ** p / delta) / eps_level
     found = [private_grid(Y, rng.uniform(-radius, radius, p) - 2 * radius, 4 * radius,
@@ -282,12 +287,40 @@ def sparse_recovery(X: sp.csr_matrix, labels: np.ndarray, k: int, value_max: flo
 
 
 # -- Alg. 2 ----------------------------------------------------------------------------------
+def release_ledger(params: PrototypeParams, n_users: int, n_items: int) -> dp.PrivacyLedger:
+    """Every DP release :func:`private_prototypes` makes on a silo of ``n_users`` x
+    ``n_items``, in order, with its epsilon and sensitivity. Public sizes decide it, so a silo
+    builds it before it computes anything: it charges this ledger to its budget and reports
+    it; ``spent()`` is ``params.epsilon`` (the split of :meth:`PrototypeParams.budget`)."""
+    budget = params.budget()
+    step = budget["per_trial"]
+    R, depth, s = params.l2_radius, grid_depth(n_users), min(params.sparsity, n_items)
+    ledger = dp.PrivacyLedger()
+    for t in range(1, params.trials + 1):
+        ledger.record(f"trial {t}: private grid, noisy cell counts ({params.shifts} shifts "
+                      f"x {depth} levels)", "laplace", step["candidate"] / (params.shifts * depth),
+                      sensitivity=1.0, steps=params.shifts * depth)
+        ledger.record(f"trial {t}: local swap ({params.swaps} swaps + choice of iterate)",
+                      "exponential", step["localswap"] / (params.swaps + 1),
+                      sensitivity=4.0 * R ** 2, steps=params.swaps + 1)
+        ledger.record(f"trial {t}: top-{s} item selection per cluster (Gumbel)",
+                      "gumbel-top-s", step["select"], sensitivity=params.value_max)
+        ledger.record(f"trial {t}: Laplace on the selected cluster sums", "laplace",
+                      step["values"], sensitivity=s * params.value_max)
+        ledger.record(f"trial {t}: Laplace on the cluster sizes", "laplace", step["count"],
+                      sensitivity=1.0)
+    if params.trials > 1:
+        ledger.record("final choice among trials (k-means loss)", "exponential",
+                      budget["final_choice"], sensitivity=4.0 * R ** 2)
+    return ledger
+
+
 def private_prototypes(X: sp.spmatrix, params: PrototypeParams,
                        seed: tuple[int, ...] = (0,)) -> tuple[np.ndarray, dp.PrivacyLedger,
                                                               dict[str, Any]]:
     """epsilon-DP prototypes (k x d) of the users (rows) of X, the ledger of every release
-    (its pure epsilon equals ``params.epsilon``) and public facts of the run (dimensions,
-    grid accounting). ``seed`` seeds only the public randomness."""
+    (:func:`release_ledger`: its pure epsilon equals ``params.epsilon``) and public facts of
+    the run (dimensions, grid accounting). ``seed`` seeds only the public randomness."""
     n, d = X.shape
     if n < params.k:
         raise ValueError(f"{n} users cannot give k={params.k} prototypes (paper 003 assumes "
@@ -299,38 +332,24 @@ def private_prototypes(X: sp.spmatrix, params: PrototypeParams,
                    np.random.default_rng([*seed, _CLIP]))
     rng = np.random.default_rng([*seed, _PUBLIC])
     p = jl_dimension(n, d, params.jl_coef)
-    ledger = dp.PrivacyLedger()
+    ledger = release_ledger(params, n, d)
     sets: list[np.ndarray] = []
     info: dict[str, Any] = {"jl_dim": p, "radius": R, "trials": []}
     s = min(params.sparsity, d)
-    for t in range(1, params.trials + 1):
+    for _ in range(params.trials):
         Y = project(Xc, p, R, rng)
         C, grid = candidates(Y, params.k, step["candidate"], params.shifts, params.delta, R,
                              rng)
-        ledger.record(f"trial {t}: private grid, noisy cell counts ({params.shifts} shifts "
-                      f"x {grid['depth']} levels)", "laplace", grid["eps_level"],
-                      sensitivity=1.0, steps=grid["levels"])
         Z = localswap(Y, C, params.k, step["localswap"], params.swaps, R, rng)
-        ledger.record(f"trial {t}: local swap ({params.swaps} swaps + choice of iterate)",
-                      "exponential", step["localswap"] / (params.swaps + 1),
-                      sensitivity=4.0 * R ** 2, steps=params.swaps + 1)
         labels = squared_distances(Y, C[Z]).argmin(axis=1)
         sets.append(sparse_recovery(Xc, labels, params.k, params.value_max, s,
                                     step["select"], step["values"], step["count"]))
-        ledger.record(f"trial {t}: top-{s} item selection per cluster (Gumbel)",
-                      "gumbel-top-s", step["select"], sensitivity=params.value_max)
-        ledger.record(f"trial {t}: Laplace on the selected cluster sums", "laplace",
-                      step["values"], sensitivity=s * params.value_max)
-        ledger.record(f"trial {t}: Laplace on the cluster sizes", "laplace", step["count"],
-                      sensitivity=1.0)
         info["trials"].append({"candidates_found": grid["found"], "candidates": len(C),
                                "depth": grid["depth"]})
     chosen = 0
     if params.trials > 1:
         losses = np.array([kmeans_loss(Xc, dp.clip_rows_l2(P, R)) for P in sets])
         chosen = dp.exponential_mechanism(-losses, 4.0 * R ** 2, budget["final_choice"])
-        ledger.record("final choice among trials (k-means loss)", "exponential",
-                      budget["final_choice"], sensitivity=4.0 * R ** 2)
     return sets[chosen], ledger, info
 
 
