@@ -10,8 +10,8 @@ step of fedsvd-utility is timed for real (TenSEAL CKKS, 100 nodes, one synchroni
 scaled by the number of synchronizations), and a small Flower simulation times the real
 protocol (10 nodes, SecAgg+).
 
-    python -m benchmarks.fedsvd                  # ~10 min on a busy 2-core machine
-    python -m benchmarks.fedsvd --reps 1 --no-flower
+    python benchmarks/fedsvd.py                  # ~10 min on a busy 2-core machine
+    python benchmarks/fedsvd.py --reps 1 --no-flower
 """
 
 from __future__ import annotations
@@ -24,17 +24,20 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path
+from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package named benchmarks
+
 from benchmarks._report import log, machine_info, write_report  # noqa: E402
 from fedrec.recsys import power_svd as svd  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 #: The paper's Sec. 6 settings; m_hat is the data's entry bound (only epsilon uses it).
 PAPER = dict(k=10, r=10, T=92, p=4, sigma=0.1, sigma_server=0.1, z_hat=0.2, delta=1e-5)
 NODES = 100

@@ -36,8 +36,7 @@ from typing import Any, Callable
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package named benchmarks
 
 from benchmarks._report import log, machine_info, write_report  # noqa: E402
 from datasets import DatasetSpec, load_dataset, synthetic  # noqa: E402
