@@ -130,12 +130,31 @@ class SecureAggregator(Aggregator):
                 "mode": "secagg+", "sum-id": self.sum_id, "frac-bits": codec.frac_bits,
                 "max-abs": float(max_abs),
                 "alive": [int(v) for v in self.graph[u] if v in self.alive]}))
+        total, layout, arrived = self._collect(action, requests, phase, on_reply)
+        dropped = set(nodes) - set(arrived)
+        discarded = dropped & self.drop
+        self.messenger.record_dropout(phase, action, discarded,
+                                      "reply discarded by the server (test knob 'drop')")
+        if dropped and (self.fixed_set or not self.allow_dropouts):
+            self._abandon(phase, action, layout, arrived, dropped)
+        confirmations = self._confirm(sorted(arrived), sorted(dropped), phase) if dropped \
+            else {}
+        total = self._unmask(total, set(arrived), dropped, phase, confirmations)
+        self.record_sum(phase, action, layout, len(arrived), dropped, members=arrived)
+        self.messenger.ledger.mark(phase, VALUES_KEY, "masked")
+        self.messenger.ledger.mark(f"{phase}:unmask", "revealed", "unmasking shares")
+        return self._checked(unflatten(codec.decode(total), layout), phase, max_abs)
+
+    def _collect(self, action: str, requests: Mapping[int, RecordDict], phase: str,
+                 on_reply: Reply | None) -> tuple[np.ndarray, list, list[int]]:
+        """The masked inputs' running total (ring addition is exact, so they are added as
+        they arrive), their layout and the nodes whose inputs arrived. Every input must have
+        one layout and answer the same request (its bound digest)."""
         total: np.ndarray | None = None
         layout: list | None = None
         arrived: list[int] = []
         first_bound: bytes | None = None
         label = self.messenger.label
-        # Ring addition is exact, so masked inputs are added as they arrive (one running total).
         for node, reply in self.messenger.iter_replies(action, requests, phase=phase,
                                                        allow_missing=True):
             if node in self.drop:
@@ -163,28 +182,22 @@ class SecureAggregator(Aggregator):
                 on_reply(node, reply)
         if total is None or layout is None:
             raise SecAggError(f"no node answered '{action}'")
-        dropped = set(nodes) - set(arrived)
-        discarded = dropped & self.drop
-        self.messenger.record_dropout(phase, action, discarded,
-                                      "reply discarded by the server (test knob 'drop')")
-        if dropped and (self.fixed_set or not self.allow_dropouts):
-            self.record_sum(phase, action, layout, len(arrived), dropped, members=arrived)
-            why = ("this protocol needs the same node set in every sum" if self.fixed_set else
-                   "not every node's policy allows dropouts (allow-dropouts), so every sum "
-                   "of the run must hold the node set committed at key setup")
-            lost = "; ".join(f"{label(n)} did not answer ({self._why_missing(n)})"
-                             for n in sorted(dropped))
-            raise SecAggError(
-                f"'{phase}': {lost}; {why} (sums over different sets could be differenced), "
-                "so the sum is abandoned before unmasking and nothing about any input is "
-                "revealed")
-        confirmations = self._confirm(sorted(arrived), sorted(dropped), phase) if dropped \
-            else {}
-        total = self._unmask(total, set(arrived), dropped, phase, confirmations)
+        return total, layout, arrived
+
+    def _abandon(self, phase: str, action: str, layout: list, arrived: list[int],
+                 dropped: set[int]) -> None:
+        """Abandon a sum whose node set changed where it must not (a fixed-set protocol, or
+        a node that allows no dropouts): recorded, then an error naming each lost node."""
         self.record_sum(phase, action, layout, len(arrived), dropped, members=arrived)
-        self.messenger.ledger.mark(phase, VALUES_KEY, "masked")
-        self.messenger.ledger.mark(f"{phase}:unmask", "revealed", "unmasking shares")
-        return self._checked(unflatten(codec.decode(total), layout), phase, max_abs)
+        why = ("this protocol needs the same node set in every sum" if self.fixed_set else
+               "not every node's policy allows dropouts (allow-dropouts), so every sum "
+               "of the run must hold the node set committed at key setup")
+        lost = "; ".join(f"{self.messenger.label(n)} did not answer ({self._why_missing(n)})"
+                         for n in sorted(dropped))
+        raise SecAggError(
+            f"'{phase}': {lost}; {why} (sums over different sets could be differenced), "
+            "so the sum is abandoned before unmasking and nothing about any input is "
+            "revealed")
 
     def _why_missing(self, node: int) -> str:
         """Why ``node``'s masked input is missing: the server's test knob, or the reason the
