@@ -7,7 +7,7 @@ from flwr.app import ConfigRecord, RecordDict
 from clients.handlers import handler
 from clients.node import NodeContext
 from clients.policy import POLICY_RECORD
-from clients.sealed import new_mail_key
+from clients.sealed_node import new_mail_key
 from fedrec.secure.sealed import MAIL_KEY_REPLY
 
 
@@ -39,6 +39,6 @@ def hello(content: RecordDict, node: NodeContext) -> RecordDict:
 @handler("relay_keys")
 def relay_keys(content: RecordDict, node: NodeContext) -> RecordDict:
     """Make this run's mail key pair (kept in state) and publish the public key, signed with
-    this node's identity (``clients/identity.py``) so the server cannot substitute it."""
+    this node's identity (``clients/identity_node.py``) so the server cannot substitute it."""
     signed = new_mail_key(node.state, node.identity, node.context.run_id, node.context.node_id)
     return RecordDict({MAIL_KEY_REPLY: ConfigRecord({"pk": signed})})

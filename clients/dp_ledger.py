@@ -5,7 +5,7 @@ server could ask the same silo for a fresh release per run. The ledger is a JSON
 node's operator owns (node config / policy key ``dp-ledger``, else ``FEDREC_DP_LEDGER``,
 else ``~/.local/state/fedrec-privacy/dp-ledger.json``) with one entry per key:
 
-- identity: the node's public signing key (``clients/identity.py``), so two nodes sharing a
+- identity: the node's public signing key (``clients/identity_node.py``), so two nodes sharing a
   file (simulated nodes, one machine) keep separate budgets;
 - data: a digest of the data *source* the node holds (dataset name and real path, or the
   synthetic generator's parameters). The server chooses the split and partition

@@ -21,9 +21,9 @@ from datasets.synthetic import footprint_bytes as synthetic_bytes
 from fedrec.records import array_record, config_record, from_array_record, to_array_record
 
 if TYPE_CHECKING:
-    from clients.identity import NodeIdentity
+    from clients.identity_node import NodeIdentity
     from clients.policy import NodePolicy
-    from clients.sealed import Mailbox
+    from clients.sealed_node import Mailbox
     from fedrec.dp import PrivacyLedger
 
 #: RecordDict key under which strategies send the dataset/partition config.
@@ -61,8 +61,8 @@ class NodeContext:
 
     @cached_property
     def mailbox(self) -> Mailbox:
-        """Sealed mail from and to other nodes (``clients/sealed.py``) for this call."""
-        from clients.sealed import Mailbox
+        """Sealed mail from and to other nodes (``clients/sealed_node.py``) for this call."""
+        from clients.sealed_node import Mailbox
 
         return Mailbox(self.state, self.request, self.context.node_id, self.context.run_id,
                        self.identity)
@@ -70,8 +70,8 @@ class NodeContext:
     @cached_property
     def identity(self) -> NodeIdentity:
         """This node's signing key and the roster it checks keys against
-        (``clients/identity.py``)."""
-        from clients.identity import load_identity
+        (``clients/identity_node.py``)."""
+        from clients.identity_node import load_identity
 
         return load_identity(self.context.node_config, self.policy, self.who)
 

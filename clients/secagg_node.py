@@ -14,7 +14,7 @@ from flwr.app import ConfigRecord, RecordDict
 
 from clients.handlers import handler
 from clients.node import NodeContext
-from clients.sealed import new_mail_key
+from clients.sealed_node import new_mail_key
 from fedrec.records import config_record
 from fedrec.secure.fixedpoint import FixedPoint
 from fedrec.secure.keys import NodeKeys, split_secrets
@@ -82,7 +82,7 @@ def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
     with this node's identity so that the server cannot substitute it.
 
     If the request asks (:data:`MAIL_KEYGEN`, the run has no sealed relay yet), the node
-    makes its mail key in the same round (``clients/sealed.py``): one round less of key
+    makes its mail key in the same round (``clients/sealed_node.py``): one round less of key
     setup, the same fresh signed key as ``relay_keys``."""
     cfg = _fields(content, ("run-tag", "members", "degree", "graph-seed"), node,
                   "secagg_advertise")

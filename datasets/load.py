@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import cache, lightgcn, movielens, synthetic
+from . import cache, movielens, split_files, synthetic
 from .containers import InteractionData, NodeData, RawData
 from .errors import DataError
 from .partition import PartitionSpec, partition_users
@@ -37,8 +37,8 @@ def _read_raw(spec: DatasetSpec, files: dict[str, Path]) -> RawData:
     if spec.name == "ml-1m":
         return movielens.load_ml1m(files)
     if "train_npz" in files:
-        return lightgcn.load_npz(files)
-    return lightgcn.load_txt(files)
+        return split_files.load_npz(files)
+    return split_files.load_txt(files)
 
 
 def _prepare(spec: DatasetSpec, raw: RawData) -> InteractionData:

@@ -194,7 +194,7 @@ def test_a_substituted_mask_key_aborts_key_setup(tmp_path: Path) -> None:
 # -- keys are verified once per run; the cache of verified keys cannot be fooled ------------
 def test_a_verified_key_is_remembered_only_for_its_exact_bytes_node_run_and_roster(
         tmp_path: Path) -> None:
-    from clients.identity import VERIFIED_STATE, NodeIdentity
+    from clients.identity_node import VERIFIED_STATE, NodeIdentity
 
     roster = keygen(3, tmp_path)
     me = NodeIdentity(SigningIdentity.load(tmp_path / "node-0.key"), roster, 0, simulated=False)

@@ -14,7 +14,7 @@ middle. A payload from a to b is sealed with AES-256-GCM under
 run, relay round and purpose. A sender puts mail in its reply (``relay.out``); the server
 queues it and attaches it to the recipient's next request (``relay.in``) with the round it
 was sealed in. A tampered, misrouted or replayed payload fails at the recipient with an error
-naming the sender. Node side: ``clients/sealed.py``; server side (the directory and the
+naming the sender. Node side: ``clients/sealed_node.py``; server side (the directory and the
 queues): ``fedrec/transport/mailroom.py``. This module holds what both sides agree on.
 """
 

@@ -14,7 +14,7 @@ Key setup, once per run (two synchronous rounds):
 2. ``secagg_share``: the server sends each node its neighbours' signed ``s`` keys; the node
    refuses any key its publisher's roster entry did not sign (a key-substituting server), and
    in a later share round any key that differs from the one it was given before. Each
-   signature is verified once per run (``clients/identity.py``). The node
+   signature is verified once per run (``clients/identity_node.py``). The node
    draws a batch of independent self-mask seeds ``b_u^(t)``, one per upcoming sum t,
    Shamir-splits each among its neighbourhood (itself included) with threshold ``t_u``, and
    mails each holder its shares through the sealed relay, which delivers them with the

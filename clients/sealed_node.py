@@ -5,7 +5,7 @@
 A handler reads mail with ``node.mailbox.receive(purpose)`` and sends with
 ``node.mailbox.send(recipient, purpose, payload)``; the ClientApp puts outgoing mail into
 the reply. The directory of the other nodes' public mail keys arrives once; every key must
-carry its publisher's signature under the roster (``clients/identity.py``), no partition may
+carry its publisher's signature under the roster (``clients/identity_node.py``), no partition may
 appear under two node ids, and a later directory that changes a node's key is refused (the
 server must not swap keys mid-run).
 
@@ -40,7 +40,7 @@ from fedrec.secure.sealed import (
 )
 
 if TYPE_CHECKING:
-    from clients.identity import NodeIdentity
+    from clients.identity_node import NodeIdentity
 
 KEY_STATE = "relay.key"  # ConfigRecord in node state: this node's mail private key
 _DIRECTORY = "relay.directory"  # ConfigRecord in node state: {"keys": _pack(node -> key)}
