@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -50,6 +52,63 @@ def power_basis(R_tilde, P: FactoredItemItem, L: int, p: int, seed: int) -> tupl
                                       ritz=True)
 
 
+@dataclass
+class Case:
+    """One dataset prepared for the ablation: the normalized interactions, P~ in factored
+    form, the filters (published per-dataset settings) and the exact top basis."""
+
+    dataset: str
+    train: Any
+    test: Any
+    R_tilde: Any
+    item_deg: np.ndarray
+    P: FactoredItemItem
+    filters: dict[str, Any]
+    S_exact: np.ndarray
+    vals_exact: np.ndarray
+
+    @property
+    def max_rank(self) -> int:
+        return max(f.rank for f in self.filters.values())
+
+    @classmethod
+    def load(cls, dataset: str, filters: list[str], seed: int = 0) -> Case:
+        """ValueError for a filter that does not depend on L and p."""
+        data = load_dataset(DatasetSpec(name=dataset))
+        train = data.train.copy()
+        train.data[:] = 1.0
+        R_tilde, _, item_deg = normalize_interactions(train, 0.5)
+        flts = {name: make_filter(name, dataset) for name in filters}
+        if any(f.alpha != 0.5 or not f.needs_S for f in flts.values()):
+            raise ValueError("only filters with an ideal low-pass part and alpha = 1/2 depend "
+                             "on L and p")
+        max_rank = max(f.rank for f in flts.values())
+        log(f"{dataset}: exact top-{max_rank} singular vectors")
+        S_exact, vals_exact = top_right_singular_vectors(R_tilde, max_rank, seed=seed)
+        return cls(dataset, train, data.test, R_tilde, item_deg, FactoredItemItem(R_tilde),
+                   flts, S_exact, vals_exact)
+
+    def score(self, S: np.ndarray, vals: np.ndarray,
+              batch_size: int = 1024) -> dict[str, dict[str, float]]:
+        """Each filter fitted with the basis ``S`` (Ritz values ``vals``) and scored on the
+        test split: NDCG@20, Recall@20 and the basis's projector distance to the exact one
+        at the filter's rank."""
+        out = {}
+        train = self.train
+        for name, flt in self.filters.items():
+            t = time.perf_counter()
+            flt.fit(self.item_deg, self.P, S, vals)
+            m = evaluate_ranking(lambda rows, f=flt: f.score(train[rows]), train, self.test,
+                                 k=20, batch_size=batch_size).means()
+            out[name] = {"ndcg20": m["ndcg@20"], "recall20": m["recall@20"],
+                         "projector_dist_rel": projector_distance(S[:, :flt.rank],
+                                                                  self.S_exact[:, :flt.rank])
+                         / np.sqrt(2 * flt.rank),
+                         "seconds": time.perf_counter() - t}
+            log(f"   {name}: NDCG@20 {m['ndcg@20']:.4f} ({out[name]['seconds']:.0f} s)")
+        return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", default="gowalla")
@@ -62,32 +121,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO / "results" / "privirec"))
     args = ap.parse_args(argv)
 
-    data = load_dataset(DatasetSpec(name=args.dataset))
-    train = data.train.copy()
-    train.data[:] = 1.0
-    R_tilde, _, item_deg = normalize_interactions(train, 0.5)
-    P = FactoredItemItem(R_tilde)
-    flts = {name: make_filter(name, args.dataset) for name in args.filters}
-    if any(f.alpha != 0.5 or not f.needs_S for f in flts.values()):
-        ap.error("only filters with an ideal low-pass part and alpha = 1/2 depend on L and p")
-    max_rank = max(f.rank for f in flts.values())
-    log(f"{args.dataset}: exact top-{max_rank} singular vectors")
-    S_exact, vals_exact = top_right_singular_vectors(R_tilde, max_rank, seed=args.seed)
+    try:
+        case = Case.load(args.dataset, args.filters, args.seed)
+    except ValueError as exc:
+        ap.error(str(exc))
+    R_tilde, P = case.R_tilde, case.P
+    S_exact, vals_exact, max_rank = case.S_exact, case.vals_exact, case.max_rank
 
     def score(S: np.ndarray, vals: np.ndarray) -> dict[str, dict[str, float]]:
-        out = {}
-        for name, flt in flts.items():
-            t = time.perf_counter()
-            flt.fit(item_deg, P, S, vals)
-            m = evaluate_ranking(lambda rows, f=flt: f.score(train[rows]), train, data.test,
-                                 k=20, batch_size=args.batch_size).means()
-            out[name] = {"ndcg20": m["ndcg@20"], "recall20": m["recall@20"],
-                         "projector_dist_rel": projector_distance(S[:, :flt.rank],
-                                                                  S_exact[:, :flt.rank])
-                         / np.sqrt(2 * flt.rank),
-                         "seconds": time.perf_counter() - t}
-            log(f"   {name}: NDCG@20 {m['ndcg@20']:.4f} ({out[name]['seconds']:.0f} s)")
-        return out
+        return case.score(S, vals, args.batch_size)
 
     rows = []
     if args.exact:
