@@ -8,6 +8,7 @@ scale: the labelled plain-sum mode, see docs/protocols/privirec.md). Writes
 ``bytes_per_node``) and a Markdown table beside it.
 
     python benchmarks/privirec.py --datasets gowalla yelp2018
+    python benchmarks/privirec.py --markdown-only   # the reports again from the stored JSON
 
 The JSON records the federated run's config (``config``), the item-popularity baseline, the
 machine and its load average; the Markdown states, computed from the numbers, whether every
@@ -17,6 +18,8 @@ filter is within ``TOLERANCE`` of the centralized NDCG@20 and the wall-time rati
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import resource
 import sys
@@ -38,6 +41,7 @@ from datasets import DatasetSpec, load_dataset  # noqa: E402
 from fedrec.recsys.graph_filters import FILTER_NAMES, evaluate_centrally  # noqa: E402
 from fedrec.recsys.metrics import popularity_sums  # noqa: E402
 from fl_app.simulation import backend_config_for, run_in_simulation  # noqa: E402
+from strategies.privirec import PAPER_TABLE1, paper_float_counts  # noqa: E402
 
 PAPER_NDCG = {  # Table 3: (Centr., Priv.)
     "gowalla": {"gf-cf": (0.1518, 0.1528), "turbo-cf": (0.1531, 0.1531),
@@ -132,11 +136,52 @@ def markdown(res: dict) -> str:
               "explicit P~, see node_cost_*.md)."]
     lines += ["", f"Wall time: centralized {s['centralized']:.0f} s, federated "
               f"{s['federated']:.0f} s (ratio {s['federated'] / s['centralized']:.2f}).",
-              f"Bytes per node: {b['mean_down'] / 1e6:.0f} MB down, {b['mean_up'] / 1e6:.0f} MB up "
-              f"(paper's analytic upload, Table 1: {res['paper_floats_per_client']} floats).",
+              f"Bytes per node: {b['mean_down'] / 1e6:.0f} MB down, {b['mean_up'] / 1e6:.0f} MB up.",
               f"Synchronous rounds: {res['rounds']}. Peak RSS of this process: "
-              f"{res['peak_rss_gib']:.1f} GiB."]
+              f"{res['peak_rss_gib']:.1f} GiB.", "", *table1(res)]
     return "\n".join(lines) + "\n"
+
+
+def table1(res: dict) -> list[str]:
+    """The paper's Table 1 per-client upload terms with its own parameters and with this
+    run's (L, p), beside the measured upload of this run's PriviRec (float64 values)."""
+    paper, ours = res["paper_floats_per_client"], res["floats_per_client_this_run"]
+    measured = res["bytes_per_node"]["mean_up"] / 8
+    t = PAPER_TABLE1
+    return ["Table 1's dominant upload per client, in millions of floats (|I| = "
+            f"{res['n_items']:,}, n = {res['n_users']:,}): the paper's parameters (L = {t['L']}, "
+            f"k2 = {t['k2']}, e = {t['e']}, k3 = {t['k3']}) and this run's (L = {res['L']}, "
+            f"p = {res['rank']}); the federated GCN/MF row is the paper's analytic baseline, "
+            "not run here.", "",
+            "| term | paper's parameters | this run's parameters | measured, this run |",
+            "|---|---|---|---|",
+            f"| PriviRec: \\|I\\|^2 | {paper['privirec'] / 1e6:,.0f} | "
+            f"{ours['privirec'] / 1e6:,.0f} | {measured / 1e6:,.0f} (PriviRec: the item-item "
+            "sum sent sparse, plus L power rounds) |",
+            f"| PriviRec-k: L k2 \\|I\\| | {paper['privirec-k'] / 1e6:,.0f} | "
+            f"{ours['privirec-k'] / 1e6:,.0f} | - |",
+            f"| federated GCN/MF: e k3 (\\|I\\| + n) | {paper['federated-gcn'] / 1e6:,.0f} | "
+            f"{ours['federated-gcn'] / 1e6:,.0f} | - |"]
+
+
+def with_table1(res: dict, extra: dict | None = None) -> dict:
+    """``res`` with |I|, n, p and both sets of Table 1 terms. From a run's extra record, or,
+    for a JSON written before they were stored, recovered exactly from the terms it kept
+    (computed then with this run's L and p as k2: |I|^2, L p |I|, 1000 * 64 (|I| + n))."""
+    if extra is not None:
+        res.update(n_items=int(extra["n_items"]), n_users=int(extra["n_users"]),
+                   rank=int(extra["rank"]))
+    elif "n_items" not in res:
+        old = res["paper_floats_per_client"]
+        n_items = math.isqrt(int(old["privirec"]))
+        res.update(n_items=n_items,
+                   n_users=int(round(old["federated-gcn"] / (1000 * 64))) - n_items,
+                   rank=int(round(old["privirec-k"] / (res["L"] * n_items))))
+    res["paper_floats_per_client"] = paper_float_counts(res["n_items"], n_users=res["n_users"],
+                                                        **PAPER_TABLE1)
+    res["floats_per_client_this_run"] = paper_float_counts(
+        res["n_items"], res["L"], k2=res["rank"], n_users=res["n_users"])
+    return res
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,7 +194,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--L", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--out", default=str(REPO / "results" / "privirec"))
+    p.add_argument("--markdown-only", action="store_true",
+                   help="rewrite each dataset's report from its stored JSON")
     args = p.parse_args(argv)
+    if args.markdown_only:
+        for dataset in args.datasets:
+            path = Path(args.out) / f"{dataset}.json"
+            res = with_table1(json.loads(path.read_text()))
+            write_report(path, res, markdown(res))
+        return 0
     show_protocol_phases()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -168,7 +221,6 @@ def main(argv: list[str] | None = None) -> int:
             "seconds": {"centralized": cen_s, "federated": fed_s},
             "bytes_per_node": comm["bytes_per_node"],
             "phases": comm["phases"], "rounds": comm["total_rounds"],
-            "paper_floats_per_client": record["extra"].get("paper_floats_per_client"),
             "paper_ndcg": PAPER_NDCG.get(dataset),
             "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
         }
@@ -177,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         res["load_average"] = {"after_centralized": load_centralized,
                                "after_federated": [round(x, 2) for x in os.getloadavg()]}
         res["command"] = "python benchmarks/privirec.py " + " ".join(sys.argv[1:])
+        with_table1(res, record["extra"])
         write_report(out / f"{dataset}.json", res, markdown(res))
         print(markdown(res), flush=True)
     return 0

@@ -65,12 +65,17 @@ DEFAULT_FILTERS = ("gf-cf", "bspm-lm", "bspm-em", "turbo-cf")
 POWER_MAX_ABS = 2.0  # entries of R~_node^T R~_node X and of H: the node's P~ part has norm <= 1
 
 
-def paper_float_counts(n_items: int, L: int, k1: int = 256, k2: int = 2000, k3: int = 64,
+#: The parameters of the paper's Table 1 figures (Section 3.6: L = 3, k2 = 2000, e = 1000
+#: epochs, k3 = 64), with which Gowalla gives 1,679M, 246M and 4,534M floats per client.
+PAPER_TABLE1 = {"L": 3, "k2": 2000, "e": 1000, "k3": 64}
+
+
+def paper_float_counts(n_items: int, L: int, k2: int = 2000, k3: int = 64,
                        e: int = 1000, n_users: int = 0) -> dict[str, float]:
     """Dominant per-client upload terms of the paper's Table 1 (Section 3.6), in floats.
 
-    PriviRec: |I|^2; PriviRec-k: L k2 |I|; federated GCN/MF: e k3 (|I| + n). With the Gowalla
-    numbers (L=3, k2=2000, e=1000, k3=64) these are 1,679M, 246M and 4,534M.
+    PriviRec: |I|^2; PriviRec-k: L k2 |I|; federated GCN/MF: e k3 (|I| + n). With
+    :data:`PAPER_TABLE1` and Gowalla's catalogue these are 1,679M, 246M and 4,534M.
     """
     return {"privirec": float(n_items) ** 2, "privirec-k": float(L * k2 * n_items),
             "federated-gcn": float(e * k3 * (n_items + n_users))}
@@ -437,8 +442,11 @@ class PriviRec(ProtocolStrategy):
         return RunOutcome(metrics=metrics, extra={
             "item_deg": item_deg, "S": S, "eigvals": eigvals, "P": P,
             "n_items": n_items, "rank": p, "secure_sums": agg.sum_id,
+            "n_users": sum(i.n_users for i in infos.values()),
             "paper_floats_per_client": paper_float_counts(
-                n_items, self.L, k1=p, k2=p, n_users=sum(i.n_users for i in infos.values())),
+                n_items, n_users=sum(i.n_users for i in infos.values()), **PAPER_TABLE1),
+            "floats_per_client_this_run": paper_float_counts(
+                n_items, self.L, k2=p, n_users=sum(i.n_users for i in infos.values())),
             "data": data_config(cfg)})
 
 

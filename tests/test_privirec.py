@@ -181,3 +181,20 @@ def test_float32_scoring_keeps_metrics_and_is_checked() -> None:
     with pytest.raises(Exception, match="privirec-score-dtype.: expected one of float64"):
         run_in_process({**cfg, "privirec-score-dtype": "float16"}, num_nodes=3, quiet=True,
                        node_policy=policy)
+
+
+def test_table1_terms_with_the_papers_parameters_give_its_gowalla_figures() -> None:
+    """Section 3.6's Gowalla figures (1,679M / 246M / 4,534M floats per client) come from
+    PAPER_TABLE1 and Gowalla's catalogue; a report written before |I| and n were stored
+    recovers them exactly from the terms it kept (computed then with k2 = p)."""
+    from benchmarks.privirec import with_table1
+    from strategies.privirec import PAPER_TABLE1, paper_float_counts
+
+    paper = paper_float_counts(40981, n_users=29858, **PAPER_TABLE1)
+    assert [round(v / 1e6) for v in paper.values()] == [1679, 246, 4534]
+    old = {"L": 3, "paper_floats_per_client": paper_float_counts(40981, 3, k2=448,
+                                                                  n_users=29858)}
+    res = with_table1(old)
+    assert (res["n_items"], res["n_users"], res["rank"]) == (40981, 29858, 448)
+    assert res["paper_floats_per_client"] == paper
+    assert res["floats_per_client_this_run"]["privirec-k"] == 3 * 448 * 40981
