@@ -198,3 +198,27 @@ def test_table1_terms_with_the_papers_parameters_give_its_gowalla_figures() -> N
     assert (res["n_items"], res["n_users"], res["rank"]) == (40981, 29858, 448)
     assert res["paper_floats_per_client"] == paper
     assert res["floats_per_client_this_run"]["privirec-k"] == 3 * 448 * 40981
+
+
+def test_the_l_sweep_verdicts_follow_the_numbers() -> None:
+    """benchmarks/privirec_l_sweep.py decides 'L = 2 reaches Table 3' from each setting's mean
+    over Omega seeds at the best p; a change of one number flips it."""
+    from benchmarks.privirec_l_sweep import FILTERS, PAPER_TABLE3, TOLERANCE, markdown
+
+    def row(L: int, p: int, seed: int, v: float) -> dict:
+        return {"dataset": "gowalla", "setting": f"{L}:{p}", "L": L, "p": p, "p_over_r": 1.0,
+                "seed": seed, "filters": {n: {"ndcg20": v, "projector_dist_rel": 0.5}
+                                          for n in FILTERS}}
+
+    exact = {"dataset": "gowalla", "setting": "exact", "L": None, "p": 448, "seed": None,
+             "popularity_ndcg20": 0.03,
+             "filters": {n: {"ndcg20": 0.16, "projector_dist_rel": 0.0} for n in FILTERS}}
+    res = {"command": "x", "tolerance": TOLERANCE, "paper_table3": PAPER_TABLE3,
+           "machine": {}, "rows": [exact, row(2, 448, 0, 0.1590), row(2, 448, 1, 0.1600),
+                                   row(3, 448, 0, 0.1597)]}
+    text = markdown(res)
+    assert "- gf-cf: best at L = 2 0.1595 (p = 448)" in text  # the mean of the two seeds
+    assert "gf-cf: best at L = 2 0.1595 (p = 448), Table 3's Priv. 0.1528: reaches it" in text
+    res["rows"][1]["filters"]["gf-cf"]["ndcg20"] = res["rows"][2]["filters"]["gf-cf"][
+        "ndcg20"] = 0.1500
+    assert "Table 3's Priv. 0.1528: does not reach it" in markdown(res)
