@@ -8,7 +8,7 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -42,3 +42,19 @@ def write_report(json_path: Path, result: Any, markdown: str) -> None:
     json_path.write_text(json.dumps(result, indent=2, default=float) + "\n")
     json_path.with_suffix(".md").write_text(markdown)
     print(f"wrote {json_path} and {json_path.with_suffix('.md')}", flush=True)
+
+
+def stored_result(json_path: Path) -> Any | None:
+    """What a benchmark wrote at ``json_path`` before (None when nothing): the rows a
+    ``--resume`` keeps and a ``--markdown-only`` reports again."""
+    json_path = Path(json_path)
+    return json.loads(json_path.read_text()) if json_path.is_file() else None
+
+
+def rewrite_markdown(json_path: Path, markdown: Callable[[Any], str]) -> None:
+    """``--markdown-only``: the report again from the stored JSON, nothing rerun; exits with
+    an error naming the file when there is none."""
+    result = stored_result(json_path)
+    if result is None:
+        raise SystemExit(f"error: {json_path} does not exist: run the benchmark first")
+    write_report(json_path, result, markdown(result))

@@ -21,7 +21,6 @@ written at once, so an interrupted sweep resumes where it stopped.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -32,7 +31,13 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package named benchmarks
 
-from benchmarks._report import log, machine_info, write_report  # noqa: E402
+from benchmarks._report import (  # noqa: E402
+    log,
+    machine_info,
+    rewrite_markdown,
+    stored_result,
+    write_report,
+)
 from benchmarks.privirec_power_ablation import Case, power_basis  # noqa: E402
 
 FILTERS = ("gf-cf", "bspm-lm", "bspm-em")
@@ -107,12 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     if any(L < 2 for L in args.ls) or any(m < 1 for m in args.p_multiples):
         ap.error("L must be >= 2 (one R~^T Omega round, then P~ rounds) and p >= r")
     out = Path(args.out)
-    stored = json.loads(out.read_text()) if out.is_file() else None
     if args.markdown_only:
-        if stored is None:
-            ap.error(f"{out} does not exist: run the sweep first")
-        write_report(out, stored, markdown(stored))
+        rewrite_markdown(out, markdown)
         return 0
+    stored = stored_result(out)
     res = {"command": "python benchmarks/privirec_l_sweep.py " + " ".join(argv or sys.argv[1:]),
            "tolerance": TOLERANCE, "paper_table3": PAPER_TABLE3, "rows": [],
            "machine": machine_info()}

@@ -19,7 +19,6 @@ Writes ``results/privirec/turbo_cf_<dataset>.{json,md}``, each row as it finishe
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -31,7 +30,13 @@ import scipy.sparse as sp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package named benchmarks
 
-from benchmarks._report import log, machine_info, write_report  # noqa: E402
+from benchmarks._report import (  # noqa: E402
+    log,
+    machine_info,
+    rewrite_markdown,
+    stored_result,
+    write_report,
+)
 from datasets import DatasetSpec, load_dataset  # noqa: E402
 from fedrec.recsys.graph_filters import SparseItemItem, TurboCF, default_hyperparams  # noqa: E402
 from fedrec.recsys.linalg import normalize_interactions  # noqa: E402
@@ -70,12 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO / "results" / "privirec"))
     args = ap.parse_args(argv)
     path = Path(args.out) / f"turbo_cf_{args.dataset}.json"
-    stored = json.loads(path.read_text()) if path.is_file() else None
     if args.markdown_only:
-        if stored is None:
-            ap.error(f"{path} does not exist: run the grid first")
-        write_report(path, stored, markdown(stored))
+        rewrite_markdown(path, markdown)
         return 0
+    stored = stored_result(path)
     published = default_hyperparams("turbo-cf", args.dataset)
     res = {"dataset": args.dataset, "paper_ndcg20": PAPER[args.dataset], "reach": REACH,
            "published": published, "rows": [], "machine": machine_info(),
