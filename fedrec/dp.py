@@ -363,10 +363,6 @@ class PrivacyLedger:
                           row["steps"])
         return ledger
 
-    def extend(self, other: PrivacyLedger) -> None:
-        """Step this ledger with every release of ``other``."""
-        self.entries.extend(other.entries)
-
     # -- composition ---------------------------------------------------------------
     def spent(self) -> float:
         """The epsilon a budget is checked against: basic composition, the sum of each
