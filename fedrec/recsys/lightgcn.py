@@ -283,6 +283,33 @@ class LightGCN:
                 callback(self)
         return self
 
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """Everything a later step depends on: the layer-0 tables, Adam's moments and the step
+        count (the triples are a function of (seed, epoch), so no sampler state exists)."""
+        out: dict[str, np.ndarray] = {"step_count": np.array([self.step_count], np.int64),
+                                      "losses": np.asarray(self.losses, np.float64)}
+        for name, opt in self.opt.items():
+            out[name] = getattr(self, name)
+            out.update(opt.to_arrays(name))
+        return out
+
+    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> LightGCN:
+        """Continue from :meth:`state_arrays`; a resumed run equals an uninterrupted one."""
+        missing = [name for name in self.opt if name not in arrays]
+        if missing:
+            raise ValueError(f"checkpoint lacks table(s) {missing} of a {self.backbone} model")
+        for name in self.opt:
+            table = np.asarray(arrays[name], dtype=self.dtype)
+            if table.shape != getattr(self, name).shape:
+                raise ValueError(f"checkpoint table {name} has shape {table.shape}, this model "
+                                 f"{getattr(self, name).shape}: another dataset or dimension")
+            setattr(self, name, table)
+            self.opt[name] = Adam.from_arrays(self.lr, arrays, name)
+        self.step_count = int(arrays["step_count"][0])
+        self.losses = [float(x) for x in arrays["losses"]]
+        self._epoch = None
+        return self
+
     def score(self, users: np.ndarray) -> np.ndarray:
         uf, vf = self.final_embeddings()
         return uf[np.asarray(users)] @ vf.T
