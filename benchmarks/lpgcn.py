@@ -11,6 +11,7 @@ and metrics can be compared with the centralized ones to printing precision.
 
     python benchmarks/lpgcn.py                 # 3 epochs, 5 nodes, both backbones
     python benchmarks/lpgcn.py --epochs 5 --backbones lightgcn
+    python benchmarks/lpgcn.py --epochs 2 --simulation   # the same through a Flower simulation
 
 With ``--dataset gowalla`` it times the paper's full-scale setting instead (float32, d = 64,
 L = 3, batch 2048, 8 nodes): one centralized epoch (seconds, Recall/NDCG@20 after it) and
@@ -53,22 +54,27 @@ SETTING = {"lpgcn-layers": 4, "lpgcn-dim": 20, "lpgcn-lr": 0.01, "lpgcn-batch-si
 K = 5
 
 
-def ml100k_without_cold_items(folder: Path) -> dict[str, Any]:
-    """ML-100K ratings >= 4, 80/20 per user, items with no training positive removed,
-    written as a LightGCN-format dataset under ``folder``."""
+def ml100k_warm() -> tuple[Any, Any, dict[str, int]]:
+    """ML-100K ratings >= 4, 80/20 per user, items with no training positive removed:
+    (train, test, what was dropped)."""
     data = load_dataset(DatasetSpec(name="ml-100k", min_rating=4.0, implicit=True, seed=0))
     keep = np.flatnonzero(data.train.getnnz(axis=0) > 0)
     train, test = data.train[:, keep].tocsr(), data.test[:, keep].tocsr()
+    return train, test, {"dropped_items": int(data.n_items - len(keep)),
+                         "dropped_test_interactions": int(data.test.nnz - test.nnz)}
+
+
+def ml100k_without_cold_items(folder: Path) -> dict[str, Any]:
+    """:func:`ml100k_warm` written as a LightGCN-format dataset under ``folder``."""
+    train, test, dropped = ml100k_warm()
     sub = folder / "lightgcn"
     sub.mkdir(parents=True, exist_ok=True)
     for name, m in (("train.txt", train), ("test.txt", test)):
         lines = [" ".join(map(str, [u, *m.indices[m.indptr[u]:m.indptr[u + 1]]]))
                  for u in range(m.shape[0])]
         (sub / name).write_text("\n".join(lines) + "\n")
-    return {"dataset": "lightgcn", "data-dir": str(folder),
-            "dropped_items": int(data.n_items - len(keep)),
-            "dropped_test_interactions": int(data.test.nnz - test.nnz),
-            "users": int(train.shape[0]), "items": int(len(keep)),
+    return {"dataset": "lightgcn", "data-dir": str(folder), **dropped,
+            "users": int(train.shape[0]), "items": int(train.shape[1]),
             "train_interactions": int(train.nnz), "test_interactions": int(test.nnz)}
 
 
@@ -91,17 +97,24 @@ def centralized(cfg: dict[str, Any], data: Any, steps: int) -> dict[str, Any]:
             "nbatches": model.nbatches}
 
 
-def federated(cfg: dict[str, Any], nodes: int,
-              policy: dict[str, Any] | None = None) -> dict[str, Any]:
-    from fl_app.client_app import build_client_app
-    from fl_app.server_app import run_protocol
-    from tests.localgrid import LocalGrid
+def federated(cfg: dict[str, Any], nodes: int, policy: dict[str, Any] | None = None,
+              simulation: bool = False) -> dict[str, Any]:
+    """The federated run: on the in-process grid, or (``simulation``) in a Flower simulation
+    whose nodes are Ray workers, as ``run_simulation.py`` runs it."""
+    policy = {"allow-plain": True, **(policy or {})}
+    t0 = time.perf_counter()
+    if simulation:
+        from fl_app.simulation import run_in_simulation
 
-    app = build_client_app(policy={"allow-plain": True, **(policy or {})})
-    with LocalGrid(app, nodes) as grid:
-        t0 = time.perf_counter()
-        record = run_protocol(grid, resolve_config(cfg))
-        wall = time.perf_counter() - t0
+        record = run_in_simulation(cfg, nodes, quiet=True, node_policy=policy)
+    else:
+        from fl_app.client_app import build_client_app
+        from fl_app.server_app import run_protocol
+        from tests.localgrid import LocalGrid
+
+        with LocalGrid(build_client_app(policy=policy), nodes) as grid:
+            record = run_protocol(grid, resolve_config(cfg))
+    wall = time.perf_counter() - t0
     comm = record["communication"]
     steps = len(record["extra"]["rounds_per_step"])
     train = comm["phases"]["lpgcn-train"]
@@ -120,6 +133,8 @@ def federated(cfg: dict[str, Any], nodes: int,
             "metrics": record["metrics"]}
 
 
+GRID = {False: "in-process Flower grid (tests/localgrid.py)",
+        True: "Flower simulation (Ray backend, fl_app.simulation.run_in_simulation)"}
 #: Gowalla: the paper's setting (section 5.1) with this project's float32 speed path. The
 #: default cover (std 1) costs float32 ~6e-8 absolute per value, far above the partials, so
 #: this run covers at 1e-4 and its nodes' operators lower their minimum to that
@@ -300,6 +315,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "results" / "lpgcn"))
     ap.add_argument("--dataset", default="ml-100k", choices=["ml-100k", "gowalla"])
     ap.add_argument("--fed-steps", type=int, default=3, help="gowalla: federated steps timed")
+    ap.add_argument("--simulation", action="store_true",
+                    help="ML-100K: the federated side in a Flower simulation (Ray nodes), "
+                    "written to ml-100k_simulation.*")
     ap.add_argument("--magnitude", type=int, default=0, metavar="STEPS",
                     help="ML-100K: only the magnitude classifiers over STEPS steps")
     args = ap.parse_args()
@@ -325,7 +343,8 @@ def main() -> None:
             cen = centralized(cfg, data, args.epochs * LPGCN(cfg).reference_model(
                 data.train).nbatches)
             log(f"{backbone}: federated, {args.nodes} nodes")
-            fed = federated({**base, "lpgcn-backbone": backbone}, args.nodes)
+            fed = federated({**base, "lpgcn-backbone": backbone}, args.nodes,
+                            simulation=args.simulation)
             results[backbone] = {
                 "nbatches": cen["nbatches"], "centralized": cen, "federated": fed,
                 "max_abs_diff": max_abs_diff(cen, fed),
@@ -341,12 +360,14 @@ def main() -> None:
     pop = popularity_sums(data.train, data.test, k=K).means()
     result = {"dataset": "ml-100k", "data": {k: v for k, v in prep.items() if k != "data-dir"},
               "config": {k: v for k, v in base.items() if k != "data-dir"},
-              "nodes": args.nodes, "grid": "in-process Flower grid (tests/localgrid.py)",
+              "nodes": args.nodes, "grid": GRID[args.simulation],
               "popularity": {f"recall@{K}": pop[f"recall@{K}"], f"ndcg@{K}": pop[f"ndcg@{K}"]},
               "cover_scale": float(resolve_config(base)["lpgcn-mask-scale"]),
               "backbones": results, "machine": machine_info(),
               "gowalla": "not measured in this run"}
-    lines = [f"# LP-GCN on ML-100K ({args.epochs} epochs, {args.nodes} nodes)", "",
+    stem = "ml-100k_simulation" if args.simulation else "ml-100k"
+    lines = [f"# LP-GCN on ML-100K ({args.epochs} epochs, {args.nodes} nodes, "
+             f"{GRID[args.simulation]})", "",
              "| backbone | max abs diff | rounds/step | s/step cen | s/step fed | "
              f"bytes/node/step | Recall@{K} cen / fed | NDCG@{K} cen / fed |",
              "|---|---|---|---|---|---|---|---|"]
@@ -363,9 +384,9 @@ def main() -> None:
               f"training positive ({prep['dropped_test_interactions']} test interactions). "
               f"Cover scale (lpgcn-mask-scale): {result['cover_scale']:g}.",
               "Command: `python benchmarks/lpgcn.py --epochs "
-              f"{args.epochs} --nodes {args.nodes}`", ""]
-    write_report(out / "ml-100k.json", result, "\n".join(lines))
-    plot(results, out / "ml-100k.png")
+              f"{args.epochs} --nodes {args.nodes}{' --simulation' * args.simulation}`", ""]
+    write_report(out / f"{stem}.json", result, "\n".join(lines))
+    plot(results, out / f"{stem}.png")
 
 
 if __name__ == "__main__":
