@@ -38,12 +38,12 @@ def _params(cfg: dict, who: str) -> PrototypeParams:
     """The release parameters of the request, each parsed and range-checked (a clear error
     naming the field, never a bare conversion error)."""
     fields = ("k", "epsilon", "value_max", "sparsity", "radius", "delta", "trials", "shifts",
-              "swaps", "jl_coef")
+              "swaps", "jl_coef", "accounting")
     missing = [f for f in fields if f not in cfg]
     if missing:
         raise ValueError(f"{who} refuses dp-prototypes: the request lacks field(s) {missing}")
     kinds = {"epsilon": float, "value_max": float, "radius": float, "delta": float,
-             "jl_coef": float}
+             "jl_coef": float, "accounting": str}
     try:
         return PrototypeParams(**{f: kinds.get(f, int)(cfg[f]) for f in fields})
     except (ValueError, TypeError, OverflowError) as exc:
@@ -66,6 +66,9 @@ def dpp_prototypes(content: RecordDict, node: NodeContext) -> RecordDict:
                               "a silo")
     cfg = node.config()
     params = _params(cfg, who)
+    if params.paper_accounting:  # spends 2.25 epsilon and uses exact sizes: the node's call
+        node.policy.require("allow-paper-accounting", "dp-prototypes with the paper's "
+                            "accounting (2.25 x epsilon, exact cluster sizes)", who)
     data = node.data()
     n_users = len(data.user_ids)  # public: the node's handshake reports it
     if n_users < params.k:

@@ -40,6 +40,9 @@ Keys (``docs/threat-model.md`` says what each weaker mode reveals):
   then over exactly the node set this node committed to at key setup, and a dropout abandons
   the sum before anything is unmasked. With it on, a server that declares this node dropped
   and repeats a request can learn its input as the difference of two sums.
+- ``allow-paper-accounting``: answer a dp-prototypes release in paper 003's printed
+  accounting (``dpp-accounting = paper``), which spends 2.25 x epsilon by basic composition
+  and uses the exact cluster sizes; the node charges its budget what it really spends.
 - ``dp-budget``: total epsilon this node spends on noised releases outside a secure sum
   (``0``: none), across every run (the ledger below).
 - ``dp-ledger``: path of the file where this node records its DP spending (keyed by its
@@ -148,6 +151,7 @@ class NodePolicy:
     allow_seeded_omega: bool = False
     allow_sparse_transport: bool = False
     allow_dropouts: bool = False
+    allow_paper_accounting: bool = False
     dp_budget: float = 0.0
     dp_ledger: str = ""
     diagnostics: bool = False

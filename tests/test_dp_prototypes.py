@@ -302,3 +302,41 @@ def test_a_silo_bounds_server_chosen_sizes_and_refuses_non_finite_bounds() -> No
         with pytest.raises(ValueError, match=f"'{field}'.*finite"):
             PrototypeParams(k=2, epsilon=1.0, value_max=1.0, sparsity=3,
                             **{field: float("inf")})
+
+
+# -- paper accounting: a labelled comparison mode, never the default --------------------------
+def test_paper_accounting_is_never_the_default_and_says_what_it_spends() -> None:
+    assert PrototypeParams(k=3, epsilon=1.0, value_max=5.0, sparsity=8).accounting == "strict"
+    assert resolve_config({"protocol": "dp-prototypes"})["dpp-accounting"] == "strict"
+    params = PrototypeParams(k=3, epsilon=0.8, value_max=5.0, sparsity=8, shifts=2, swaps=3,
+                             accounting="paper")
+    _, ledger, _ = private_prototypes(_blobs(n=60), params, seed=(0, 0))
+    # candidates eps/8 + local swap eps/8 + selection eps + values eps, sizes exact
+    assert ledger.pure_epsilon() == pytest.approx(2.25 * 0.8, rel=1e-12)
+    assert params.spent_epsilon() == pytest.approx(2.25 * 0.8, rel=1e-12)
+    assert all("[paper accounting" in e.name for e in ledger.entries)
+    assert not any("Laplace on the cluster sizes" in e.name
+                   for e in ledger.entries)
+    values = next(e for e in ledger.entries if "selected cluster sums" in e.name)
+    assert values.sensitivity == 2 * 8 * 5.0  # the printed 2 Lambda s (a user replaced)
+    with pytest.raises(ValueError, match="accounting"):
+        PrototypeParams(k=3, epsilon=1.0, value_max=5.0, sparsity=8, accounting="loose")
+    with pytest.raises(ValueError, match="trials"):
+        PrototypeParams(k=3, epsilon=1.0, value_max=5.0, sparsity=8, trials=2,
+                        accounting="paper")
+
+
+def test_a_silo_refuses_paper_accounting_unless_its_operator_allows_it() -> None:
+    with pytest.raises(NodeError, match="allow-paper-accounting=false"):
+        _run({"dpp-accounting": "paper"}, policy={"allow-plain": True, "dp-budget": 10.0})
+    # Allowed, the silo charges what the release really spends (2.25 epsilon), so a budget
+    # that covers the claimed epsilon but not the real one refuses.
+    with pytest.raises(NodeError, match=r"epsilon 2.25 on top of 0 spent exceeds"):
+        _run({"dpp-accounting": "paper"},
+             policy={"allow-plain": True, "dp-budget": 2.0, "allow-paper-accounting": True})
+    _, outcome = _run({"dpp-accounting": "paper"},
+                      policy={"allow-plain": True, "dp-budget": 2.25,
+                              "allow-paper-accounting": True})
+    report = outcome.privacy["dp"] if "dp" in outcome.privacy else outcome.privacy
+    text = str(report)
+    assert "PAPER ACCOUNTING" in text and "2.25" in text

@@ -54,7 +54,8 @@ from fedrec.recsys.metrics import RankingSums, average_rank_sums, ranking_sums
 
 __all__ = ["TRIAL_SPLIT", "FINAL_SHARE", "MAX_JL_DIM", "PrototypeParams", "clip_rows",
            "jl_dimension", "project", "private_grid", "candidates", "localswap",
-           "sparse_recovery", "private_prototypes", "silo_metric_sums", "metric_means"]
+           "sparse_recovery", "private_prototypes", "silo_metric_sums", "metric_means",
+           "ACCOUNTINGS", "PAPER_SPLIT", "PAPER_TAG", "values_sensitivity"]
 
 #: Each trial's share of its budget, in the order the steps spend it. Candidates and the
 #: local swap keep the paper's eps/8 each (Alg. 2, lines 4-5); the recovery's three releases
@@ -63,6 +64,15 @@ TRIAL_SPLIT: dict[str, float] = {"candidate": 1 / 8, "localswap": 1 / 8, "select
                                  "values": 5 / 16, "count": 1 / 8}
 #: Share of epsilon for the final choice among trials (only when trials > 1).
 FINAL_SHARE = 1 / 8
+#: ``accounting = "paper"``: the noise scales as paper 003 prints them, for comparison only.
+#: Candidates and the local swap eps/8 each (T = 1), the Gumbel selection and the Laplace
+#: values each the full eps with the printed Laplace scale 2 Lambda s / (eps n) (replacement
+#: sensitivity), the cluster size n used as it is (no release). By basic composition that
+#: spends 2.25 eps, and the exact sizes are outside any DP guarantee; the ledger says so.
+PAPER_SPLIT: dict[str, float] = {"candidate": 1 / 8, "localswap": 1 / 8, "select": 1.0,
+                                 "values": 1.0}
+ACCOUNTINGS = ("strict", "paper")
+PAPER_TAG = " [paper accounting: printed scales, exact cluster sizes]"
 #: Largest JL dimension: the private grid tests all 2^p children of every active cube.
 MAX_JL_DIM = 8
 
@@ -84,6 +94,9 @@ class PrototypeParams:
     shifts: int = 4
     swaps: int = 10
     jl_coef: float = 0.5
+    #: "strict" (default): the split sums to epsilon. "paper": the printed noise scales
+    #: (``PAPER_SPLIT``), never a default; every result that uses it must say so.
+    accounting: str = "strict"
 
     def __post_init__(self) -> None:
         checks = [("k", self.k >= 1), ("epsilon", math.isfinite(self.epsilon)
@@ -93,7 +106,10 @@ class PrototypeParams:
                   ("radius", math.isfinite(self.radius) and self.radius >= 0),
                   ("delta", 0 < self.delta < 1), ("trials", self.trials >= 1),
                   ("shifts", self.shifts >= 1), ("swaps", self.swaps >= 1),
-                  ("jl_coef", math.isfinite(self.jl_coef) and self.jl_coef > 0)]
+                  ("jl_coef", math.isfinite(self.jl_coef) and self.jl_coef > 0),
+                  ("accounting", self.accounting in ACCOUNTINGS),
+                  ("trials (paper accounting prints no final choice for T > 1)",
+                   self.accounting != "paper" or self.trials == 1)]
         bad = [name for name, ok in checks if not ok]
         if bad:
             raise ValueError(f"invalid prototype parameter(s) {bad} (each must be finite and "
@@ -106,11 +122,25 @@ class PrototypeParams:
 
     def budget(self) -> dict[str, Any]:
         """The explicit split: epsilon per step of one trial, the trial count and the final
-        choice's epsilon; ``trials * sum(per_trial) + final_choice == epsilon``."""
+        choice's epsilon; ``trials * sum(per_trial) + final_choice == epsilon`` (strict), or
+        the paper's printed scales (``PAPER_SPLIT``, which sum to 2.25 epsilon)."""
+        if self.paper_accounting:
+            return {"per_trial": {name: self.epsilon * share
+                                  for name, share in PAPER_SPLIT.items()},
+                    "trials": 1, "final_choice": 0.0}
         final = self.epsilon * FINAL_SHARE if self.trials > 1 else 0.0
         per_trial = (self.epsilon - final) / self.trials
         return {"per_trial": {name: per_trial * share for name, share in TRIAL_SPLIT.items()},
                 "trials": self.trials, "final_choice": final}
+
+    @property
+    def paper_accounting(self) -> bool:
+        return self.accounting == "paper"
+
+    def spent_epsilon(self) -> float:
+        """What a release really spends by basic composition: epsilon, or 2.25 epsilon in
+        paper accounting."""
+        return self.epsilon * (sum(PAPER_SPLIT.values()) if self.paper_accounting else 1.0)
 
     def to_config(self) -> dict[str, Any]:
         return asdict(self)
@@ -269,48 +299,64 @@ def localswap(Y: np.ndarray, C: np.ndarray, k: int, epsilon: float, swaps: int,
 # -- 6. sparse recovery ----------------------------------------------------------------------
 def sparse_recovery(X: sp.csr_matrix, labels: np.ndarray, k: int, value_max: float,
                     sparsity: int, eps_select: float, eps_values: float,
-                    eps_count: float) -> np.ndarray:
+                    eps_count: float | None, values_sensitivity: float | None = None
+                    ) -> np.ndarray:
     """Alg. 3 for every cluster (disjoint users: parallel composition). Returns k x d
-    prototypes in [0, value_max] with at most ``sparsity`` non-zeros each."""
+    prototypes in [0, value_max] with at most ``sparsity`` non-zeros each.
+
+    ``eps_count`` None uses the exact cluster sizes (the paper's printed algorithm; not DP);
+    ``values_sensitivity`` defaults to ``s * value_max`` (one user added or removed)."""
     n, d = X.shape
     s = min(int(sparsity), d)
     member = sp.csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(k, n))
     sums = np.asarray((member @ X).todense())
-    sizes = dp.laplace_mechanism(np.bincount(labels, minlength=k).astype(np.float64), 1.0,
-                                 eps_count)
+    counts = np.bincount(labels, minlength=k).astype(np.float64)
+    sizes = counts if eps_count is None else dp.laplace_mechanism(counts, 1.0, eps_count)
     chosen = np.stack([dp.gumbel_top_s(sums[j], s, value_max, eps_select) for j in range(k)])
     rows = np.repeat(np.arange(k), s)
-    noisy = dp.laplace_mechanism(sums[rows, chosen.ravel()], s * value_max, eps_values)
+    noisy = dp.laplace_mechanism(sums[rows, chosen.ravel()],
+                                 values_sensitivity or s * value_max, eps_values)
     P = np.zeros((k, d))
     P[rows, chosen.ravel()] = np.clip(noisy / np.maximum(sizes[rows], 1.0), 0.0, value_max)
     return P
 
 
 # -- Alg. 2 ----------------------------------------------------------------------------------
+def values_sensitivity(params: PrototypeParams, s: int) -> float:
+    """L1 sensitivity of a cluster's s selected sums: ``s * value_max`` for one user added or
+    removed; the paper's printed ``2 Lambda s`` (a user replaced) in paper accounting."""
+    return (2.0 if params.paper_accounting else 1.0) * s * params.value_max
+
+
 def release_ledger(params: PrototypeParams, n_users: int, n_items: int) -> dp.PrivacyLedger:
     """Every DP release :func:`private_prototypes` makes on a silo of ``n_users`` x
     ``n_items``, in order, with its epsilon and sensitivity. Public sizes decide it, so a silo
     builds it before it computes anything: it charges this ledger to its budget and reports
-    it; ``spent()`` is ``params.epsilon`` (the split of :meth:`PrototypeParams.budget`)."""
+    it; ``spent()`` is ``params.epsilon`` (the split of :meth:`PrototypeParams.budget`), or
+    2.25 epsilon in paper accounting."""
     budget = params.budget()
     step = budget["per_trial"]
     R, depth, s = params.l2_radius, grid_depth(n_users), min(params.sparsity, n_items)
     ledger = dp.PrivacyLedger()
+    # Every row of a paper-accounting release says so (it is never silent).
+    tag = PAPER_TAG if params.paper_accounting else ""
     for t in range(1, params.trials + 1):
         ledger.record(f"trial {t}: private grid, noisy cell counts ({params.shifts} shifts "
-                      f"x {depth} levels)", "laplace", step["candidate"] / (params.shifts * depth),
-                      sensitivity=1.0, steps=params.shifts * depth)
-        ledger.record(f"trial {t}: local swap ({params.swaps} swaps + choice of iterate)",
+                      f"x {depth} levels){tag}", "laplace",
+                      step["candidate"] / (params.shifts * depth), sensitivity=1.0,
+                      steps=params.shifts * depth)
+        ledger.record(f"trial {t}: local swap ({params.swaps} swaps + choice of iterate)" + tag,
                       "exponential", step["localswap"] / (params.swaps + 1),
                       sensitivity=4.0 * R ** 2, steps=params.swaps + 1)
-        ledger.record(f"trial {t}: top-{s} item selection per cluster (Gumbel)",
+        ledger.record(f"trial {t}: top-{s} item selection per cluster (Gumbel)" + tag,
                       "gumbel-top-s", step["select"], sensitivity=params.value_max)
-        ledger.record(f"trial {t}: Laplace on the selected cluster sums", "laplace",
-                      step["values"], sensitivity=s * params.value_max)
-        ledger.record(f"trial {t}: Laplace on the cluster sizes", "laplace", step["count"],
-                      sensitivity=1.0)
+        ledger.record(f"trial {t}: Laplace on the selected cluster sums" + tag, "laplace",
+                      step["values"], sensitivity=values_sensitivity(params, s))
+        if "count" in step:
+            ledger.record(f"trial {t}: Laplace on the cluster sizes" + tag, "laplace",
+                          step["count"], sensitivity=1.0)
     if params.trials > 1:
-        ledger.record("final choice among trials (k-means loss)", "exponential",
+        ledger.record("final choice among trials (k-means loss)" + tag, "exponential",
                       budget["final_choice"], sensitivity=4.0 * R ** 2)
     return ledger
 
@@ -343,7 +389,8 @@ def private_prototypes(X: sp.spmatrix, params: PrototypeParams,
         Z = localswap(Y, C, params.k, step["localswap"], params.swaps, R, rng)
         labels = squared_distances(Y, C[Z]).argmin(axis=1)
         sets.append(sparse_recovery(Xc, labels, params.k, params.value_max, s,
-                                    step["select"], step["values"], step["count"]))
+                                    step["select"], step["values"], step.get("count"),
+                                    values_sensitivity(params, s)))
         info["trials"].append({"candidates_found": grid["found"], "candidates": len(C),
                                "depth": grid["depth"]})
     chosen = 0
