@@ -395,23 +395,68 @@ def _degrees(node: NodeContext, setup: StateArrays) -> None:
             "(drop items without training interactions from the catalogue)")
     for s, (ks, _) in per_sender.items():
         node.mailbox.send(int(s), "lpgcn-degree", pack({"degree": degree[ks]}))
-    dtype = np.dtype(str(hp["dtype"]))
-    dim, seed, std = int(hp["dim"]), int(hp["seed"]), float(hp["init-std"])
     conv_real = setup["held_real"][conv_hpos]
-    params = {"V": init_rows(conv_real, dim, seed, "V", std, dtype), "conv_real": conv_real}
-    if hp["backbone"] == "lightgcn+":
-        params["W"] = init_rows(conv_real, dim, seed, "W", std, dtype)
-    else:
-        ids = _data(node).user_ids
-        params["U"] = init_rows(ids, dim, seed, "U", std, dtype)
-        params["user_ids"] = np.asarray(ids, np.int64)
+    params = _initial_params(node, hp, conv_real)
     held_degree = np.zeros(len(setup["held"]))
     held_degree[conv_hpos] = degree
     setup.update({"hold_cnt": hold_cnt, "conv_degree": degree, "degree": held_degree})
     stored = StateArrays(node, _PARAMS)
     stored.replace(params)
     stored.flush()
-    node.state[_FLAGS] = ConfigRecord({"step": -1, "degrees": False})
+    node.state[_FLAGS] = ConfigRecord({"step": int(hp.get("start-step", 0)) - 1,
+                                       "degrees": False})
+
+
+#: Node config key (the operator's, never the server's): a checkpoint of the model at the run's
+#: ``lpgcn-start-step`` (``LightGCN.state_arrays`` as .npz: every layer-0 table with its Adam
+#: moments and the step count), from which this node takes the rows it holds.
+INIT_KEY = "lpgcn-init"
+
+
+def _initial_params(node: NodeContext, hp: dict[str, Any],
+                    conv_real: np.ndarray) -> dict[str, np.ndarray]:
+    """This node's layer-0 rows (its convolution items' V and W, its users' U) and their Adam
+    state: drawn from the public seed streams at step 0, or taken from the operator's
+    checkpoint when the run continues at ``start-step`` > 0."""
+    dtype = np.dtype(str(hp["dtype"]))
+    dim, seed, std = int(hp["dim"]), int(hp["seed"]), float(hp["init-std"])
+    plus = hp["backbone"] == "lightgcn+"
+    ids = np.asarray(_data(node).user_ids, np.int64)
+    rows = {"V": conv_real, "W": conv_real} if plus else {"V": conv_real, "U": ids}
+    params: dict[str, np.ndarray] = {"conv_real": conv_real}
+    if not plus:
+        params["user_ids"] = ids
+    start = int(hp.get("start-step", 0))
+    path = str(node.context.node_config.get(INIT_KEY, "") or "")
+    if not path:
+        if start:
+            raise LosslessnessError(
+                f"{node.who}: the run starts at step {start}, but this node's operator named "
+                f"no checkpoint to start from (node config '{INIT_KEY}')")
+        for table, which in rows.items():
+            params[table] = init_rows(which, dim, seed, table, std, dtype)
+        return params
+    try:
+        with np.load(path) as z:
+            ck = {k: z[k] for k in z.files if k.split(".")[0] in rows or k == "step_count"}
+    except (OSError, ValueError) as exc:
+        raise LosslessnessError(f"{node.who}: cannot read its {INIT_KEY} checkpoint {path}: "
+                                f"{exc}") from None
+    at = int(ck["step_count"][0]) if "step_count" in ck else -1
+    if at != start:
+        raise LosslessnessError(f"{node.who}: its {INIT_KEY} checkpoint {path} is at step {at}, "
+                                f"the run starts at step {start}")
+    for table, which in rows.items():
+        missing = [k for k in (table, f"{table}.m", f"{table}.v", f"{table}.t") if k not in ck]
+        if missing or ck[table].shape[1] != dim or (len(which) and which.max() >= len(ck[table])):
+            raise LosslessnessError(
+                f"{node.who}: its {INIT_KEY} checkpoint {path} does not fit this run's "
+                f"{hp['backbone']} model (table {table}: missing {missing} or another size)")
+        params[table] = ck[table][which].astype(dtype)
+        params[f"{table}.m"] = ck[f"{table}.m"][which].astype(dtype)
+        params[f"{table}.v"] = ck[f"{table}.v"][which].astype(dtype)
+        params[f"{table}.t"] = np.asarray(ck[f"{table}.t"], np.int64)
+    return params
 
 
 def _sender_lists(ptr: np.ndarray, holders: np.ndarray,

@@ -82,6 +82,10 @@ LPGCN_KEYS: tuple[Key, ...] = (
     Key("lpgcn-eval-every", 0, "evaluate every this many epochs during training (0: only at "
         "the end)", min=0, used_by="lpgcn"),
     Key("lpgcn-top-k", 20, "K of Recall@K / NDCG@K", min=1, used_by="lpgcn"),
+    Key("lpgcn-start-step", 0, "first training step: > 0 continues a training run; every "
+        "node then starts from the checkpoint its operator names in its node config "
+        "(`lpgcn-init`, taken at this step), never from anything the server sends", min=0,
+        used_by="lpgcn"),
 )
 
 
@@ -104,6 +108,7 @@ class LPGCN(ProtocolStrategy):
         self.init_std, self.dtype = float(cfg["lpgcn-init-std"]), str(cfg["lpgcn-dtype"])
         self.eval_every, self.top_k = int(cfg["lpgcn-eval-every"]), int(cfg["lpgcn-top-k"])
         self.seed = int(cfg["seed"])
+        self.start = int(cfg["lpgcn-start-step"])
 
     @classmethod
     def from_run_config(cls, cfg: Mapping[str, Any]) -> LPGCN:
@@ -134,7 +139,7 @@ class LPGCN(ProtocolStrategy):
         return {"backbone": self.backbone, "layers": self.layers, "dim": self.dim,
                 "lr": self.lr, "reg": self.reg, "batch-size": self.batch_size,
                 "seed": self.seed, "alpha": self.alpha, "mask-scale": self.mask_scale,
-                "init-std": self.init_std, "dtype": self.dtype}
+                "init-std": self.init_std, "dtype": self.dtype, "start-step": self.start}
 
     def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
         fed = self.federate(messenger, cfg)
@@ -249,21 +254,23 @@ class _Run:
         log.info("LP-GCN (%s, L=%d): %d nodes, %d convolution nodes, %d steps of %d batches "
                  "per epoch", self.s.backbone, self.L, len(self.nodes), len(self.conv_nodes),
                  total, self.nbatches)
-        for step in range(total):
-            evaluate = per_eval > 0 and step > 0 and step % per_eval == 0
+        start = self.s.start
+        end = start + total
+        for step in range(start, end):
+            evaluate = per_eval > 0 and step > start and step % per_eval == 0
             pending, n_rounds = self.step(step, True, pending, evaluate)
             rounds.append(n_rounds)
-        _, n_final = self.step(total, False, pending, True)
+        _, n_final = self.step(end, False, pending, True)
         losses = np.zeros(0)
         if total:
-            losses = self.fed.sum(Action.LOSSES, None, {**self.hp, "steps": total},
-                                  max_abs=LOSS_BOUND, phase="lpgcn-losses")["loss"]
+            losses = self.fed.sum(Action.LOSSES, None, {**self.hp, "steps": end},
+                                  max_abs=LOSS_BOUND, phase="lpgcn-losses")["loss"][start:]
         by_step = {row["step"]: row for row in self.history}
         history = [{"step": s, "epoch": s / self.nbatches, "rounds": r,
-                    "train-loss": float(losses[s]), **by_step.get(s, {})}
-                   for s, r in enumerate(rounds)]
-        history += [row for s, row in sorted(by_step.items()) if s >= total]
-        final = by_step[total]
+                    "train-loss": float(losses[s - start]), **by_step.get(s, {})}
+                   for s, r in enumerate(rounds, start)]
+        history += [row for s, row in sorted(by_step.items()) if s >= end]
+        final = by_step[end]
         metrics = {k: v for k, v in final.items() if k not in ("step", "epoch")}
         if total:
             metrics["train-loss"] = float(losses[-1])

@@ -296,3 +296,41 @@ def test_a_node_refuses_a_delivery_the_protocol_does_not_send_it() -> None:
             step.absorb({name: np.zeros(1)})
     step.absorb({"e1": np.ones(1), "g2": np.ones(1), "w": np.ones(1), "neg": np.ones(1)})
     assert sorted(step.cur) == ["ei1", "gsum2", "neg", "w_held"]
+
+
+# -- a warm start: continuing a training run from the operators' checkpoints -----------------
+@pytest.mark.parametrize("backbone", ["lightgcn", "lightgcn+"])
+def test_a_run_continued_from_a_checkpoint_equals_centralized_training(tmp_path, data,
+                                                                       backbone) -> None:
+    """Nodes that start at step 7 from a centralized checkpoint (their operators' node config
+    ``lpgcn-init``) take the centralized run's next steps exactly: late steps, not only the
+    first ones, are lossless."""
+    extra = {"lpgcn-backbone": backbone}
+    ref = LPGCN(resolve_config({**BASE, **extra})).reference_model(data.train)
+    ref.fit(7)  # across an epoch boundary (5 batches per epoch)
+    path = tmp_path / "ck.npz"
+    np.savez(path, **ref.state_arrays())
+    configs = {i: {"lpgcn-init": str(path)} for i in range(NODES)}
+    record, grid = _run({**extra, "lpgcn-start-step": 7, "lpgcn-steps": 4},
+                        node_configs=configs)
+    ref.fit(4)
+    np.testing.assert_allclose(record["extra"]["losses"], ref.losses[7:], rtol=0, atol=1e-10)
+    assert [row["step"] for row in record["history"]][:4] == [7, 8, 9, 10]
+    for nid in grid.ids:
+        p = stored_params(grid.contexts[nid].state)
+        if len(p["conv_real"]):
+            np.testing.assert_allclose(p["V"], ref.V[p["conv_real"]], rtol=0, atol=1e-10)
+        if "U" in p:
+            np.testing.assert_allclose(p["U"], ref.U[p["user_ids"]], rtol=0, atol=1e-10)
+
+
+def test_a_continued_run_needs_each_operators_checkpoint_at_that_step(tmp_path, data) -> None:
+    with pytest.raises(NodeError, match="named no checkpoint to start from"):
+        _run({"lpgcn-start-step": 3, "lpgcn-steps": 1})
+    ref = LPGCN(resolve_config(BASE)).reference_model(data.train)
+    ref.fit(2)
+    path = tmp_path / "ck.npz"
+    np.savez(path, **ref.state_arrays())
+    with pytest.raises(NodeError, match="checkpoint .* is at step 2, the run starts at step 3"):
+        _run({"lpgcn-start-step": 3, "lpgcn-steps": 1},
+             node_configs={i: {"lpgcn-init": str(path)} for i in range(NODES)})
