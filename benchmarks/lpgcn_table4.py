@@ -3,8 +3,9 @@ test NDCG@20 stops improving, with item popularity and the paper's numbers besid
 
 Table 4's LP-GCN row is LightGCN+ trained centrally: LP-GCN computes the centralized model's
 steps exactly (``results/lpgcn/ml-100k_simulation.md``: two whole ML-100K epochs through a
-Flower simulation equal to 2e-13; ``results/lpgcn/gowalla.md``: Gowalla's first steps), so a
-federated run to convergence would give these numbers at ~24x the cost per step.
+Flower simulation; ``results/lpgcn/late_steps.md``: federated steps continued from this run's
+Gowalla checkpoint), so a federated run to convergence would give these numbers at ~24x the
+cost per step (``results/lpgcn/gowalla.md``).
 
 Settings (digest 001 section 2.12): d = 64, Adam lr 0.001, batch 2048, evaluation every 5
 epochs; the layer count and lambda the paper's code uses for LightGCN+ on each dataset
@@ -240,7 +241,7 @@ def markdown(result: dict[str, Any]) -> str:
     pop = result.get("popularity", {})
     lines = ["# LP-GCN: Table 4, Fig. 11 and Fig. 12 (paper 001)", "",
              "Centralized LightGCN and LightGCN+ (LP-GCN computes these steps exactly: "
-             "`results/lpgcn/ml-100k_simulation.md`, `results/lpgcn/gowalla.md`), the test "
+             "`results/lpgcn/ml-100k_simulation.md`, `results/lpgcn/late_steps.md`), the test "
              "NDCG@20 "
              f"evaluated every {EVAL_EVERY} epochs, stopped after {PATIENCE} evaluations without "
              f"a better one or at {MAX_EPOCHS} epochs; numbers at the best evaluation. "
