@@ -109,6 +109,8 @@ class Row:
     paper_text: str = ""            # how the paper states it, when it is a claim
     reason: Callable[[Any], str] | None = None   # the measured reason, from the results file
     regime: Regime | None = None
+    #: why our number is not final yet (e.g. training still running), "" when it is
+    pending: Callable[[Any], str] | None = None
     data_bound: bool = True         # False: a claim about the protocol that any data can test
     fmt: str = "{:.4f}"
 
@@ -177,6 +179,7 @@ def evaluate(row: Row) -> Result:
             dataset = str(_extract(row.our_dataset, data))
         reason = row.reason(data) if row.reason else ""
         regime = _extract(row.regime.ours, data) if row.regime else None
+        pending = row.pending(data) if row.pending else ""
     except (ReportError, KeyError, IndexError, TypeError, ValueError) as err:
         raise ReportError(f"{row.paper} {row.item} {row.metric} ({row.results}): "
                           f"{type(err).__name__}: {err}") from err
@@ -193,6 +196,8 @@ def evaluate(row: Row) -> Result:
                       + (f"; {reason}" if reason else ""))
         else:
             why.append(f"other data: ours {dataset}, the paper's {row.paper_dataset}")
+    if pending:
+        why.append(pending)
     if row.regime is not None:
         ratio = max(regime, row.regime.paper) / max(min(regime, row.regime.paper), 1e-300)
         if ratio > row.regime.max_ratio:
@@ -385,6 +390,23 @@ def _lpgcn_rows() -> list[Row]:
             reason=_lossless_reason(backbone), fmt="{:.1e}")
         for backbone, label in (("lightgcn", "LightGCN"), ("lightgcn+", "LightGCN+"))
     ]
+    rows += [
+        Row("001", "Fig. 10 (RQ1)", f"{label}: max |federated - centralized|, Flower simulation",
+            "ML-100K", None, f"{DIG['001']} §3 'Empirical evidence (RQ1, Fig. 10)'",
+            at_most(1e-9, "<= 1e-9 (equal up to float64 summation order)"),
+            paper_text="curves \"almost overlap\"; final embeddings identical",
+            results="results/lpgcn/ml-100k_simulation.json", ours=_lossless(backbone),
+            reason=_lossless_reason(backbone), fmt="{:.1e}")
+        for backbone, label in (("lightgcn", "LightGCN"), ("lightgcn+", "LightGCN+"))]
+    rows.append(Row(
+        "001", "Fig. 10 (RQ1)", "max relative loss difference, federated steps late in training",
+        "ML-100K", None, f"{DIG['001']} §3 'Empirical evidence (RQ1, Fig. 10)'",
+        at_most(1e-6, "<= 1e-6 (float32 summation order)"),
+        paper_text="federated training equals centralized training",
+        results="results/lpgcn/late_steps.json", ours=("max_rel_diff",), data_bound=False,
+        reason=lambda d: (f"{d['steps']} steps from step {d['start_step']} (epoch "
+                          f"{d['start_epoch']:g}) of {d['job']}, {d['nodes']} nodes, float32"),
+        fmt="{:.1e}"))
     for ds, paper_kb in (("gowalla", 19.8), ("yelp2018", 22.0)):
         rows.append(Row(
             "001", "Eq. 30 (RQ5)", "per-client communication C per iteration (KB)",
@@ -395,20 +417,115 @@ def _lpgcn_rows() -> list[Row]:
         "001", "Eq. 30 (RQ5)", "per-client communication C per iteration (KB)", "Amazon-Book",
         33.5, f"{DIG['001']} §4 Eq. 30", within_rel(0.10), status=NO_DATA,
         status_reason="Amazon-Book's LightGCN train split cannot be obtained here", fmt="{:.1f}"))
-    for method, per_ds in TABLE4_LPGCN.items():
-        for ds, (recall, ndcg) in per_ds.items():
-            for metric, value in (("Recall@20", recall), ("NDCG@20", ndcg)):
-                no_data = ds == "Amazon-Book"
-                rows.append(Row(
-                    "001", "Table 4", f"{method} {metric}", ds, value,
-                    f"{DIG['001']} §4 Table 4", within_abs(0.002),
-                    status=NO_DATA if no_data else NOT_RUN,
-                    status_reason=("Amazon-Book's LightGCN train split cannot be obtained here"
-                                   if no_data else
-                                   f"no {ds} training run to convergence "
-                                   + ("(results/lpgcn/gowalla.json times 3 federated steps)"
-                                      if ds == "Gowalla" else "(no results file)"))))
+    rows += _table4_rows() + _fig11_12_rows()
     return rows
+
+
+TABLE4 = "results/lpgcn/table4.json"
+
+
+def _table4_job(ds: str, backbone: str) -> tuple[str | None, dict[str, Any] | None]:
+    """The Table 4 job of (dataset, backbone) in results/lpgcn/table4.json, if it ran."""
+    path = REPO / TABLE4
+    if not path.is_file():
+        return None, None
+    for key, rec in json.loads(path.read_text())["jobs"].items():
+        if rec["dataset"] == ds and rec["backbone"] == backbone and rec["curve"]:
+            return key, rec
+    return None, None
+
+
+def _best(key: str) -> Callable[[Any], dict[str, Any]]:
+    return lambda d: max(d["jobs"][key]["curve"], key=lambda p: (p["ndcg@20"], -p["epoch"]))
+
+
+def _table4_rows() -> list[Row]:
+    rows = []
+    for method, per_ds in TABLE4_LPGCN.items():
+        backbone = "lightgcn+" if "+" in method else "lightgcn"
+        for ds, (recall, ndcg) in per_ds.items():
+            key, rec = _table4_job(norm_dataset(ds), backbone)
+            for metric, value in (("Recall@20", recall), ("NDCG@20", ndcg)):
+                common = ("001", "Table 4", f"{method} {metric}", ds, value,
+                          f"{DIG['001']} §4 Table 4", within_abs(0.002))
+                if ds == "Amazon-Book":
+                    rows.append(Row(*common, status=NO_DATA, status_reason="Amazon-Book's "
+                                    "LightGCN train split cannot be obtained here"))
+                elif key is None:
+                    rows.append(Row(*common, status=NOT_RUN, status_reason=(
+                        f"no {ds} training yet: benchmarks/lpgcn_table4.py --jobs "
+                        f"{norm_dataset(ds)} --resume")))
+                else:
+                    rows.append(Row(
+                        *common, results=TABLE4, our_dataset=ds,
+                        ours=lambda d, key=key, m=metric.lower(): _best(key)(d)[m],
+                        pending=lambda d, key=key: _training_pending(d["jobs"][key]),
+                        reason=lambda d, key=key: _table4_reason(d, key)))
+    return rows
+
+
+def _training_pending(rec: dict[str, Any]) -> str:
+    if rec["status"] != "running":
+        return ""
+    return (f"training in progress: {rec['epochs']} of at most {rec['max_epochs']} epochs, "
+            "NDCG@20 still improving")
+
+
+def _table4_reason(d: Any, key: str) -> str:
+    rec, best = d["jobs"][key], _best(key)(d)
+    pop = d["popularity"][rec["dataset"]]["ndcg@20"]
+    return (f"best of {len(rec['curve'])} evaluations at epoch {best['epoch']}, L = "
+            f"{rec['layers']}, lambda {rec['setting']['reg']:g}, float32; item popularity "
+            f"NDCG@20 {_r(pop)}")
+
+
+def _fig11_margin(d: Any) -> float:
+    """min over layer counts of NDCG@20(LightGCN+) - NDCG@20(LightGCN) on ML-100K."""
+    by = {(r["backbone"], r["layers"]): max(p["ndcg@20"] for p in r["curve"])
+          for r in d["jobs"].values() if r["dataset"] == "ml-100k" and r["curve"]}
+    layers = sorted({L for _, L in by})
+    return min(by[("lightgcn+", L)] - by[("lightgcn", L)] for L in layers)
+
+
+def _epochs_to(rec: dict[str, Any], share: float = 0.95) -> int:
+    """First evaluated epoch reaching ``share`` of the run's best NDCG@20."""
+    top = max(p["ndcg@20"] for p in rec["curve"])
+    return next(p["epoch"] for p in rec["curve"] if p["ndcg@20"] >= share * top)
+
+
+def _fig12_speedup(d: Any) -> float:
+    """Epochs LightGCN needs to reach 95% of its best NDCG@20, over LightGCN+'s (ML-100K,
+    the paper's largest L = 4): > 1 means LightGCN+ converges faster."""
+    rec = {r["backbone"]: r for r in d["jobs"].values()
+           if r["dataset"] == "ml-100k" and r["layers"] == 4}
+    return _epochs_to(rec["lightgcn"]) / _epochs_to(rec["lightgcn+"])
+
+
+def _fig12_reason(d: Any) -> str:
+    rec = {r["backbone"]: r for r in d["jobs"].values()
+           if r["dataset"] == "ml-100k" and r["layers"] == 4}
+    return ("epochs to 95% of the best NDCG@20 at L = 4: LightGCN "
+            f"{_epochs_to(rec['lightgcn'])}, LightGCN+ {_epochs_to(rec['lightgcn+'])}")
+
+
+def _fig11_12_rows() -> list[Row]:
+    path = REPO / TABLE4
+    ran = path.is_file() and any(r["dataset"] == "ml-100k" for r in
+                                 json.loads(path.read_text())["jobs"].values())
+    extra = ({"results": TABLE4, "our_dataset": "ML-100K"} if ran else
+             {"status": NOT_RUN, "status_reason": "benchmarks/lpgcn_table4.py --jobs fig11"})
+    return [
+        Row("001", "Fig. 11 (RQ3)", "NDCG@20 LightGCN+ - LightGCN, worst layer count (1-4)",
+            "Gowalla, Yelp2018, Amazon-Book", None, f"{DIG['001']} §4 'Figures'",
+            above(0.0, "> 0 at every layer count"),
+            paper_text="LP-GCN (LightGCN+) > LightGCN at every layer count",
+            ours=_fig11_margin, **extra),
+        Row("001", "Fig. 12 (RQ4)", "epochs to 95% of best NDCG@20, LightGCN / LightGCN+",
+            "Gowalla, Yelp2018, Amazon-Book", None, f"{DIG['001']} §4 'Figures'",
+            above(1.0, "> 1 (LightGCN+ converges faster)"),
+            paper_text="convergence speed LightGCN < P-GCN < LP-GCN (LightGCN+)",
+            ours=_fig12_speedup, reason=_fig12_reason if ran else None, fmt="{:.2f}", **extra),
+    ]
 
 
 # 002 FedSVD ----------------------------------------------------------------------------
@@ -529,7 +646,6 @@ def _ml_rank(method: str, other: str) -> Extractor:
 
 def _dp_rows() -> list[Row]:
     syn = "results/dp_prototypes/synthetic.json"
-    ml = "results/dp_prototypes/ml-100k.json"
     s = f"{DIG['003']} §3.5"
     c = {
         "flat": "RMSE barely moves with epsilon at k=100 (spread over epsilons < 1% of Full's "
@@ -568,38 +684,73 @@ def _dp_rows() -> list[Row]:
             paper_text="private k-means objective decreases as epsilon increases", results=syn,
             ours=_kmeans_loss_trend, reason=_claim(c["b3"]), fmt="{:.3f}"),
     ]
-    mlc = "federated private (eps=1) beats {} on mean rank at every l"
-    for other, label in (("dpsgd-1ep", "DP-SGD (1 round)"), ("dpsgd-10ep", "DP-SGD (10 rounds)"),
-                         ("random", "Random"), ("full", "Full (centralized)")):
-        rows.append(Row(
-            "003", "Fig. 3", f"max mean rank: Federated RecSys (eps = 1) - {label}", "ML-1M",
-            None, f"{s} Fig. 3 text / abstract", below(0.0, "< 0"),
-            paper_text=("best private model" if other.startswith("dpsgd") else
-                        "factorization beats random" if other == "random" else
-                        "abstract: outperforms centralized MF"),
-            results=ml, ours=_ml_rank("dp-eps1", other), reason=_claim(mlc.format(label)),
-            fmt="{:+.4f}"))
-    rows.append(Row(
-        "003", "Fig. 3", "min test RMSE: Full - Local", "ML-1M", None, f"{s} Fig. 3 text",
-        above(0.0, "> 0"), paper_text="Full has larger test RMSE than the local models",
-        results=ml,
-        ours=lambda d: min(a - b for a, b in zip(d["methods"]["full"]["rmse"],
-                                                 d["methods"]["local"]["rmse"])),
-        reason=_claim("Full has larger test RMSE than Local at every l"), fmt="{:+.4f}"))
-    rows.append(Row(
-        "003", "Fig. 3", "std of Federated RecSys mean rank over seeds (max over l)", "ML-1M",
-        8e-4, f"{s} variance bounds", at_most(8e-4, "<= 8e-4"), results=ml,
-        ours=lambda d: max(d["methods"]["dp-eps1"]["mean_rank_std"]), fmt="{:.1e}"))
-    rows.append(Row(
-        "003", "Fig. 3", "any number on the full ML-1M", "ML-1M", None, f"{s} Fig. 3",
-        below(0.0), paper_text="Fig. 3 claims", status=NO_DATA,
-        status_reason="only users 1-2999 of ML-1M are available (../shared/data/ml-1m); "
-                      "ML-100K stands in above"))
+    rows += _dp_fig3_rows(s)
     rows.append(Row(
         "003", "Fig. 2", "any number on eICU", "eICU", None, f"{s} Fig. 2", below(0.0),
         paper_text="Federated RecSys best ranking; std <= 5e-3", status=NO_DATA,
         status_reason="eICU-CRD is credentialed (PhysioNet) and not available here"))
     return rows
+
+
+DP_ML1M = "results/dp_prototypes/ml-1m.json"
+#: ML-1M's 6,040 users in 10 zip silos (digest 003 §3.3).
+DP_SILO_USERS = Regime("users per silo", lambda d: sum(d["silo_users"]) / len(d["silo_users"]),
+                       604.0, max_ratio=3.0)
+
+
+def _dp_fig3_rows(source: str) -> list[Row]:
+    """Fig. 3 on ML-1M (users 1-2999) when that run exists, else on ML-100K (other data)."""
+    ml1m = (REPO / DP_ML1M).is_file()
+    ml = DP_ML1M if ml1m else "results/dp_prototypes/ml-100k.json"
+    where = {"our_dataset": "ML-1M", "regime": DP_SILO_USERS} if ml1m else {}
+    methods = [("dp-eps1", "eps = 1")]
+    if ml1m and "dp-paper-eps1" in json.loads((REPO / DP_ML1M).read_text())["methods"]:
+        methods.append(("dp-paper-eps1", "eps = 1, paper accounting"))
+    rows = []
+    for method, tag in methods:
+        for other, label in (("dpsgd-1ep", "DP-SGD (1 round)"),
+                             ("dpsgd-10ep", "DP-SGD (10 rounds)"), ("random", "Random"),
+                             ("full", "Full (centralized)")):
+            rows.append(Row(
+                "003", "Fig. 3", f"max mean rank: Federated RecSys ({tag}) - {label}", "ML-1M",
+                None, f"{source} Fig. 3 text / abstract", below(0.0, "< 0"),
+                paper_text=("best private model" if other.startswith("dpsgd") else
+                            "factorization beats random" if other == "random" else
+                            "abstract: outperforms centralized MF"),
+                results=ml, ours=_ml_rank(method, other), fmt="{:+.4f}",
+                reason=lambda d, m=method: _dp_reason(d, m), **where))
+    rows.append(Row(
+        "003", "Fig. 3", "min test RMSE: Full - Local", "ML-1M", None, f"{source} Fig. 3 text",
+        above(0.0, "> 0"), paper_text="Full has larger test RMSE than the local models",
+        results=ml,
+        ours=lambda d: min(a - b for a, b in zip(d["methods"]["full"]["rmse"],
+                                                 d["methods"]["local"]["rmse"])),
+        reason=_claim("Full has larger test RMSE than Local at every l"), fmt="{:+.4f}",
+        **where))
+    rows.append(Row(
+        "003", "Fig. 3", "std of Federated RecSys mean rank over seeds (max over l)", "ML-1M",
+        8e-4, f"{source} variance bounds", at_most(8e-4, "<= 8e-4"), results=ml,
+        ours=lambda d: max(d["methods"]["dp-eps1"]["mean_rank_std"]), fmt="{:.1e}", **where))
+    if ml1m:
+        rows.append(Row(
+            "003", "Fig. 3", "any number on users 3000-6040 of ML-1M", "ML-1M", None,
+            f"{source} Fig. 3", below(0.0), paper_text="Fig. 3 claims", status=NO_DATA,
+            status_reason="only users 1-2999 of ML-1M are available (../shared/data/ml-1m)"))
+    else:
+        rows.append(Row(
+            "003", "Fig. 3", "any number on ML-1M", "ML-1M", None, f"{source} Fig. 3",
+            below(0.0), paper_text="Fig. 3 claims", status=NOT_RUN,
+            status_reason="benchmarks/dp_prototypes.py --parts ml-1m; ML-100K stands in"))
+    return rows
+
+
+def _dp_reason(d: Any, method: str) -> str:
+    n = len(d["seeds"])
+    k = d["config"]["k"]
+    text = f"{d.get('label', d['dataset'])}, {len(d['silo_users'])} zip silos, k = {k}, {n} seeds"
+    if "paper" in method:
+        text += "; paper accounting: its printed scales spend 2.25 x epsilon, exact sizes"
+    return text
 
 
 # 004 PrivMVMF ---------------------------------------------------------------------------
