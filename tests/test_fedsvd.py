@@ -347,3 +347,18 @@ def test_utility_refuses_a_plain_aggregator_and_nodes_clip_entries_over_m_hat():
     record, _ = run({**EXACT, "protocol": "fedpower", "aggregator": "plain",
                      "fedsvd-m-hat": 0.05, "fedsvd-rank": 2, "fedsvd-iterations": 1})
     assert record["metrics"]
+
+
+def test_the_sparse_true_eigenspace_equals_the_dense_one(monkeypatch) -> None:
+    """Large d (Yelp2018's 38,048 items) takes the sparse SVD path; it must give the dense
+    eigendecomposition's basis, eigenvalues and signs."""
+    import scipy.sparse as sp
+
+    from fedrec.recsys import power_svd
+
+    M = sp.random(400, 250, density=0.05, format="csr", random_state=3)
+    V_dense, w_dense = power_svd.true_eigenspace(M, 6)
+    monkeypatch.setattr(power_svd, "DENSE_EIGH_MAX_D", 10)
+    V_sparse, w_sparse = power_svd.true_eigenspace(M, 6)
+    np.testing.assert_allclose(w_sparse, w_dense, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(V_sparse, V_dense, atol=1e-9)
