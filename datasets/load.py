@@ -56,8 +56,14 @@ def _prepare(spec: DatasetSpec, raw: RawData) -> InteractionData:
             )
         train = binarize(raw.train, spec.implicit, spec.min_rating)
         test = binarize(raw.test, spec.implicit, spec.min_rating)
+    item_features = raw.item_features
+    if spec.drop_cold_items:  # after the split: the items it left without a training row
+        keep = np.flatnonzero(train.getnnz(axis=0) > 0)
+        train, test = train[:, keep].tocsr(), test[:, keep].tocsr()
+        if item_features is not None and item_features.shape[0] == raw.shape[1]:
+            item_features = item_features[keep]
     n_users, n_items = train.shape
-    for label, feats, n in (("user", raw.user_features, n_users), ("item", raw.item_features, n_items)):
+    for label, feats, n in (("user", raw.user_features, n_users), ("item", item_features, n_items)):
         if feats is not None and feats.shape[0] != n:
             raise DataError(f"{spec.name}: {feats.shape[0]} {label} feature rows for {n} {label}s")
     rng = np.random.default_rng([spec.seed, _STREAM_COLD])
@@ -68,7 +74,7 @@ def _prepare(spec: DatasetSpec, raw: RawData) -> InteractionData:
         train=train,
         test=test,
         user_features=raw.user_features,
-        item_features=raw.item_features,
+        item_features=item_features,
         user_attributes=raw.user_attributes,
         cold_users=cold_users,
         cold_items=cold_items,

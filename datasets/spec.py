@@ -52,6 +52,7 @@ _CONFIG_KEYS: dict[str, str] = {
     "synthetic_feature_noise": "synthetic-feature-noise",
     "cold_start_users": "cold-start-users",
     "cold_start_items": "cold-start-items",
+    "drop_cold_items": "drop-cold-items",
 }
 
 
@@ -74,6 +75,7 @@ class DatasetSpec:
     synthetic_feature_noise: float = 1.0
     cold_start_users: float = 0.0
     cold_start_items: float = 0.0
+    drop_cold_items: bool = False
 
     def __post_init__(self) -> None:
         """Reject bad values up front, before any loading work is done."""
@@ -102,6 +104,9 @@ class DatasetSpec:
                 )
         if self.min_rating < 0:
             raise ValueError(f"min-rating must be >= 0, got {self.min_rating}")
+        if self.drop_cold_items and self.cold_start_items > 0:
+            raise ValueError("drop-cold-items removes the items without a training "
+                             "interaction, cold-start-items makes them: set one of the two")
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> "DatasetSpec":

@@ -145,6 +145,8 @@ CORE_KEYS: tuple[Key, ...] = (
         min=0.0, max=0.99, used_by="cold-start protocols"),
     Key("cold-start-items", 0.0, "fraction of items held out entirely as cold-start items",
         min=0.0, max=0.99, used_by="cold-start protocols"),
+    Key("drop-cold-items", False, "after the split, remove the items without a training "
+        "interaction from the catalogue (LP-GCN needs every item to have one)"),
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -359,3 +360,22 @@ def test_ml1m_real(shared_data: Path) -> None:
     assert len(data.user_attributes["zip"]) == 2999
     parts = partition_users(data, PartitionSpec("silo-zip", 10))  # first digits 0-9
     assert sum(map(len, parts)) == 2999
+
+
+def test_drop_cold_items_removes_exactly_the_items_without_a_training_interaction() -> None:
+    """LP-GCN needs every catalogue item to have a training interaction; drop-cold-items
+    removes the others after the split, test interactions on them included, and nothing
+    else, so the rest of the split is the one every other protocol sees."""
+    base = DatasetSpec(name="synthetic", synthetic_users=60, synthetic_items=200,
+                       synthetic_density=0.01, seed=2)
+    full = load_dataset(base)
+    cold = np.flatnonzero(full.train.getnnz(axis=0) == 0)
+    assert len(cold) > 0  # the sparse synthetic split leaves some items without training
+    warm = load_dataset(dataclasses.replace(base, drop_cold_items=True))
+    keep = np.setdiff1d(np.arange(full.n_items), cold)
+    assert warm.n_items == full.n_items - len(cold)
+    assert warm.train.getnnz(axis=0).min() >= 1
+    assert (warm.train != full.train[:, keep]).nnz == 0
+    assert (warm.test != full.test[:, keep]).nnz == 0
+    with pytest.raises(ValueError, match="set one of the two"):
+        dataclasses.replace(base, drop_cold_items=True, cold_start_items=0.1)
