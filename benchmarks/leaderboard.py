@@ -1,0 +1,299 @@
+"""Every protocol on the same splits, side by side: NDCG@20 and Recall@20 beside item
+popularity and the protocol's own centralized reference, bytes per node, synchronous rounds,
+what the server sees and epsilon where DP applies.
+
+Each cell is one protocol on one dataset, run as a user runs it (``run_in_simulation``: a
+Flower simulation, the project's ServerApp and ClientApp, ``compare=True`` for the
+centralized reference and popularity on the same split). Every dataset's split is its
+loader's: seed 0, each user's interactions 80/20 (ML-100K, ML-1M), or the published LightGCN
+split (Gowalla, Yelp2018). Implicit protocols read the interactions as 1s; the explicit ones
+(DP prototypes, FedMVMF/PrivMVMF) read the ratings of the same interactions. Every
+protocol's metrics are its own nodes' sums: binary relevance of held-out interactions over
+the unseen catalogue, except MVMF's, which ranks the paper's candidate set with test ratings
+>= 4 relevant (marked in the table).
+
+Cells are written as they finish, so ``--resume`` continues an interrupted board; the
+default cells take about an hour on 2 cores.
+
+    python benchmarks/leaderboard.py                       # ML-100K and ML-1M, every protocol
+    python benchmarks/leaderboard.py --resume              # only the cells not yet in the file
+    python benchmarks/leaderboard.py --datasets ml-100k --protocols fedmf privirec
+    python benchmarks/leaderboard.py --markdown-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package named benchmarks
+
+from benchmarks._report import (  # noqa: E402
+    log,
+    machine_info,
+    rewrite_markdown,
+    stored_result,
+    write_report,
+)
+
+OUT = REPO / "results" / "leaderboard.json"
+LABEL = {"ml-100k": "ML-100K", "ml-1m": "ML-1M (users 1-2999)", "gowalla": "Gowalla",
+         "yelp2018": "Yelp2018"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One protocol on one dataset: its run config, node count and node policy."""
+
+    protocol: str
+    dataset: str
+    nodes: int
+    config: dict[str, Any] = field(default_factory=dict)
+    policy: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.dataset}/{self.protocol}"
+
+
+#: What each protocol needs from its nodes' policy beyond the safe default.
+POLICY = {
+    "dp-prototypes": {"dp-budget": 1.0},
+    "fedsvd-privacy": {"dp-budget": 1e9},
+    "fedpower": {"dp-budget": 1e9},
+    "fedsvd-utility": {"allow-noise-removal": True, "allow-ckks": True},
+    "privmvmf": {"allow-ckks": True},
+}
+#: Per protocol, the run config on a MovieLens split (everything else at its default).
+SETTINGS: dict[str, dict[str, Any]] = {
+    "fedmf": {},
+    "privirec": {},
+    "privirec-k": {},
+    # LP-GCN needs every item to have a training interaction: the split without the items
+    # it left cold (1 of ML-100K's 1,682), the same interactions otherwise
+    "lpgcn": {"lpgcn-epochs": 3, "lpgcn-dim": 20, "lpgcn-layers": 3, "lpgcn-lr": 0.01,
+              "lpgcn-reg": 1e-3, "drop-cold-items": True},
+    "fedpower": {},
+    "fedsvd-utility": {},
+    "fedsvd-privacy": {},
+    "dp-prototypes": {"implicit": False, "partition": "silo-zip", "dpp-k": 10},
+    "fedmvmf": {"implicit": False, "mvmf-top-k": 20, "item-servers": 1},
+    "privmvmf": {"implicit": False, "mvmf-top-k": 20, "item-servers": 1},
+}
+#: Node counts other than the default 8: DP prototypes' zip silos; FedSVD's nodes draw every
+#: noise value with OpenDP's exact sampler (~5,000 values/s here: d x r per iteration), so
+#: its cells use 4 nodes to stay within the hour.
+NODES = {"dp-prototypes": {"ml-100k": 11, "ml-1m": 10},
+         **{p: {"ml-100k": 4, "ml-1m": 4} for p in ("fedpower", "fedsvd-utility",
+                                                   "fedsvd-privacy")}}
+ORDER = ["fedmf", "privirec", "privirec-k", "lpgcn", "fedpower", "fedsvd-utility",
+         "fedsvd-privacy", "dp-prototypes", "fedmvmf", "privmvmf"]
+
+
+def cells(datasets: list[str], protocols: list[str]) -> list[Cell]:
+    out = []
+    for ds in datasets:
+        for proto in protocols:
+            # a generous per-request timeout: a board runs for an hour on a shared machine
+            cfg = {"protocol": proto, "dataset": ds, "seed": 0, "timeout": 900.0,
+                   **SETTINGS[proto]}
+            if proto == "dp-prototypes" and ds == "ml-1m":
+                cfg["dpp-k"] = 50  # Fig. 3's k on ML-1M
+            out.append(Cell(proto, ds, NODES.get(proto, {}).get(ds, 8), cfg,
+                            POLICY.get(proto, {})))
+    return out
+
+
+def _metric_keys(metrics: dict[str, Any]) -> list[str]:
+    """Model prefixes ("" or "gf-cf/") of the NDCG@20 entries a run reports."""
+    return sorted(k[: -len("ndcg@20")] for k in metrics if k.endswith("ndcg@20"))
+
+
+def _epsilon(privacy: Any) -> float | None:
+    """The run's DP epsilon, wherever its protocol reports it (``run_epsilon`` first)."""
+    found: list[float] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, dict):
+            for key in ("run_epsilon", "epsilon"):
+                v = x.get(key)
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+                    found.append(float(v))
+                    return
+            for v in x.values():
+                walk(v)
+
+    walk(privacy)
+    return found[0] if found else None
+
+
+def server_sees(protocol: str, privacy: dict[str, Any]) -> str:
+    """masked / encrypted / noised / plain, from the sums the run recorded and its DP."""
+    forms = {s.get("form") for s in privacy.get("sums", []) if isinstance(s, dict)}
+    kinds = []
+    if "plain" in forms:
+        kinds.append("plain")
+    if forms & {"masked"}:
+        kinds.append("masked")
+    if forms & {"encrypted", "ckks"}:
+        kinds.append("encrypted")
+    if protocol in ("dp-prototypes", "fedpower", "fedsvd-privacy", "fedsvd-utility"):
+        kinds.append("noised")
+    if protocol == "lpgcn":
+        kinds.append("sealed mail + covered partials")
+    return " + ".join(kinds) or "-"
+
+
+def run_cell(cell: Cell) -> dict[str, Any]:
+    from fl_app.simulation import run_in_simulation
+
+    t0 = time.perf_counter()
+    record = run_in_simulation(cell.config, cell.nodes, quiet=True, compare=True,
+                               node_policy=cell.policy)
+    wall = time.perf_counter() - t0
+    comp = record["comparison"]
+    comm = record["communication"]
+    bpn = comm["bytes_per_node"]
+    return {"protocol": cell.protocol, "dataset": cell.dataset, "nodes": cell.nodes,
+            "config": {k: v for k, v in record["config"].items()
+                       if k in cell.config or k in ("aggregator",)},
+            "node_policy": cell.policy, "federated": comp["federated"],
+            "centralized": comp.get("centralized", {}), "popularity": comp["popularity"],
+            "rounds": comm["total_rounds"], "bytes_per_node": bpn["mean_down"] + bpn["mean_up"],
+            "server_sees": server_sees(cell.protocol, record["privacy"]),
+            "epsilon": _epsilon(record["privacy"].get("dp", record["privacy"])),
+            "seconds": {"wall": wall, "federated": record["seconds"],
+                        "centralized": comp.get("centralized_seconds")}}
+
+
+def _f(x: Any, fmt: str = "{:.4f}") -> str:
+    return fmt.format(x) if isinstance(x, (int, float)) and math.isfinite(x) else "-"
+
+
+def rows(result: dict[str, Any], dataset: str) -> list[dict[str, Any]]:
+    """One row per (protocol, model) of ``dataset``, best NDCG@20 first."""
+    out = []
+    for cell in result["cells"].values():
+        if cell["dataset"] != dataset:
+            continue
+        fed, cen = cell["federated"], cell["centralized"]
+        for prefix in _metric_keys(fed):
+            name = cell["protocol"] + (f" ({prefix.rstrip('/')})" if prefix else "")
+            if cell["protocol"] in ("fedmvmf", "privmvmf"):
+                name += " *"
+            out.append({"name": name, "ndcg": fed[f"{prefix}ndcg@20"],
+                        "recall": fed.get(f"{prefix}recall@20"),
+                        "cen_ndcg": cen.get(f"{prefix}ndcg@20"), "cell": cell})
+    return sorted(out, key=lambda r: -r["ndcg"])
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = ["# Leaderboard: every protocol on the same splits", "",
+             "NDCG@20 and Recall@20 of the federated run, its centralized reference (the same "
+             "math in one process) and item popularity on the same split; bytes per node (down "
+             "+ up, mean over nodes), synchronous rounds, what the server sees, and epsilon "
+             "where DP applies. `*`: MVMF's own metric (the paper's candidate set, test "
+             "ratings >= 4 relevant). LP-GCN runs on the split without the items it left "
+             "without a training interaction (`drop-cold-items`; LP-GCN refuses them), its "
+             "reference on the same. Command: `python benchmarks/leaderboard.py --resume`.",
+             ""]
+    for ds in LABEL:
+        rs = rows(result, ds)
+        if not rs:
+            continue
+        pop = next(iter(r["cell"]["popularity"] for r in rs))
+        lines += [f"## {LABEL[ds]}", "",
+                  f"Item popularity: NDCG@20 {_f(pop.get('ndcg@20'))}, Recall@20 "
+                  f"{_f(pop.get('recall@20'))}.", "",
+                  "| protocol | NDCG@20 | centralized | fed / cen | Recall@20 | vs popularity "
+                  "| MB per node | rounds | server sees | epsilon | nodes |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in rs:
+            c = r["cell"]
+            ratio = r["ndcg"] / r["cen_ndcg"] if r["cen_ndcg"] else None
+            lift = r["ndcg"] / pop["ndcg@20"] if pop.get("ndcg@20") else None
+            lines.append(
+                f"| {r['name']} | {_f(r['ndcg'])} | {_f(r['cen_ndcg'])} | "
+                f"{_f(ratio, '{:.3f}')} | {_f(r['recall'])} | {_f(lift, '{:.2f}x')} | "
+                f"{c['bytes_per_node'] / 1e6:.2f} | {c['rounds']} | {c['server_sees']} | "
+                f"{_f(c['epsilon'], '{:g}')} | {c['nodes']} |")
+        best = rs[0]
+        private = [r for r in rs if r["cell"]["epsilon"] is not None]
+        lines += ["", f"Best NDCG@20: {best['name']} ({_f(best['ndcg'])}, "
+                  f"{_f(best['ndcg'] / pop['ndcg@20'], '{:.2f}')}x popularity)."
+                  + (f" Best with a DP guarantee: {private[0]['name']} "
+                     f"({_f(private[0]['ndcg'])} at epsilon {private[0]['cell']['epsilon']:g})."
+                     if private else ""), ""]
+    failed = result.get("failed", {})
+    if failed:
+        lines += ["## Cells that did not run", "",
+                  "A protocol that refuses a split says why; the board shows it, not a number.",
+                  ""] + [f"- `{key}`: {why}" for key, why in sorted(failed.items())] + [""]
+    lines += ["Plot: `results/leaderboard.png`. Machine: "
+              f"{result.get('machine', {})}.", ""]
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets = [ds for ds in LABEL if rows(result, ds)]
+    if not datasets:
+        return
+    fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.5), squeeze=False)
+    for ax, ds in zip(axes[0], datasets):
+        rs = rows(result, ds)[::-1]
+        ax.barh([r["name"] for r in rs], [r["ndcg"] for r in rs], label="federated")
+        ax.scatter([r["cen_ndcg"] or 0 for r in rs], range(len(rs)), color="black", marker="|",
+                   s=200, label="centralized", zorder=3)
+        ax.axvline(rs[0]["cell"]["popularity"]["ndcg@20"], color="grey", ls=":",
+                   label="popularity")
+        ax.set_title(f"{LABEL[ds]}: NDCG@20")
+        ax.tick_params(axis="y", labelsize=7)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--datasets", nargs="+", default=["ml-100k", "ml-1m"], choices=list(LABEL))
+    ap.add_argument("--protocols", nargs="+", default=ORDER, choices=ORDER)
+    ap.add_argument("--resume", action="store_true", help="skip cells already in the file")
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--markdown-only", action="store_true")
+    args = ap.parse_args()
+    if args.markdown_only:
+        rewrite_markdown(args.out, markdown)
+        plot(stored_result(args.out), args.out.with_suffix(".png"))
+        return
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+    result = (stored_result(args.out) if args.resume else None) or {"cells": {}}
+    todo = [c for c in cells(args.datasets, args.protocols) if c.key not in result["cells"]]
+    for i, cell in enumerate(todo, 1):
+        log(f"[{i}/{len(todo)}] {cell.key}: {cell.nodes} nodes")
+        try:
+            result["cells"][cell.key] = run_cell(cell)
+            result.get("failed", {}).pop(cell.key, None)
+        except Exception as exc:  # a failed cell is reported, the board goes on
+            log(f"  {cell.key} failed: {type(exc).__name__}: {exc}")
+            result.setdefault("failed", {})[cell.key] = f"{type(exc).__name__}: {exc}"
+        result["machine"] = machine_info()
+        write_report(args.out, result, markdown(result))
+        plot(result, args.out.with_suffix(".png"))
+
+
+if __name__ == "__main__":
+    main()

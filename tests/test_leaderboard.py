@@ -1,0 +1,55 @@
+"""The leaderboard (benchmarks/leaderboard.py): rows come from the runs' own records, what the
+server sees and epsilon are read from each run's privacy section, a refused cell is shown
+with its reason, and every cell of the default board is declared with its node policy."""
+
+from __future__ import annotations
+
+from benchmarks import leaderboard as lb
+
+
+def _cell(protocol: str, fed: dict, privacy: dict | None = None, **kw) -> dict:
+    return {"protocol": protocol, "dataset": "ml-100k", "nodes": 8, "federated": fed,
+            "centralized": kw.get("centralized", {}), "popularity": {"ndcg@20": 0.2,
+                                                                   "recall@20": 0.15},
+            "rounds": 10, "bytes_per_node": 2e6,
+            "server_sees": lb.server_sees(protocol, privacy or {}),
+            "epsilon": lb._epsilon(privacy or {})}
+
+
+def test_rows_rank_every_model_of_every_cell_and_keep_its_reference() -> None:
+    result = {"cells": {
+        "ml-100k/privirec": _cell("privirec", {"gf-cf/ndcg@20": 0.37, "gf-cf/recall@20": 0.31,
+                                               "bspm-lm/ndcg@20": 0.35},
+                                  {"sums": [{"form": "masked"}]},
+                                  centralized={"gf-cf/ndcg@20": 0.38}),
+        "ml-100k/dp-prototypes": _cell("dp-prototypes", {"ndcg@20": 0.02},
+                                       {"sums": [{"form": "masked"}],
+                                        "dp": {"run_epsilon": 1.0, "epsilon": 1.0}}),
+    }, "failed": {"ml-100k/lpgcn": "RunFailedError: an item without training"}}
+    rows = lb.rows(result, "ml-100k")
+    assert [r["name"] for r in rows] == ["privirec (gf-cf)", "privirec (bspm-lm)",
+                                         "dp-prototypes"]
+    assert rows[0]["cen_ndcg"] == 0.38 and rows[1]["cen_ndcg"] is None
+    text = lb.markdown(result)
+    assert "| privirec (gf-cf) | 0.3700 | 0.3800 | 0.974 | 0.3100 | 1.85x |" in text
+    assert "| dp-prototypes | 0.0200 |" in text and "masked + noised | 1 |" in text
+    assert "Best with a DP guarantee: dp-prototypes (0.0200 at epsilon 1)" in text
+    assert "`ml-100k/lpgcn`: RunFailedError: an item without training" in text
+
+
+def test_what_the_server_sees_follows_the_recorded_sums() -> None:
+    assert lb.server_sees("fedmf", {"sums": [{"form": "plain"}]}) == "plain"
+    assert lb.server_sees("privmvmf", {"sums": [{"form": "ckks"}]}) == "encrypted"
+    assert lb.server_sees("fedsvd-privacy", {"sums": [{"form": "masked"}]}) == "masked + noised"
+    assert lb._epsilon({"sums": []}) is None
+
+
+def test_every_default_cell_is_declared_with_its_policy() -> None:
+    cells = lb.cells(["ml-100k", "ml-1m"], lb.ORDER)
+    assert len(cells) == 2 * len(lb.ORDER) == len({c.key for c in cells})
+    by = {c.key: c for c in cells}
+    assert by["ml-1m/dp-prototypes"].config["dpp-k"] == 50  # Fig. 3's k on ML-1M
+    assert by["ml-100k/dp-prototypes"].nodes == 11 and by["ml-1m/dp-prototypes"].nodes == 10
+    assert by["ml-100k/lpgcn"].config["drop-cold-items"] is True
+    assert by["ml-100k/privmvmf"].policy == {"allow-ckks": True}
+    assert by["ml-100k/fedmf"].policy == {}  # the safe default: SecAgg+, nothing opted in
