@@ -117,17 +117,19 @@ def _metric_keys(metrics: dict[str, Any]) -> list[str]:
     return sorted(k[: -len("ndcg@20")] for k in metrics if k.endswith("ndcg@20"))
 
 
-def _epsilon(privacy: Any) -> float | None:
-    """The run's DP epsilon, wherever its protocol reports it (``run_epsilon`` first)."""
+def _epsilon(privacy: Any, valid: bool = True) -> float | None:
+    """The run's DP epsilon, wherever its protocol reports it (``run_epsilon`` first); with
+    ``valid=False``, a claimed epsilon the record marks as not a guarantee (FedPower's)."""
     found: list[float] = []
 
     def walk(x: Any) -> None:
         if isinstance(x, dict):
-            for key in ("run_epsilon", "epsilon"):
-                v = x.get(key)
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
-                    found.append(float(v))
-                    return
+            if (x.get("valid") is not False) == valid:  # this dict's kind of epsilon
+                for key in ("run_epsilon", "epsilon"):
+                    v = x.get(key)
+                    if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+                        found.append(float(v))
+                        return
             for v in x.values():
                 walk(v)
 
@@ -170,6 +172,8 @@ def run_cell(cell: Cell) -> dict[str, Any]:
             "rounds": comm["total_rounds"], "bytes_per_node": bpn["mean_down"] + bpn["mean_up"],
             "server_sees": server_sees(cell.protocol, record["privacy"]),
             "epsilon": _epsilon(record["privacy"].get("dp", record["privacy"])),
+            "epsilon_not_valid": _epsilon(record["privacy"].get("dp", record["privacy"]),
+                                          valid=False),
             "seconds": {"wall": wall, "federated": record["seconds"],
                         "centralized": comp.get("centralized_seconds")}}
 
@@ -193,6 +197,13 @@ def rows(result: dict[str, Any], dataset: str) -> list[dict[str, Any]]:
                         "recall": fed.get(f"{prefix}recall@20"),
                         "cen_ndcg": cen.get(f"{prefix}ndcg@20"), "cell": cell})
     return sorted(out, key=lambda r: -r["ndcg"])
+
+
+def _epsilon_cell(cell: dict[str, Any]) -> str:
+    if cell.get("epsilon") is not None:
+        return f"{cell['epsilon']:g}"
+    claim = cell.get("epsilon_not_valid")
+    return f"none (claims {claim:.3g}, not a guarantee)" if claim else "-"
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -224,7 +235,7 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {r['name']} | {_f(r['ndcg'])} | {_f(r['cen_ndcg'])} | "
                 f"{_f(ratio, '{:.3f}')} | {_f(r['recall'])} | {_f(lift, '{:.2f}x')} | "
                 f"{c['bytes_per_node'] / 1e6:.2f} | {c['rounds']} | {c['server_sees']} | "
-                f"{_f(c['epsilon'], '{:g}')} | {c['nodes']} |")
+                f"{_epsilon_cell(c)} | {c['nodes']} |")
         best = rs[0]
         private = [r for r in rs if r["cell"]["epsilon"] is not None]
         lines += ["", f"Best NDCG@20: {best['name']} ({_f(best['ndcg'])}, "

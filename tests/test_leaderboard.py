@@ -42,6 +42,11 @@ def test_what_the_server_sees_follows_the_recorded_sums() -> None:
     assert lb.server_sees("privmvmf", {"sums": [{"form": "ckks"}]}) == "encrypted"
     assert lb.server_sees("fedsvd-privacy", {"sums": [{"form": "masked"}]}) == "masked + noised"
     assert lb._epsilon({"sums": []}) is None
+    # FedPower's claimed epsilon is marked not valid: it is no DP guarantee on the board
+    fedpower = {"dp": {"epsilon": 10.7, "valid": False, "reason": "noise after D"}}
+    assert lb._epsilon(fedpower) is None and lb._epsilon(fedpower, valid=False) == 10.7
+    cell = {"epsilon": None, "epsilon_not_valid": 10.7}
+    assert lb._epsilon_cell(cell) == "none (claims 10.7, not a guarantee)"
 
 
 def test_every_default_cell_is_declared_with_its_policy() -> None:
