@@ -349,3 +349,24 @@ def test_privmvmf_in_a_flower_simulation() -> None:
     assert record["metrics"]["ndcg@10"] > 0
     assert {s["form"] for s in record["privacy"]["sums"]} == {"encrypted"}
     assert set(record["communication"]["phases"]) >= {"item-server", "train", "train:decrypt"}
+
+
+def test_ml1m_users_become_dummy_attributes_and_bad_values_are_named() -> None:
+    """PrivMVMF on ML-1M: users.dat's age code, gender, occupation and zip region as dummies
+    (7 + 2 + 21 + 11 columns), one per group per user; an unknown code names the attribute
+    and the local row, never the value."""
+    from fedrec.recsys.multiview import attribute_dim, attribute_matrix
+
+    attrs = {"age": np.array([1, 56, 25]), "gender": np.array(["F", "M", "M"]),
+             "occupation": np.array(["other", "writer", "scientist"]),
+             "zip": np.array(["48067", "55455", "T8N 2P1"])}
+    X = attribute_matrix(attrs, "ml-1m")
+    assert X.shape == (3, attribute_dim("ml-1m")) == (3, 41)
+    np.testing.assert_array_equal(X.sum(axis=1), [4, 4, 4])  # one dummy per group
+    assert X[0, 0] == 1 and X[1, 6] == 1  # age codes 1 and 56: first and last group
+    assert X[2, -1] == 1  # a zip that does not start with a digit: the 'other' region
+    with pytest.raises(ValueError, match="attribute 'age' of local user row 1"):
+        attribute_matrix({**attrs, "age": np.array([1, 30, 25])}, "ml-1m")
+    with pytest.raises(ValueError, match="attribute 'occupation' of local user row 2"):
+        attribute_matrix({**attrs, "occupation": np.array(["writer", "writer", "pilot"])},
+                         "ml-1m")

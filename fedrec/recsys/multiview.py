@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from datasets.movielens import ML1M_AGE_CODES, ML1M_OCCUPATIONS
 from fedrec.recsys.mf import Adam
 
 WEIGHTINGS = ("obsonly", "inclunc", "sampled")
@@ -101,10 +102,13 @@ def attribute_dim(dataset: str, synthetic_clusters: int = 10) -> int:
     """l_x, the number of dummy user attributes of a dataset (public: the schema)."""
     if dataset == "ml-100k":
         return ML100K_AGE_GROUPS + 2 + len(ML100K_OCCUPATIONS) + ML100K_REGIONS
+    if dataset == "ml-1m":
+        return len(ML1M_AGE_CODES) + 2 + len(ML1M_OCCUPATIONS) + ML100K_REGIONS
     if dataset == "synthetic":
         return int(synthetic_clusters)
     raise ValueError(f"MVMF has no user-attribute schema for dataset {dataset!r} (it needs "
-                     "dummy user attributes: ml-100k u.user or the synthetic clusters)")
+                     "dummy user attributes: ml-100k u.user, ml-1m users.dat or the synthetic "
+                     "clusters)")
 
 
 def _one_hot(codes: np.ndarray, n: int) -> np.ndarray:
@@ -130,6 +134,8 @@ def attribute_matrix(attrs: Mapping[str, np.ndarray], dataset: str,
             raise ValueError(f"{who}: attribute 'cluster' of local user row {int(bad[0])} is "
                              f"outside 0..{synthetic_clusters - 1}")
         return _one_hot(cl, synthetic_clusters)
+    if dataset == "ml-1m":
+        return _ml1m_attributes(attrs, who)
     if dataset != "ml-100k":
         attribute_dim(dataset)  # raises the schema error
     missing = [k for k in ("age", "gender", "occupation", "zip") if k not in attrs]
@@ -161,6 +167,41 @@ def attribute_matrix(attrs: Mapping[str, np.ndarray], dataset: str,
                       _one_hot((gender == "M").astype(np.int64), 2),
                       _one_hot(occ_codes, len(ML100K_OCCUPATIONS)),
                       _one_hot(region, ML100K_REGIONS)])
+
+
+def _zip_regions(attrs: Mapping[str, np.ndarray]) -> np.ndarray:
+    """First zip digit 0-9, or 10 for any other code (ML-100K's Canadian codes)."""
+    zips = np.asarray(attrs["zip"]).astype(str)
+    return np.array([int(z[0]) if z[:1].isdigit() else 10 for z in zips], dtype=np.int64)
+
+
+def _ml1m_attributes(attrs: Mapping[str, np.ndarray], who: str) -> np.ndarray:
+    """ML-1M users.dat as dummies: age code (7), gender, occupation (21), zip region (11)."""
+    missing = [k for k in ("age", "gender", "occupation", "zip") if k not in attrs]
+    if missing:
+        raise ValueError(f"{who}: ML-1M user attributes lack {missing} (is users.dat there?)")
+    age = np.asarray(attrs["age"], dtype=np.int64)
+    known = np.isin(age, ML1M_AGE_CODES)
+    if not known.all():
+        raise ValueError(f"{who}: attribute 'age' of local user row "
+                         f"{int(np.flatnonzero(~known)[0])} is not one of users.dat's age codes")
+    gender = np.asarray(attrs["gender"]).astype(str)
+    bad = np.flatnonzero(~np.isin(gender, ("F", "M")))
+    if bad.size:
+        raise ValueError(f"{who}: attribute 'gender' of local user row {int(bad[0])} is not "
+                         "F or M")
+    occ = np.asarray(attrs["occupation"]).astype(str)
+    index = {name: i for i, name in enumerate(ML1M_OCCUPATIONS)}
+    unknown = [i for i, o in enumerate(occ) if o not in index]
+    if unknown:
+        raise ValueError(f"{who}: attribute 'occupation' of local user row {unknown[0]} is not "
+                         "one of users.dat's 21")
+    return np.hstack([_one_hot(np.searchsorted(np.array(ML1M_AGE_CODES), age),
+                               len(ML1M_AGE_CODES)),
+                      _one_hot((gender == "M").astype(np.int64), 2),
+                      _one_hot(np.array([index[o] for o in occ], dtype=np.int64),
+                               len(ML1M_OCCUPATIONS)),
+                      _one_hot(_zip_regions(attrs), ML100K_REGIONS)])
 
 
 def check_attributes(X: np.ndarray, who: str = "this node") -> np.ndarray:
