@@ -1,10 +1,11 @@
-"""FedMVMF vs PrivMVMF on ML-100K (paper 004): Table 4 (three scenarios), Table 5 (seconds
+"""FedMVMF vs PrivMVMF on ML-100K or ML-1M (paper 004): Table 4 (three scenarios), Table 5 (seconds
 per epoch per phase), Table 3 (the server reconstruction attack, four scenarios), the
 Laplace-noise sweep (PNG) and the attack pointed at what the PrivMVMF server receives.
 
     python benchmarks/mvmf.py [--seeds 5] [--priv-seeds 1] [--epochs 200] [--attack-users 20]
 
-Writes ``results/mvmf/ml-100k.{json,md,png}``. The protocols run on an in-process Flower grid
+Writes ``results/mvmf/<dataset>.{json,md,png}`` (``--dataset ml-1m``: users 1-2999, genres
+standing in for the tag genome, which is not available). The protocols run on an in-process Flower grid
 (``tests/localgrid.py``: the ClientApp's handlers, the real aggregators; nodes run one after
 another in this process) with 5 user nodes and the item server. ``--epochs 200`` is the
 paper's |epo| x |iter| = 20 x 10 server steps (one round each; docs/protocols/mvmf.md).
@@ -46,9 +47,16 @@ METRICS = ("ndcg@10", "precision@10", "recall@10", "f1@10")
 BASELINES = ("popularity", "item-mean")
 
 
+#: The dataset of this run (``--dataset``): ML-100K, or ML-1M's users 1-2999 with users.dat's
+#: attributes and movies.dat's genres (the paper's tag genome is not available).
+DATASET = {"name": "ml-100k"}
+LABELS = {"ml-100k": "ML-100K", "ml-1m": "ML-1M (users 1-2999, genres for the tag genome)"}
+
+
 def _config(proto: str, agg: str, seed: int, epochs: int, split: dict[str, Any],
             data_dir: str, scenario: str) -> dict[str, Any]:
-    return {"protocol": proto, "aggregator": agg, "dataset": "ml-100k", "data-dir": data_dir,
+    return {"protocol": proto, "aggregator": agg, "dataset": DATASET["name"],
+            "data-dir": data_dir,
             "implicit": False, "seed": seed, "rounds": epochs, "item-servers": 1,
             "partition": "shards-random", **split,
             "run-name": f"bench-mvmf-{proto}-{scenario}-{seed}"}
@@ -139,9 +147,9 @@ def table4(seeds: int, priv_seeds: int, epochs: int, nodes: int,
 
 
 def attack(users: int, sweep_users: int, epochs: int, data_dir: str) -> dict[str, Any]:
-    data = load_dataset(DatasetSpec(name="ml-100k", data_dir=data_dir, implicit=False,
+    data = load_dataset(DatasetSpec(name=DATASET["name"], data_dir=data_dir, implicit=False,
                                     test_ratio=0.0))
-    X = attribute_matrix(data.user_attributes, "ml-100k")
+    X = attribute_matrix(data.user_attributes, DATASET["name"])
     rng = np.random.default_rng(0)
     sample = rng.choice(data.n_users, users, replace=False)
     result: dict[str, Any] = {}
@@ -233,7 +241,8 @@ def _cell(v: dict[str, float] | None) -> str:
 
 def markdown(res: dict[str, Any]) -> str:
     cfg = res["config"]
-    lines = ["# FedMVMF vs PrivMVMF (paper 004), ML-100K", "",
+    lines = [f"# FedMVMF vs PrivMVMF (paper 004), {LABELS[res.get('dataset', 'ml-100k')]}",
+             "",
              f"Config: {cfg}", "", "Machine: " + str(res["machine"]), "",
              f"## Table 4 (mean +- std over seeds; FedMVMF and the baselines {cfg['seeds']} "
              f"seeds, PrivMVMF {min(cfg['priv_seeds'], cfg['seeds'])})", "",
@@ -284,7 +293,8 @@ def markdown(res: dict[str, Any]) -> str:
             dr, dx = r - base["baseline_rating"], x - base["baseline_attribute"]
             lines.append(f"| {sc} | {b:g} | {r:.3f} | {dr:+.3f}{' (below chance)' * (dr < 0)} "
                          f"| {x:.3f} | {dx:+.3f}{' (below chance)' * (dx < 0)} |")
-    lines += ["", *noise_claims(res), "", "Plot: ml-100k.png. Wall time of the whole run: "
+    lines += ["", *noise_claims(res), "", f"Plot: {res.get('dataset', 'ml-100k')}.png. Wall "
+              "time of the whole run: "
               f"{res['seconds']:.0f} s.", ""]
     return "\n".join(lines)
 
@@ -333,14 +343,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sweep-users", type=int, default=2)
     ap.add_argument("--attack-epochs", type=int, default=3)
     ap.add_argument("--data-dir", default="")
+    ap.add_argument("--dataset", default="ml-100k", choices=sorted(LABELS))
     ap.add_argument("--markdown-only", action="store_true",
                     help="rewrite the report from the stored JSON")
     args = ap.parse_args(argv)
+    DATASET["name"] = args.dataset
+    out = OUT / f"{args.dataset}.json"
     if args.markdown_only:
-        rewrite_markdown(OUT / "ml-100k.json", markdown)
+        rewrite_markdown(out, markdown)
         return
     t0 = time.perf_counter()
-    res: dict[str, Any] = {"config": vars(args), "machine": machine_info(),
+    res: dict[str, Any] = {"dataset": args.dataset, "config": vars(args),
+                           "machine": machine_info(),
                            "paper_sizes": {"seeds": 5, "epochs": 20, "attack_users": 100}}
     res.update(table4(args.seeds, min(args.priv_seeds, args.seeds), args.epochs, args.nodes,
                       args.data_dir))
@@ -349,9 +363,9 @@ def main(argv: list[str] | None = None) -> None:
     res["epoch_ratio"] = res["epoch_seconds"]["privmvmf"] / res["epoch_seconds"]["fedmvmf"]
     res.update(attack(args.attack_users, args.sweep_users, args.attack_epochs, args.data_dir))
     OUT.mkdir(parents=True, exist_ok=True)
-    plot(res["noise_sweep"], OUT / "ml-100k.png")
+    plot(res["noise_sweep"], out.with_suffix(".png"))
     res["seconds"] = time.perf_counter() - t0
-    write_report(OUT / "ml-100k.json", res, markdown(res))
+    write_report(out, res, markdown(res))
 
 
 if __name__ == "__main__":
