@@ -149,6 +149,17 @@ def best_point(record: dict[str, Any]) -> dict[str, Any] | None:
     return max(curve, key=lambda p: (p[f"ndcg@{K}"], -p["epoch"])) if curve else None
 
 
+def trend(record: dict[str, Any]) -> str:
+    """Where the curve stands, from its points: best at the latest evaluation, or how many
+    evaluations have passed without a better one."""
+    best = best_point(record)
+    if best is None:
+        return "no evaluation yet"
+    later = sum(p["epoch"] > best["epoch"] for p in record["curve"])
+    return ("best NDCG@20 at its latest evaluation" if not later else
+            f"no better NDCG@20 for {later} evaluation(s)")
+
+
 def stopped(record: dict[str, Any], patience: int, max_epochs: int) -> str | None:
     """Why training is over ("patience", "cap") or None while it goes on."""
     best = best_point(record)
@@ -274,9 +285,9 @@ def markdown(result: dict[str, Any]) -> str:
                   "--jobs gowalla yelp2018 --resume`."]
     running = [r for r in jobs.values() if r["status"] == "running" and r["dataset"] in PAPER]
     if running:
-        lines += ["", "A row in progress is not a reproduction yet: its NDCG@20 is still "
-                  "rising. " + "; ".join(
-                      f"{r['dataset']}/{r['backbone']}: {r['epochs']} epochs, at most "
+        lines += ["", "A row in progress is not a reproduction yet. " + "; ".join(
+                      f"{r['dataset']}/{r['backbone']}: {r['epochs']} epochs, "
+                      f"{trend(r)}, at most "
                       f"{(r['max_epochs'] - r['epochs']) * r['train_seconds'] / max(r['epochs'], 1) / 3600:.0f}"
                       " h more on this machine" for r in running) + "."]
     fig11 = [r for r in jobs.values() if r["dataset"] == "ml-100k"]

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package named benchmarks
 REPORT = REPO / "docs" / "reproduction.md"
 
 HOLDS, FAILS, NOT_COMPARABLE = "holds", "does not hold", "not comparable"
@@ -501,8 +502,10 @@ def _table4_rows() -> list[Row]:
 def _training_pending(rec: dict[str, Any]) -> str:
     if rec["status"] != "running":
         return ""
+    from benchmarks.lpgcn_table4 import trend
+
     return (f"training in progress: {rec['epochs']} of at most {rec['max_epochs']} epochs, "
-            "NDCG@20 still improving")
+            f"{trend(rec)}")
 
 
 def _table4_reason(d: Any, key: str) -> str:
