@@ -48,6 +48,14 @@ from benchmarks._report import (  # noqa: E402
     show_protocol_phases,
     write_report,
 )
+from benchmarks.lpgcn_table4 import (  # noqa: E402
+    CHECKPOINTS,
+    JOB_SETS,
+    ML100K_WARM,
+    build_model,
+    checkpoint_path,
+)
+from benchmarks.lpgcn_table4 import load_split as table4_split  # noqa: E402
 from datasets import DatasetSpec, load_dataset  # noqa: E402
 from fedrec.protocols import resolve_config  # noqa: E402
 from fedrec.recsys.metrics import evaluate_ranking, popularity_sums  # noqa: E402
@@ -60,13 +68,14 @@ K = 5
 
 
 def ml100k_warm() -> tuple[Any, Any, dict[str, int]]:
-    """ML-100K ratings >= 4, 80/20 per user, items with no training positive removed:
-    (train, test, what was dropped)."""
-    data = load_dataset(DatasetSpec(name="ml-100k", min_rating=4.0, implicit=True, seed=0))
-    keep = np.flatnonzero(data.train.getnnz(axis=0) > 0)
-    train, test = data.train[:, keep].tocsr(), data.test[:, keep].tocsr()
-    return train, test, {"dropped_items": int(data.n_items - len(keep)),
-                         "dropped_test_interactions": int(data.test.nnz - test.nnz)}
+    """(train, test, what was dropped) of :data:`ML100K_WARM`."""
+    import dataclasses
+
+    data = load_dataset(ML100K_WARM)
+    full = load_dataset(dataclasses.replace(ML100K_WARM, drop_cold_items=False))
+    return data.train, data.test, {
+        "dropped_items": int(full.n_items - data.n_items),
+        "dropped_test_interactions": int(full.test.nnz - data.test.nnz)}
 
 
 def ml100k_without_cold_items(folder: Path) -> dict[str, Any]:
@@ -228,9 +237,6 @@ def late_steps(steps: int, nodes: int, out: Path) -> None:
     """Federated steps continued from the Table 4 run's latest Gowalla checkpoint (every node
     starts from it: node config ``lpgcn-init``) against the centralized run's same steps;
     results/lpgcn/late_steps.{json,md}."""
-    from benchmarks.lpgcn_table4 import CHECKPOINTS, JOB_SETS, build_model, checkpoint_path
-    from benchmarks.lpgcn_table4 import load_split as table4_split
-
     job = next(j for j in JOB_SETS["gowalla"] if j.backbone == "lightgcn+")
     path = checkpoint_path(CHECKPOINTS, job)
     if not path.is_file():

@@ -417,22 +417,16 @@ TABLE4_LPGCN = {  # digest 001 §4 Table 4: (R@20, N@20) per dataset
 
 def _lpgcn_rows() -> list[Row]:
     rows = [
-        Row("001", "Fig. 10 (RQ1)", f"{label}: max |federated - centralized| (loss, metrics)",
+        Row("001", "Fig. 10 (RQ1)", f"{label}: max |federated - centralized|{how}",
             "ML-100K", None, f"{DIG['001']} §3 'Empirical evidence (RQ1, Fig. 10)'",
             at_most(1e-9, "<= 1e-9 (equal up to float64 summation order)"),
             paper_text="curves \"almost overlap\"; final embeddings identical",
-            results="results/lpgcn/ml-100k.json", ours=_lossless(backbone),
+            results=f"results/lpgcn/{stem}.json", ours=_lossless(backbone),
             reason=_lossless_reason(backbone), fmt="{:.1e}")
+        for stem, how in (("ml-100k", " (loss, metrics)"),
+                          ("ml-100k_simulation", ", Flower simulation"))
         for backbone, label in (("lightgcn", "LightGCN"), ("lightgcn+", "LightGCN+"))
     ]
-    rows += [
-        Row("001", "Fig. 10 (RQ1)", f"{label}: max |federated - centralized|, Flower simulation",
-            "ML-100K", None, f"{DIG['001']} §3 'Empirical evidence (RQ1, Fig. 10)'",
-            at_most(1e-9, "<= 1e-9 (equal up to float64 summation order)"),
-            paper_text="curves \"almost overlap\"; final embeddings identical",
-            results="results/lpgcn/ml-100k_simulation.json", ours=_lossless(backbone),
-            reason=_lossless_reason(backbone), fmt="{:.1e}")
-        for backbone, label in (("lightgcn", "LightGCN"), ("lightgcn+", "LightGCN+"))]
     rows.append(Row(
         "001", "Fig. 10 (RQ1)", "max relative loss difference, federated steps late in training",
         "ML-100K", None, f"{DIG['001']} §3 'Empirical evidence (RQ1, Fig. 10)'",

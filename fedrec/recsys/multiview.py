@@ -149,24 +149,32 @@ def attribute_matrix(attrs: Mapping[str, np.ndarray], dataset: str,
                          f"the schema's range {lo}..{hi}")
     groups = np.minimum(((age - lo) / ((hi - lo) / ML100K_AGE_GROUPS)).astype(np.int64),
                         ML100K_AGE_GROUPS - 1)
-    gender = np.asarray(attrs["gender"]).astype(str)
-    bad = np.flatnonzero(~np.isin(gender, ("F", "M")))
-    if bad.size:
-        raise ValueError(f"{who}: attribute 'gender' of local user row {int(bad[0])} is not "
-                         "F or M")
-    occ = np.asarray(attrs["occupation"]).astype(str)
-    known = np.isin(occ, ML100K_OCCUPATIONS)
-    if not known.all():
-        raise ValueError(f"{who}: attribute 'occupation' of local user row "
-                         f"{int(np.flatnonzero(~known)[0])} is not one of u.occupation's 21")
-    occ_codes = np.searchsorted(np.array(ML100K_OCCUPATIONS), occ)
+    occ_codes = _codes(attrs, "occupation", ML100K_OCCUPATIONS, "u.occupation's 21", who)
     zips = np.asarray(attrs["zip"]).astype(str)
     region = np.array([int(z[0]) if len(z) == 5 and z.isdigit() else 10 for z in zips],
                       dtype=np.int64)
     return np.hstack([_one_hot(groups, ML100K_AGE_GROUPS),
-                      _one_hot((gender == "M").astype(np.int64), 2),
+                      _gender_dummies(attrs, who),
                       _one_hot(occ_codes, len(ML100K_OCCUPATIONS)),
                       _one_hot(region, ML100K_REGIONS)])
+
+
+def _codes(attrs: Mapping[str, np.ndarray], key: str, schema: tuple, what: str,
+           who: str) -> np.ndarray:
+    """Each user's position of attribute ``key`` in ``schema``; a value outside it is a
+    ValueError naming the attribute and the local row (never the value)."""
+    index = {value: i for i, value in enumerate(schema)}
+    values = np.asarray(attrs[key]).tolist()
+    unknown = [row for row, v in enumerate(values) if v not in index]
+    if unknown:
+        raise ValueError(f"{who}: attribute '{key}' of local user row {unknown[0]} is not one "
+                         f"of {what}")
+    return np.array([index[v] for v in values], dtype=np.int64)
+
+
+def _gender_dummies(attrs: Mapping[str, np.ndarray], who: str) -> np.ndarray:
+    """F / M as two dummy columns."""
+    return _one_hot(_codes(attrs, "gender", ("F", "M"), "F, M", who), 2)
 
 
 def _zip_regions(attrs: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -180,27 +188,10 @@ def _ml1m_attributes(attrs: Mapping[str, np.ndarray], who: str) -> np.ndarray:
     missing = [k for k in ("age", "gender", "occupation", "zip") if k not in attrs]
     if missing:
         raise ValueError(f"{who}: ML-1M user attributes lack {missing} (is users.dat there?)")
-    age = np.asarray(attrs["age"], dtype=np.int64)
-    known = np.isin(age, ML1M_AGE_CODES)
-    if not known.all():
-        raise ValueError(f"{who}: attribute 'age' of local user row "
-                         f"{int(np.flatnonzero(~known)[0])} is not one of users.dat's age codes")
-    gender = np.asarray(attrs["gender"]).astype(str)
-    bad = np.flatnonzero(~np.isin(gender, ("F", "M")))
-    if bad.size:
-        raise ValueError(f"{who}: attribute 'gender' of local user row {int(bad[0])} is not "
-                         "F or M")
-    occ = np.asarray(attrs["occupation"]).astype(str)
-    index = {name: i for i, name in enumerate(ML1M_OCCUPATIONS)}
-    unknown = [i for i, o in enumerate(occ) if o not in index]
-    if unknown:
-        raise ValueError(f"{who}: attribute 'occupation' of local user row {unknown[0]} is not "
-                         "one of users.dat's 21")
-    return np.hstack([_one_hot(np.searchsorted(np.array(ML1M_AGE_CODES), age),
-                               len(ML1M_AGE_CODES)),
-                      _one_hot((gender == "M").astype(np.int64), 2),
-                      _one_hot(np.array([index[o] for o in occ], dtype=np.int64),
-                               len(ML1M_OCCUPATIONS)),
+    ages = _codes(attrs, "age", ML1M_AGE_CODES, "users.dat's age codes", who)
+    occ = _codes(attrs, "occupation", ML1M_OCCUPATIONS, "users.dat's 21", who)
+    return np.hstack([_one_hot(ages, len(ML1M_AGE_CODES)), _gender_dummies(attrs, who),
+                      _one_hot(occ, len(ML1M_OCCUPATIONS)),
                       _one_hot(_zip_regions(attrs), ML100K_REGIONS)])
 
 
