@@ -40,6 +40,8 @@ from tests.test_deployment import (  # noqa: E402
     REPLY_TIMEOUT_S,
     _config,
     assert_deployed_like_in_process,
+    deployed_lines,
+    line_params,
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None,
@@ -79,7 +81,8 @@ def item_server_runs(deployment: LocalDeployment
     t0 = time.monotonic()
     runs = deployment.run_many(
         {p: _config(p, {**extra, "timeout": REPLY_TIMEOUT_S}, f"deployed-{p}")
-         for p, extra, _ in ITEM_SERVER_PROTOCOLS}, timeout=900.0, max_concurrent=2)
+         for p, extra, _ in deployed_lines(ITEM_SERVER_PROTOCOLS)}, timeout=900.0,
+        max_concurrent=2)
     print(f"\n{len(runs)} item-server runs: {time.monotonic() - t0:.1f} s wall")
     return runs
 
@@ -103,8 +106,7 @@ def in_process_with_item_server(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize(("protocol", "extra", "tol"),
-                         [pytest.param(*line, id=line[0]) for line in ITEM_SERVER_PROTOCOLS])
+@pytest.mark.parametrize(("protocol", "extra", "tol"), line_params(ITEM_SERVER_PROTOCOLS))
 def test_deployed_item_server_run_equals_in_process_run(
         item_server_runs: dict[str, dict[str, Any] | DeploymentError], protocol: str,
         extra: dict[str, Any], tol: float) -> None:

@@ -125,13 +125,16 @@ class Messenger:
         """Seconds to wait before the next pull, ``elapsed`` s into a round.
 
         ``poll_interval`` for the first 0.2 s (a simulated round takes 0.1-0.2 s, so it ends
-        within a poll of its last reply), then 20 ms, and 50 ms after 1 s: a deployed round
-        takes seconds and each pull is an HTTPS request to the SuperLink, whose CPU the nodes'
-        ClientApp processes need on a small machine.
+        within a poll of its last reply), then 20 ms, 50 ms after 1 s and 250 ms after 3 s:
+        a deployed round takes at least the SuperNode's 3 s idle sleep (docs/deployment.md,
+        section 8), and each pull is an HTTPS request to the SuperLink, whose CPU the nodes'
+        ClientApp processes need on a small machine (four pulls a second per waiting run
+        instead of twenty; the reply is seen at most 0.25 s late in a round of 3.5 s or more).
         """
         if elapsed < 0.2:
             return self.poll_interval
-        return max(self.poll_interval, 0.02 if elapsed < 1.0 else 0.05)
+        wait = 0.02 if elapsed < 1.0 else 0.05 if elapsed < 3.0 else 0.25
+        return max(self.poll_interval, wait)
 
     def node_ids(self, min_nodes: int = 1, wait: float | None = None) -> list[int]:
         """Sorted ids of the connected nodes, waiting up to ``wait`` s for ``min_nodes``."""
