@@ -113,6 +113,36 @@ def test_rating_sums_match_the_platform_prf_and_graded_ndcg() -> None:
         pytest.approx(1.0)
 
 
+def test_all_unrated_candidates_rank_every_item_without_a_training_rating() -> None:
+    """P/R@10 on all unrated candidates (the paper's P/R reading): the top 10 of every item
+    the user has not rated in training, against its test items rated >= 4."""
+    rng = np.random.default_rng(3)
+    R, *_ = _toy(2, users=30, items=40)
+    test = sp.random(30, 40, density=0.3, random_state=4, format="csr")
+    test.data = rng.integers(1, 6, test.nnz).astype(float)
+    test = (test - test.multiply(R > 0)).tocsr()
+    test.eliminate_zeros()
+    scores = rng.normal(size=(30, 40))
+    means = M.rating_ranking_means(M.rating_ranking_sums(scores, R, test, 10, 4.0), 10)
+    p, r = [], []
+    for u in range(30):
+        row = test.getrow(u)
+        relevant = set(row.indices[row.data >= 4])
+        if not relevant:
+            continue
+        s = scores[u].copy()
+        s[R.getrow(u).indices] = -np.inf
+        hits = len(relevant & set(np.argsort(-s)[:10].tolist()))
+        p.append(hits / 10)
+        r.append(hits / len(relevant))
+    assert means["precision@10-all"] == pytest.approx(np.mean(p), abs=1e-12)
+    assert means["recall@10-all"] == pytest.approx(np.mean(r), abs=1e-12)
+    # a user's training items are never candidates: scoring them highest changes nothing
+    boosted = scores + 100.0 * (R.toarray() != 0)
+    again = M.rating_ranking_means(M.rating_ranking_sums(boosted, R, test, 10, 4.0), 10)
+    assert again["precision@10-all"] == means["precision@10-all"]
+
+
 # -- bad input ----------------------------------------------------------------------------------
 def test_bad_input_gives_clear_errors() -> None:
     with pytest.raises(ValueError, match="user 7 has no training ratings.*eq. 15"):

@@ -42,6 +42,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from datasets.movielens import ML1M_AGE_CODES, ML1M_OCCUPATIONS
+from fedrec.recsys.metrics import ranking_sums
 from fedrec.recsys.mf import Adam
 
 WEIGHTINGS = ("obsonly", "inclunc", "sampled")
@@ -450,18 +451,25 @@ def user_scores(P: np.ndarray, Q: np.ndarray) -> np.ndarray:
 
 
 #: Layout of :func:`rating_ranking_sums`.
-RANK_FIELDS = ("ndcg_users", "ndcg", "prf_users", "precision", "recall")
+RANK_FIELDS = ("ndcg_users", "ndcg", "prf_users", "precision", "recall",
+               "all_users", "all_precision", "all_recall")
 
 
 def rating_ranking_sums(scores: np.ndarray, train: sp.csr_matrix, test: sp.csr_matrix,
                         k: int = 10, threshold: float = 4.0) -> np.ndarray:
-    """Sums over users of the paper's App. .2 metrics (a node's share of a sum).
+    """Sums over users of the paper's App. .2 metrics (a node's share of a sum), on two
+    candidate sets, since the paper does not say which items it ranks:
 
-    Candidates are the user's test-rated items (the explicit-rating convention of
-    ``fedrec.recsys.metrics.rating_topk_prf``, whose P/R these sums reproduce); NDCG@k is
-    graded, sum_i (2^{r_i} - 1) / log2(i + 1) over the top k by score, divided by the ideal
-    (the paper's printed limit 5 and 2^{r-1} are typos). Relevant: rating >= threshold.
-    Returns ``[users with a test item, NDCG sum, users with a relevant item, P sum, R sum]``.
+    - the user's test-rated items (the explicit-rating convention of
+      ``fedrec.recsys.metrics.rating_topk_prf``, whose P/R these sums reproduce): NDCG@k,
+      graded, sum_i (2^{r_i} - 1) / log2(i + 1) over the top k by score, divided by the ideal
+      (the paper's printed limit 5 and 2^{r-1} are typos), and P/R@k;
+    - every item the user has no training rating for ("all unrated", the reading of the
+      paper's P/R/F1 that fits its numbers: P@10 0.29 and cold-user recall 0.04 need a large
+      candidate set): P/R@k of the top k of them, relevant = a test rating >= threshold.
+
+    Relevant: rating >= threshold. Returns :data:`RANK_FIELDS`: ``[users with a test item,
+    NDCG sum, users with a relevant item, P sum, R sum, the same three for all unrated]``.
     """
     test = sp.csr_matrix(test)
     train = sp.csr_matrix(train)
@@ -486,17 +494,29 @@ def rating_ranking_sums(scores: np.ndarray, train: sp.csr_matrix, test: sp.csr_m
             out[2] += 1
             out[3] += hits / min(k, items.size)
             out[4] += hits / n_rel
+    # all unrated candidates: the platform's all-ranking sums (training items at -inf) on
+    # the relevant test items that are not training items
+    relevant = (test >= threshold).astype(np.float64) - (train != 0).multiply(test >= threshold)
+    relevant = sp.csr_matrix(relevant)
+    relevant.eliminate_zeros()
+    every = ranking_sums(np.asarray(scores, dtype=np.float64), train, relevant, k)
+    out[5:] = (every.n_users, every.precision, every.recall)
     return out
 
 
 def rating_ranking_means(sums: np.ndarray, k: int = 10) -> dict[str, float]:
-    """NDCG@k, Precision/Recall/F1@k from :func:`rating_ranking_sums` (summed over nodes);
-    F1 from the averaged P and R (the paper's table recomputes that way)."""
-    n_ndcg, ndcg, n_prf, p, r = (float(v) for v in sums)
-    P = p / n_prf if n_prf else 0.0
-    Rc = r / n_prf if n_prf else 0.0
-    return {f"ndcg@{k}": ndcg / n_ndcg if n_ndcg else 0.0, f"precision@{k}": P,
-            f"recall@{k}": Rc, f"f1@{k}": 2 * P * Rc / (P + Rc) if P + Rc else 0.0,
+    """NDCG@k, Precision/Recall/F1@k (test-rated candidates) and the same P/R/F1 on all
+    unrated candidates (suffix ``-all``) from :func:`rating_ranking_sums` (summed over
+    nodes); F1 from the averaged P and R (the paper's table recomputes that way)."""
+    n_ndcg, ndcg, n_prf, p, r, n_all, p_all, r_all = (float(v) for v in sums)
+
+    def prf(n: float, p: float, r: float, tag: str) -> dict[str, float]:
+        P, R = (p / n, r / n) if n else (0.0, 0.0)
+        return {f"precision@{k}{tag}": P, f"recall@{k}{tag}": R,
+                f"f1@{k}{tag}": 2 * P * R / (P + R) if P + R else 0.0}
+
+    return {f"ndcg@{k}": ndcg / n_ndcg if n_ndcg else 0.0, **prf(n_prf, p, r, ""),
+            **prf(n_all, p_all, r_all, "-all"),
             "evaluated-users": float(round(n_ndcg))}  # a count (CKKS sums carry ~1e-9)
 
 
