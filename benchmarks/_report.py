@@ -3,6 +3,7 @@ and the JSON + Markdown pair under ``results/``."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
@@ -58,3 +59,40 @@ def rewrite_markdown(json_path: Path, markdown: Callable[[Any], str]) -> None:
     if result is None:
         raise SystemExit(f"error: {json_path} does not exist: run the benchmark first")
     write_report(json_path, result, markdown(result))
+
+
+class Units:
+    """The finished units of a long benchmark (one seed's run, one attack, ...) kept in a JSON
+    file and rewritten after each, so an interrupted run resumes with ``--resume`` where it
+    stopped. The file records the benchmark's config; resuming under another config is
+    refused, since its units would mix two settings in one report."""
+
+    def __init__(self, path: Path, config: dict[str, Any], resume: bool) -> None:
+        self.path, self.config = Path(path), json.loads(json.dumps(config, default=float))
+        self.done: dict[str, Any] = {}
+        stored = stored_result(self.path)
+        if resume and stored is not None:
+            if stored["config"] != self.config:
+                raise SystemExit(f"error: {self.path} was written with config "
+                                 f"{stored['config']}, not {self.config}: rerun without "
+                                 "--resume to start over")
+            self.done = stored["units"]
+            log(f"resuming: {len(self.done)} finished units in {self.path}")
+
+    def get(self, key: str, run: Callable[[], Any]) -> Any:
+        """The stored unit ``key``, or ``run()``'s result, stored at once. Processes of the
+        same config may share the file (``--part``): each write merges, under a lock, the
+        units others stored meanwhile."""
+        if key not in self.done:
+            value = json.loads(json.dumps(run(), default=float))
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path.with_suffix(".lock"), "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                stored = stored_result(self.path)
+                if stored is not None and stored["config"] == self.config:
+                    self.done = {**stored["units"], **self.done}
+                self.done[key] = value
+                tmp = self.path.with_suffix(".tmp")
+                tmp.write_text(json.dumps({"config": self.config, "units": self.done}) + "\n")
+                tmp.replace(self.path)
+        return self.done[key]

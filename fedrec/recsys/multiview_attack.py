@@ -48,6 +48,12 @@ SCENARIOS = ("semials-obsonly", "semials-inclunc", "sgd-obsonly", "sgd-inclunc")
 SOLVERS = {"semials-obsonly": "hybr", "semials-inclunc": "linearmixing",
            "sgd-obsonly": "anderson", "sgd-inclunc": "hybr"}
 R_MAX = 5.0
+#: Function evaluations ``hybr`` may spend: MINPACK's default, 200 (n + 1), is ~750,000
+#: for SemiALS-InclUnc on ML-1M (n = 3,706 items + 41 attributes, one finite-difference
+#: Jacobian = n evaluations), minutes per user; 20,000 is ~5 such Jacobians there and still
+#: 100 for ObsOnly's ~200 unknowns. The paper's Table 6 has no hybr result for
+#: SemiALS-InclUnc ("doesn't return the solution").
+HYBR_MAXFEV = 20_000
 #: Scales of the SGD attack's starting points along p^{t-1}'s known direction.
 START_SCALES = (1.0, 0.3, 3.0, 0.1, 10.0, 0.5, 2.0, 5.0)
 
@@ -76,7 +82,9 @@ def _root(fun, x0: np.ndarray, method: str) -> tuple[np.ndarray, float]:
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         try:
-            opts = {"maxiter": 300} if method in ("linearmixing", "anderson") else {}
+            opts = ({"maxfev": HYBR_MAXFEV} if method == "hybr" else
+                    {"maxiter": 300} if method in ("linearmixing", "anderson", "broyden2")
+                    else {})
             sol = root(fun, x0, method=method, options=opts)
             x = np.asarray(sol.x, dtype=np.float64)
             res = float(np.linalg.norm(fun(x)))
@@ -217,6 +225,14 @@ def accuracy(estimate: np.ndarray, truth: np.ndarray, upper: float) -> float:
     return float(np.mean(np.rint(np.clip(estimate, 0, upper)) == truth)) if truth.size else 0.0
 
 
+def value_shares(values: np.ndarray, upper: float) -> np.ndarray:
+    """Share of each value 0..upper among ``values`` clipped to [0, upper] and rounded (how
+    eq. 43 reads an estimate; truths are already integers)."""
+    v = np.rint(np.clip(np.asarray(values, dtype=np.float64), 0, upper)).astype(np.int64)
+    counts = np.bincount(v.ravel(), minlength=int(upper) + 1).astype(np.float64)
+    return counts / max(v.size, 1)
+
+
 def baselines(scenario: str) -> tuple[float, float]:
     """Random-guess accuracy (rating, attribute): 1 / number of values of an entry."""
     return (1.0 / 6.0 if scenario.endswith("inclunc") else 1.0 / 5.0), 0.5
@@ -232,38 +248,56 @@ def add_noise(obs: Observed, b: float, rng: np.random.Generator) -> Observed:
                     obs.U, obs.sent)
 
 
+def estimate_user(scenario: str, cfg: MVMFConfig, cur: Observed, prev: Observed | None,
+                  rng: np.random.Generator, noisy: bool = False, sgd_items: int = 5,
+                  method: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The server's estimates (r_hat, x_hat) for one user: r_hat on every item under InclUnc,
+    on the items it received (``cur.sent``) under ObsOnly; unclipped, unrounded.
+
+    Without noise one random coordinate n (SemiALS) or item j (SGD) is used, as in the paper;
+    with noise the solutions for every n / ``sgd_items`` items are averaged. ``method``: a
+    ``scipy.optimize.root`` method in place of the scenario's :data:`SOLVERS` entry (the
+    paper's Table 6 compares four).
+    """
+    inclunc = scenario.endswith("inclunc")
+    method = method or SOLVERS[scenario]
+    K = cur.Q.shape[1]
+    if scenario.startswith("semials"):
+        ns = range(K) if noisy else [int(rng.integers(K))]
+        return attack_semials(cur, cfg, inclunc, ns, method)
+    assert prev is not None
+    m = prev.Q.shape[0] if inclunc else len(prev.sent)
+    if inclunc:  # a random item among the 10% largest gradients (what the server sees:
+        # weight 1 against alpha makes them mostly rated items)
+        norms = np.linalg.norm(prev.fQ, axis=1)
+        pool = np.argsort(-norms, kind="stable")[:max(1, m // 10)]
+    else:
+        pool = np.arange(m)
+    items = rng.choice(pool, size=min(len(pool), sgd_items if noisy else 1), replace=False)
+    # n: the largest coordinate of p^{t-1}'s direction (every f^{t-1}(i,j) is parallel
+    # to p^{t-1}), so the divisions by p_n are well conditioned
+    lead = prev.fQ[np.argmax(np.linalg.norm(prev.fQ, axis=1))]
+    return attack_sgd(prev, cur, cfg, inclunc, items, method, int(np.argmax(np.abs(lead))))
+
+
+def attack_truth(scenario: str, cur: Observed, r_true: np.ndarray) -> np.ndarray:
+    """The ratings eq. 43 scores an estimate against: all items (zeros included) under
+    InclUnc, the items the server received under ObsOnly."""
+    return r_true if scenario.endswith("inclunc") else r_true[cur.sent]
+
+
 def attack_user(scenario: str, cfg: MVMFConfig, cur: Observed, prev: Observed | None,
                 r_true: np.ndarray, x_true: np.ndarray, rng: np.random.Generator,
-                noisy: bool = False, sgd_items: int = 5) -> tuple[float, float, float]:
+                noisy: bool = False, sgd_items: int = 5,
+                method: str | None = None) -> tuple[float, float, float]:
     """(rating accuracy, attribute accuracy, rating accuracy on the rated items) of the
     attack on one user (under ObsOnly the first and the last are the same).
 
-    ``r_true``: the user's ratings on all items (0 = unrated). Without noise one random
-    coordinate n (SemiALS) or item j (SGD) is used, as in the paper; with noise the
-    solutions for every n / ``sgd_items`` items are averaged.
+    ``r_true``: the user's ratings on all items (0 = unrated); the other arguments as in
+    :func:`estimate_user`.
     """
-    inclunc = scenario.endswith("inclunc")
-    method = SOLVERS[scenario]
-    K = cur.Q.shape[1]
-    truth = r_true if inclunc else r_true[cur.sent]
-    if scenario.startswith("semials"):
-        ns = range(K) if noisy else [int(rng.integers(K))]
-        r_hat, x_hat = attack_semials(cur, cfg, inclunc, ns, method)
-    else:
-        assert prev is not None
-        m = prev.Q.shape[0] if inclunc else len(prev.sent)
-        if inclunc:  # a random item among the 10% largest gradients (what the server sees:
-            # weight 1 against alpha makes them mostly rated items)
-            norms = np.linalg.norm(prev.fQ, axis=1)
-            pool = np.argsort(-norms, kind="stable")[:max(1, m // 10)]
-        else:
-            pool = np.arange(m)
-        items = rng.choice(pool, size=min(len(pool), sgd_items if noisy else 1), replace=False)
-        # n: the largest coordinate of p^{t-1}'s direction (every f^{t-1}(i,j) is parallel
-        # to p^{t-1}), so the divisions by p_n are well conditioned
-        lead = prev.fQ[np.argmax(np.linalg.norm(prev.fQ, axis=1))]
-        r_hat, x_hat = attack_sgd(prev, cur, cfg, inclunc, items, method,
-                                  int(np.argmax(np.abs(lead))))
+    r_hat, x_hat = estimate_user(scenario, cfg, cur, prev, rng, noisy, sgd_items, method)
+    truth = attack_truth(scenario, cur, r_true)
     rated = truth > 0
     return (accuracy(r_hat, truth, R_MAX), accuracy(x_hat, x_true, 1.0),
             accuracy(r_hat[rated], truth[rated], R_MAX))

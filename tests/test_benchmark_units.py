@@ -1,0 +1,60 @@
+"""``benchmarks._report.Units``: the finished units of a long benchmark, kept so that an
+interrupted run resumes where it stopped (``benchmarks/mvmf.py --resume``).
+
+A resumed run must reuse every stored unit and compute only the rest; a run under another
+config must not mix its units into the file; processes sharing the file (``--part``) must not
+lose each other's units.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package named benchmarks
+
+from benchmarks._report import Units  # noqa: E402
+
+CONFIG = {"seeds": 5, "dataset": "ml-1m"}
+
+
+def test_a_resumed_run_reuses_stored_units_and_computes_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "units.json"
+    calls: list[str] = []
+
+    def work(key: str, value: float):
+        def run() -> dict[str, float]:
+            calls.append(key)
+            return {"value": value}
+        return run
+
+    first = Units(path, CONFIG, resume=False)
+    assert first.get("a", work("a", 1.0)) == {"value": 1.0}
+    # interrupted here; the resumed run asks for a and b
+    again = Units(path, CONFIG, resume=True)
+    assert again.get("a", work("a", 99.0)) == {"value": 1.0}
+    assert again.get("b", work("b", 2.0)) == {"value": 2.0}
+    assert calls == ["a", "b"]
+    # without --resume the stored units are not reused
+    fresh = Units(path, CONFIG, resume=False)
+    assert fresh.get("a", work("a", 3.0)) == {"value": 3.0}
+
+
+def test_resuming_under_another_config_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "units.json"
+    Units(path, CONFIG, resume=False).get("a", lambda: 1)
+    with pytest.raises(SystemExit, match="written with config .*rerun without --resume"):
+        Units(path, {**CONFIG, "seeds": 1}, resume=True)
+
+
+def test_processes_sharing_the_file_keep_each_others_units(tmp_path: Path) -> None:
+    path = tmp_path / "units.json"
+    one, two = Units(path, CONFIG, resume=True), Units(path, CONFIG, resume=True)
+    one.get("table4/a", lambda: 1)
+    two.get("attack/b", lambda: 2)
+    one.get("table4/c", lambda: 3)
+    assert Units(path, CONFIG, resume=True).done == {"table4/a": 1, "attack/b": 2,
+                                                     "table4/c": 3}
