@@ -123,11 +123,8 @@ def table4(units: Units, seeds: int, priv_seeds: int, epochs: int, nodes: int,
                 for m in METRICS:
                     if vals is not None:
                         rows[m][b].append(float(vals[m]))
-            runs = {proto: units.get(f"table4/{scenario}/{seed}/{proto}", lambda proto=proto, agg=agg:
-                                     _timed_run(_config(proto, agg, seed, epochs, split,
-                                                        data_dir, scenario), nodes, epochs))
-                    for proto, agg in (("fedmvmf", "plain"), ("privmvmf", "ckks"))
-                    if proto == "fedmvmf" or seed < priv_seeds}
+            runs = {proto: protocol_run(units, proto, scenario, seed, epochs, nodes, data_dir)
+                    for proto in AGGREGATORS if proto == "fedmvmf" or seed < priv_seeds}
             for proto, run in runs.items():
                 for m in METRICS:
                     rows[m][proto].append(float(run["metrics"][m]))
@@ -155,12 +152,24 @@ def privmvmf_runs(units: Units, priv_seeds: int, epochs: int, nodes: int,
                   data_dir: str) -> None:
     """``--part privmvmf``: only Table 4's PrivMVMF runs, last first, so that a second
     process shares the work of a ``--part table4`` one (which goes first to last)."""
-    for scenario, split in reversed(SCENARIOS.items()):
+    for scenario in reversed(SCENARIOS):
         for seed in reversed(range(priv_seeds)):
-            run = units.get(f"table4/{scenario}/{seed}/privmvmf", lambda: _timed_run(
-                _config("privmvmf", "ckks", seed, epochs, split, data_dir, scenario), nodes,
-                epochs))
+            run = protocol_run(units, "privmvmf", scenario, seed, epochs, nodes, data_dir)
             log(f"{scenario} seed {seed} privmvmf: ndcg@10 {run['metrics']['ndcg@10']:.4f}")
+
+
+#: Each protocol's sums: FedMVMF plain (the paper's), PrivMVMF under CKKS.
+AGGREGATORS = {"fedmvmf": "plain", "privmvmf": "ckks"}
+
+
+def protocol_run(units: Units, proto: str, scenario: str, seed: int, epochs: int, nodes: int,
+                 data_dir: str) -> dict[str, Any]:
+    """Table 4's run of ``proto`` on ``scenario``'s split with ``seed``: the stored unit, or
+    the run, stored at once."""
+    cfg = _config(proto, AGGREGATORS[proto], seed, epochs, SCENARIOS[scenario], data_dir,
+                  scenario)
+    return units.get(f"table4/{scenario}/{seed}/{proto}",
+                     lambda: _timed_run(cfg, nodes, epochs))
 
 
 def _timed_run(cfg: dict[str, Any], nodes: int, epochs: int) -> dict[str, Any]:
@@ -189,11 +198,9 @@ def _scored(scenario: str, cfg: MVMFConfig, cur: A.Observed, prev: A.Observed,
     (what an estimate independent of the truth would score)."""
     r_hat, x_hat = A.estimate_user(scenario, cfg, cur, prev, rng, noisy=noisy, method=method)
     truth = A.attack_truth(scenario, cur, r_true)
-    rated = truth > 0
     est, tru = A.value_shares(r_hat, A.R_MAX), A.value_shares(truth, A.R_MAX)
-    return {"rating": A.accuracy(r_hat, truth, A.R_MAX),
-            "attribute": A.accuracy(x_hat, x_true, 1.0),
-            "rating_on_rated": A.accuracy(r_hat[rated], truth[rated], A.R_MAX),
+    rating, attribute, on_rated = A.accuracies(r_hat, x_hat, truth, x_true)
+    return {"rating": rating, "attribute": attribute, "rating_on_rated": on_rated,
             "independent": float(est @ tru), "estimate_zero": float(est[0]),
             "truth_zero": float(tru[0])}
 
@@ -284,8 +291,7 @@ def privmvmf_attack(data: Any, X: np.ndarray, sample: np.ndarray, epochs: int
     MVMF(cfg, on_epoch=total).fit(data.train, X, data.item_features, epochs)
     r_hat, x_hat = A.attack_semials(seen[epochs], cfg, True, [0], A.SOLVERS["semials-inclunc"])
     truths = [data.train[u].toarray().ravel() for u in sample]
-    accs = [(A.accuracy(r_hat, t, A.R_MAX), A.accuracy(x_hat, X[u], 1.0),
-             A.accuracy(r_hat[t > 0], t[t > 0], A.R_MAX)) for u, t in zip(sample, truths)]
+    accs = [A.accuracies(r_hat, x_hat, t, X[u]) for u, t in zip(sample, truths)]
     acc = np.mean(accs, axis=0)
     log(f"attack on privmvmf's sum: rating {acc[0]:.3f} attribute {acc[1]:.3f}")
     return {"rating": float(acc[0]), "attribute": float(acc[1]),

@@ -93,16 +93,22 @@ def test_weights_obsonly_inclunc_sampled() -> None:
     assert len(draws) > 1  # redrawn every epoch
 
 
-def test_rating_sums_match_the_platform_prf_and_graded_ndcg() -> None:
-    from fedrec.recsys.metrics import rating_topk_prf
-
-    rng = np.random.default_rng(0)
+def _ratings_and_scores(seed: int, test_state: int) -> tuple[sp.csr_matrix, sp.csr_matrix,
+                                                             np.ndarray]:
+    """(training R, test ratings 1..5 on items outside R, random scores): 30 users x 40."""
+    rng = np.random.default_rng(seed)
     R, *_ = _toy(2, users=30, items=40)
-    test = sp.random(30, 40, density=0.3, random_state=1, format="csr")
+    test = sp.random(30, 40, density=0.3, random_state=test_state, format="csr")
     test.data = rng.integers(1, 6, test.nnz).astype(float)
     test = (test - test.multiply(R > 0)).tocsr()
     test.eliminate_zeros()
-    scores = rng.normal(size=(30, 40))
+    return R, test, rng.normal(size=(30, 40))
+
+
+def test_rating_sums_match_the_platform_prf_and_graded_ndcg() -> None:
+    from fedrec.recsys.metrics import rating_topk_prf
+
+    R, test, scores = _ratings_and_scores(0, 1)
     means = M.rating_ranking_means(M.rating_ranking_sums(scores, R, test, 10, 4.0), 10)
     ref = rating_topk_prf(scores, test, 10, 4.0, R)
     assert means["precision@10"] == pytest.approx(ref["precision"], abs=1e-12)
@@ -116,13 +122,7 @@ def test_rating_sums_match_the_platform_prf_and_graded_ndcg() -> None:
 def test_all_unrated_candidates_rank_every_item_without_a_training_rating() -> None:
     """P/R@10 on all unrated candidates (the paper's P/R reading): the top 10 of every item
     the user has not rated in training, against its test items rated >= 4."""
-    rng = np.random.default_rng(3)
-    R, *_ = _toy(2, users=30, items=40)
-    test = sp.random(30, 40, density=0.3, random_state=4, format="csr")
-    test.data = rng.integers(1, 6, test.nnz).astype(float)
-    test = (test - test.multiply(R > 0)).tocsr()
-    test.eliminate_zeros()
-    scores = rng.normal(size=(30, 40))
+    R, test, scores = _ratings_and_scores(3, 4)
     means = M.rating_ranking_means(M.rating_ranking_sums(scores, R, test, 10, 4.0), 10)
     p, r = [], []
     for u in range(30):

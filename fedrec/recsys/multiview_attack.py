@@ -297,7 +297,12 @@ def attack_user(scenario: str, cfg: MVMFConfig, cur: Observed, prev: Observed | 
     :func:`estimate_user`.
     """
     r_hat, x_hat = estimate_user(scenario, cfg, cur, prev, rng, noisy, sgd_items, method)
-    truth = attack_truth(scenario, cur, r_true)
+    return accuracies(r_hat, x_hat, attack_truth(scenario, cur, r_true), x_true)
+
+
+def accuracies(r_hat: np.ndarray, x_hat: np.ndarray, truth: np.ndarray,
+               x_true: np.ndarray) -> tuple[float, float, float]:
+    """Eq. 43 on the ratings, on the attributes and on the truly rated entries alone."""
     rated = truth > 0
     return (accuracy(r_hat, truth, R_MAX), accuracy(x_hat, x_true, 1.0),
             accuracy(r_hat[rated], truth[rated], R_MAX))
