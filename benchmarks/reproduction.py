@@ -960,13 +960,15 @@ def _mvmf_t4_reason(d: Any, key: str, metric: str) -> str:
     cells = d["table4"][key][metric]
     runs = cells["privmvmf"]["runs"]
     parts = [f"mean of {runs} seed{'s' * (runs != 1)}"]
+    new = key == "cold-item"
     if metric.endswith("-all"):
-        parts.append("candidates: every unrated item")
+        parts.append("candidates: every unrated " + ("new item" if new else "item"))
     elif not metric.startswith("ndcg"):
         parts.append("candidates: the test-rated items")
     for name in ("fedmvmf", "popularity", "item-mean"):
         if cells.get(name):
-            parts.append(f"{name} {cells[name]['mean']:.4f}")
+            label = f"genre {name}" if new and name != "fedmvmf" else name
+            parts.append(f"{label} {cells[name]['mean']:.4f}")
     if d.get("dataset") == "ml-1m":
         parts.append("users 1-2999, genres for the tag genome")
     return "; ".join(parts)

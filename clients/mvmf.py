@@ -109,8 +109,26 @@ def mvmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     P = user_factors_for_scoring(data.train, X, data.user_ids, Q, U, model,
                                  node.size(cfg, "epoch", minimum=0), _factors(node))
     sums = rating_ranking_sums(user_scores(P, Q), data.train, data.test,
-                               node.size(cfg, "top-k"), float(cfg["threshold"]))
+                               node.size(cfg, "top-k"), float(cfg["threshold"]),
+                               _new_items(node, data.n_items))
     return sum_reply(node, {"ranking": sums})
+
+
+def _new_items(node: NodeContext, n_items: int) -> np.ndarray | None:
+    """The request's new (cold-start) items, the all-unrated candidates of a cold-item
+    split; absent or empty: every item. Server-named like Q itself, which already decides
+    every item's score (a zero q ranks an item below each positively scored one)."""
+    raw = node.arrays().get("new-items")
+    if raw is None or raw.size == 0:
+        return None
+    items = np.asarray(raw, dtype=np.float64).ravel()
+    ok = bool(np.all(np.isfinite(items)) and np.all(items == np.round(items))
+              and items.min() >= 0 and items.max() < n_items
+              and np.unique(items).size == items.size)
+    if not ok:
+        raise ValueError(f"{node.who}: the request's 'new-items' must be distinct integer "
+                         f"item indices in [0, {n_items}); its {items.size} values are not")
+    return items.astype(np.int64)
 
 
 def _item_inputs(node: NodeContext, action: str) -> tuple[Any, np.ndarray, np.ndarray]:

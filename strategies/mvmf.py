@@ -141,7 +141,7 @@ class FedMVMF(ProtocolStrategy):
         Q = model.item_factors(data.item_features, data.cold_items)
         P = model.user_factors(data.train, self.attributes(data), Q)  # as the nodes do
         sums = rating_ranking_sums(user_scores(P, Q), data.train, data.test, self.top_k,
-                                   self.threshold)
+                                   self.threshold, data.cold_items)
         return {**rating_ranking_means(sums, self.top_k), "train-loss": model.losses[-1]}
 
     # -- the protocol --------------------------------------------------------------------------
@@ -213,7 +213,8 @@ class FedMVMF(ProtocolStrategy):
                              f"catalogue of {fed.n_items}")
         Q_eval[idx] = cold["cold-factors"]
         k = int(cfg["mvmf-top-k"])
-        sums = self._sum(fed, "mvmf_evaluate", {"Q": Q_eval, "U": U}, node_cfg,
+        sums = self._sum(fed, "mvmf_evaluate",
+                         {"Q": Q_eval, "U": U, "new-items": idx.astype(np.float64)}, node_cfg,
                          float(fed.max_users) + 1.0, "evaluate", {})
         metrics = {**rating_ranking_means(sums["ranking"], k), "train-loss": history[-1]["loss"]}
         epochs = max(self.epochs, 1)

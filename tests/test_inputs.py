@@ -297,6 +297,15 @@ def test_mvmf_sizes_that_are_not_integers_are_refused(key: str) -> None:
         _ask("mvmf_evaluate", _mvmf(**{key: -2}))
 
 
+@pytest.mark.parametrize("new", [[-1.0], [N_ITEMS], [2.5], [3.0, 3.0], [np.nan]])
+def test_mvmf_new_items_that_are_not_distinct_item_indices_are_refused(new: list) -> None:
+    request = _mvmf()
+    arrays = {"Q": np.zeros((N_ITEMS, 6)), "U": np.zeros((10, 6)), "new-items": np.array(new)}
+    with pytest.raises(Refused, match=rf"'new-items' must be distinct integer item indices "
+                                      rf"in \[0, {N_ITEMS}\); its {len(new)} values are not"):
+        _ask("mvmf_evaluate", {**request, "arrays": to_array_record(arrays)})
+
+
 @pytest.mark.parametrize("sizes", [{"synthetic-users": 10**12},
                                    {"synthetic-items": 10**9, "synthetic-rank": 64}])
 def test_a_synthetic_data_config_past_the_budget_is_refused_before_generating(

@@ -119,28 +119,59 @@ def test_rating_sums_match_the_platform_prf_and_graded_ndcg() -> None:
         pytest.approx(1.0)
 
 
+def _brute_all(scores: np.ndarray, R: sp.csr_matrix, test: sp.csr_matrix,
+               candidates: np.ndarray) -> tuple[float, float]:
+    """Mean P/R@10 by brute force: the top 10 of ``candidates`` the user has not rated in
+    training, against its test items rated >= 4 among them."""
+    p, r = [], []
+    for u in range(test.shape[0]):
+        row = test.getrow(u)
+        relevant = set(row.indices[row.data >= 4]) & set(candidates.tolist())
+        if not relevant:
+            continue
+        s = np.full(scores.shape[1], -np.inf)
+        s[candidates] = scores[u, candidates]
+        s[R.getrow(u).indices] = -np.inf
+        hits = len(relevant & set(np.argsort(-s)[:10].tolist()))
+        p.append(hits / 10)
+        r.append(hits / len(relevant))
+    return float(np.mean(p)), float(np.mean(r))
+
+
 def test_all_unrated_candidates_rank_every_item_without_a_training_rating() -> None:
     """P/R@10 on all unrated candidates (the paper's P/R reading): the top 10 of every item
     the user has not rated in training, against its test items rated >= 4."""
     R, test, scores = _ratings_and_scores(3, 4)
     means = M.rating_ranking_means(M.rating_ranking_sums(scores, R, test, 10, 4.0), 10)
-    p, r = [], []
-    for u in range(30):
-        row = test.getrow(u)
-        relevant = set(row.indices[row.data >= 4])
-        if not relevant:
-            continue
-        s = scores[u].copy()
-        s[R.getrow(u).indices] = -np.inf
-        hits = len(relevant & set(np.argsort(-s)[:10].tolist()))
-        p.append(hits / 10)
-        r.append(hits / len(relevant))
-    assert means["precision@10-all"] == pytest.approx(np.mean(p), abs=1e-12)
-    assert means["recall@10-all"] == pytest.approx(np.mean(r), abs=1e-12)
+    p, r = _brute_all(scores, R, test, np.arange(40))
+    assert means["precision@10-all"] == pytest.approx(p, abs=1e-12)
+    assert means["recall@10-all"] == pytest.approx(r, abs=1e-12)
     # a user's training items are never candidates: scoring them highest changes nothing
     boosted = scores + 100.0 * (R.toarray() != 0)
     again = M.rating_ranking_means(M.rating_ranking_sums(boosted, R, test, 10, 4.0), 10)
     assert again["precision@10-all"] == means["precision@10-all"]
+
+
+def test_new_items_are_the_only_all_unrated_candidates_of_a_cold_item_split() -> None:
+    """With new items named, P/R@10-all rank only them: warm items scored highest change
+    nothing, and the sums equal brute force over the new items."""
+    R, test, scores = _ratings_and_scores(5, 6)
+    new = np.array([1, 4, 9, 15, 22, 23, 30, 31, 35, 38, 39, 2])
+    warm = np.setdiff1d(np.arange(40), new)
+    test = test.tolil()
+    test[:, warm] = 0
+    test = test.tocsr()
+    test.eliminate_zeros()
+    boosted = scores.copy()
+    boosted[:, warm] += 100.0  # trained warm items outscore every new one
+    means = M.rating_ranking_means(M.rating_ranking_sums(boosted, R, test, 10, 4.0, new), 10)
+    p, r = _brute_all(scores, R, test, new)
+    assert means["precision@10-all"] == pytest.approx(p, abs=1e-12)
+    assert means["recall@10-all"] == pytest.approx(r, abs=1e-12)
+    assert p > 0
+    # without the new items named, the warm items fill every top 10
+    every = M.rating_ranking_means(M.rating_ranking_sums(boosted, R, test, 10, 4.0), 10)
+    assert every["precision@10-all"] == 0.0
 
 
 # -- bad input ----------------------------------------------------------------------------------
@@ -257,7 +288,8 @@ def test_fedmvmf_equals_the_centralized_reference(fed_plain, data) -> None:
     np.testing.assert_allclose(record["extra"]["U"], ref.U, rtol=1e-12, atol=1e-14)
     assert [h["loss"] for h in record["history"]] == pytest.approx(ref.losses, rel=1e-12)
     central = strategy.reference(data)
-    for key in ("ndcg@10", "precision@10", "recall@10", "f1@10"):
+    for key in ("ndcg@10", "precision@10", "recall@10", "f1@10", "precision@10-all",
+                "recall@10-all"):
         assert record["metrics"][key] == pytest.approx(central[key], abs=1e-9), key
     # cold items from eq. 17 on the item server; cold users evaluated with eq. 15
     np.testing.assert_array_equal(record["extra"]["cold_items"], data.cold_items)
