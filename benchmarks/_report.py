@@ -65,7 +65,8 @@ class Units:
     """The finished units of a long benchmark (one seed's run, one attack, ...) kept in a JSON
     file and rewritten after each, so an interrupted run resumes with ``--resume`` where it
     stopped. The file records the benchmark's config; resuming under another config is
-    refused, since its units would mix two settings in one report."""
+    refused, since its units would mix two settings in one report. Without ``resume`` the
+    run starts over: the file's units are dropped at once."""
 
     def __init__(self, path: Path, config: dict[str, Any], resume: bool) -> None:
         self.path, self.config = Path(path), json.loads(json.dumps(config, default=float))
@@ -78,21 +79,32 @@ class Units:
                                  "--resume to start over")
             self.done = stored["units"]
             log(f"resuming: {len(self.done)} finished units in {self.path}")
+        elif stored is not None:  # starting over: the old units must not come back
+            self.path.unlink()
 
     def get(self, key: str, run: Callable[[], Any]) -> Any:
         """The stored unit ``key``, or ``run()``'s result, stored at once. Processes of the
-        same config may share the file (``--part``): each write merges, under a lock, the
-        units others stored meanwhile."""
+        same config may share the file (``--part``): a unit another process stored since
+        is taken, not rerun, and each write merges, under a lock, what others stored."""
+        if key not in self.done:
+            self._locked(lambda: None)
         if key not in self.done:
             value = json.loads(json.dumps(run(), default=float))
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path.with_suffix(".lock"), "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                stored = stored_result(self.path)
-                if stored is not None and stored["config"] == self.config:
-                    self.done = {**stored["units"], **self.done}
-                self.done[key] = value
+            self._locked(lambda: self.done.__setitem__(key, value))
+        return self.done[key]
+
+    def _locked(self, change: Callable[[], None]) -> None:
+        """Under the file lock: merge the stored units into ours, apply ``change`` and, if
+        it added anything, write the file."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            stored = stored_result(self.path)
+            if stored is not None and stored["config"] == self.config:
+                self.done = {**stored["units"], **self.done}
+            before = len(self.done)
+            change()
+            if len(self.done) != before:
                 tmp = self.path.with_suffix(".tmp")
                 tmp.write_text(json.dumps({"config": self.config, "units": self.done}) + "\n")
                 tmp.replace(self.path)
-        return self.done[key]

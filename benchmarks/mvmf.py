@@ -227,8 +227,14 @@ def _mean(rows: list[dict[str, Any]]) -> dict[str, float]:
     return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
 
 
+#: What ``--attack-scenarios`` can name: the four of Table 3 and the attack on PrivMVMF's sum.
+ATTACK_PARTS = (*A.SCENARIOS, "privmvmf")
+
+
 def attack(units: Units, users: int, sweep_users: int, epochs: int, data_dir: str,
-           table6_budget: float) -> dict[str, Any]:
+           table6_budget: float, parts: tuple[str, ...] = ATTACK_PARTS) -> dict[str, Any]:
+    """Table 3, Table 6 and the noise sweep of each scenario in ``parts`` (and the attack
+    on the PrivMVMF sum if named), each unit from ``units`` or run and stored."""
     data = load_dataset(DatasetSpec(name=DATASET["name"], data_dir=data_dir, implicit=False,
                                     test_ratio=0.0))
     X = attribute_matrix(data.user_attributes, DATASET["name"])
@@ -237,7 +243,7 @@ def attack(units: Units, users: int, sweep_users: int, epochs: int, data_dir: st
     result: dict[str, Any] = {}
     sweep: dict[str, dict[str, Any]] = {}
     table6: dict[str, dict[str, Any]] = {}
-    for scenario in A.SCENARIOS:
+    for scenario in (sc for sc in A.SCENARIOS if sc in parts):
         upd, weighting = scenario.split("-")
         cfg = MVMFConfig(weighting=weighting, p_update=upd)
         seen: dict[int, Any] = {}
@@ -287,8 +293,9 @@ def attack(units: Units, users: int, sweep_users: int, epochs: int, data_dir: st
         sweep[scenario] = {"b": list(SWEEP_B[weighting]),
                            **{k: [c[k] for c in curve] for k in curve[0]
                               if k not in ("users", "seconds")}}
-    result["privmvmf"] = units.get("attack/privmvmf", lambda: privmvmf_attack(data, X, sample,
-                                                                             epochs))
+    if "privmvmf" in parts:
+        result["privmvmf"] = units.get("attack/privmvmf",
+                                       lambda: privmvmf_attack(data, X, sample, epochs))
     return {"attack": result, "noise_sweep": sweep, "table6": table6, "users": data.n_users}
 
 
@@ -545,9 +552,16 @@ def main(argv: list[str] | None = None) -> None:
                     help="run only Table 4's runs, only its PrivMVMF runs (last first) or only "
                          "the attacks: processes of the same options share the units file, "
                          "one per core; the report needs `all`")
+    ap.add_argument("--attack-scenarios", nargs="+", default=list(ATTACK_PARTS),
+                    choices=ATTACK_PARTS, metavar="NAME",
+                    help="with --part attack: only these of the attack's parts "
+                         f"({', '.join(ATTACK_PARTS)}), so that processes split them")
     ap.add_argument("--markdown-only", action="store_true",
                     help="rewrite the report from the stored JSON")
     args = ap.parse_args(argv)
+    if args.part == "all" and set(args.attack_scenarios) != set(ATTACK_PARTS):
+        ap.error("--attack-scenarios selects work for --part attack; the report "
+                 "(--part all) needs every part")
     DATASET["name"] = args.dataset
     out = OUT / f"{args.dataset}.json"
     if args.markdown_only:
@@ -555,14 +569,14 @@ def main(argv: list[str] | None = None) -> None:
         return
     t0 = time.perf_counter()
     config = {k: v for k, v in vars(args).items()
-              if k not in ("resume", "markdown_only", "part")}
+              if k not in ("resume", "markdown_only", "part", "attack_scenarios")}
     units = Units(UNITS / f"{args.dataset}.units.json", config, args.resume)
     res: dict[str, Any] = {"dataset": args.dataset, "config": config,
                            "machine": machine_info(),
                            "paper_sizes": {"seeds": 5, "epochs": 20, "attack_users": 100}}
     if args.part in ("all", "attack"):
         attacks = attack(units, args.attack_users, args.sweep_users, args.attack_epochs,
-                         args.data_dir, args.table6_seconds)
+                         args.data_dir, args.table6_seconds, tuple(args.attack_scenarios))
     if args.part == "privmvmf":
         privmvmf_runs(units, min(args.priv_seeds, args.seeds), args.epochs, args.nodes,
                       args.data_dir)

@@ -41,6 +41,8 @@ def test_a_resumed_run_reuses_stored_units_and_computes_the_rest(tmp_path: Path)
     # without --resume the stored units are not reused
     fresh = Units(path, CONFIG, resume=False)
     assert fresh.get("a", work("a", 3.0)) == {"value": 3.0}
+    # ... and do not come back in the file either (b belonged to the run started over)
+    assert Units(path, CONFIG, resume=True).done == {"a": {"value": 3.0}}
 
 
 def test_resuming_under_another_config_is_refused(tmp_path: Path) -> None:
@@ -58,3 +60,14 @@ def test_processes_sharing_the_file_keep_each_others_units(tmp_path: Path) -> No
     one.get("table4/c", lambda: 3)
     assert Units(path, CONFIG, resume=True).done == {"table4/a": 1, "attack/b": 2,
                                                      "table4/c": 3}
+
+
+def test_a_unit_another_process_stored_meanwhile_is_taken_not_rerun(tmp_path: Path) -> None:
+    path = tmp_path / "units.json"
+    one, two = Units(path, CONFIG, resume=True), Units(path, CONFIG, resume=True)
+    two.get("attack/b", lambda: 2)
+
+    def never() -> int:
+        raise AssertionError("a unit another process stored was run again")
+
+    assert one.get("attack/b", never) == 2
