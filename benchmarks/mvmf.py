@@ -232,9 +232,11 @@ ATTACK_PARTS = (*A.SCENARIOS, "privmvmf")
 
 
 def attack(units: Units, users: int, sweep_users: int, epochs: int, data_dir: str,
-           table6_budget: float, parts: tuple[str, ...] = ATTACK_PARTS) -> dict[str, Any]:
+           table6_budget: float, parts: tuple[str, ...] = ATTACK_PARTS,
+           sweep_last_first: bool = False) -> dict[str, Any]:
     """Table 3, Table 6 and the noise sweep of each scenario in ``parts`` (and the attack
-    on the PrivMVMF sum if named), each unit from ``units`` or run and stored."""
+    on the PrivMVMF sum if named), each unit from ``units`` or run and stored; the sweep's
+    largest b first with ``sweep_last_first`` (a second process sharing a sweep)."""
     data = load_dataset(DatasetSpec(name=DATASET["name"], data_dir=data_dir, implicit=False,
                                     test_ratio=0.0))
     X = attribute_matrix(data.user_attributes, DATASET["name"])
@@ -287,9 +289,11 @@ def attack(units: Units, users: int, sweep_users: int, epochs: int, data_dir: st
             units.get(f"table6/{scenario}/{m}", lambda m=m: run(method=m, seed=1,
                                                                  budget=table6_budget))
             for m in TABLE6_METHODS}
-        curve = [units.get(f"sweep/{scenario}/{b:g}", lambda b=b: run(b=b, n_users=sweep_users,
-                                                                      seed=2))
-                 for b in SWEEP_B[weighting]]
+        bs = SWEEP_B[weighting]
+        cells = {b: units.get(f"sweep/{scenario}/{b:g}",
+                              lambda b=b: run(b=b, n_users=sweep_users, seed=2))
+                 for b in (bs[::-1] if sweep_last_first else bs)}
+        curve = [cells[b] for b in bs]
         sweep[scenario] = {"b": list(SWEEP_B[weighting]),
                            **{k: [c[k] for c in curve] for k in curve[0]
                               if k not in ("users", "seconds")}}
@@ -556,6 +560,9 @@ def main(argv: list[str] | None = None) -> None:
                     choices=ATTACK_PARTS, metavar="NAME",
                     help="with --part attack: only these of the attack's parts "
                          f"({', '.join(ATTACK_PARTS)}), so that processes split them")
+    ap.add_argument("--sweep-last-first", action="store_true",
+                    help="with --part attack: run each noise sweep from its largest b down, "
+                         "so that a second process shares a sweep with a first one")
     ap.add_argument("--markdown-only", action="store_true",
                     help="rewrite the report from the stored JSON")
     args = ap.parse_args(argv)
@@ -569,14 +576,16 @@ def main(argv: list[str] | None = None) -> None:
         return
     t0 = time.perf_counter()
     config = {k: v for k, v in vars(args).items()
-              if k not in ("resume", "markdown_only", "part", "attack_scenarios")}
+              if k not in ("resume", "markdown_only", "part", "attack_scenarios",
+                           "sweep_last_first")}
     units = Units(UNITS / f"{args.dataset}.units.json", config, args.resume)
     res: dict[str, Any] = {"dataset": args.dataset, "config": config,
                            "machine": machine_info(),
                            "paper_sizes": {"seeds": 5, "epochs": 20, "attack_users": 100}}
     if args.part in ("all", "attack"):
         attacks = attack(units, args.attack_users, args.sweep_users, args.attack_epochs,
-                         args.data_dir, args.table6_seconds, tuple(args.attack_scenarios))
+                         args.data_dir, args.table6_seconds, tuple(args.attack_scenarios),
+                         args.sweep_last_first)
     if args.part == "privmvmf":
         privmvmf_runs(units, min(args.priv_seeds, args.seeds), args.epochs, args.nodes,
                       args.data_dir)
