@@ -339,8 +339,12 @@ def plot(sweep: dict[str, Any], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for scenario, c in sweep.items():
+        xs = [max(b, 1e-2) for b in c["b"]]
         for ax, key in zip(axes, ("rating", "attribute")):
-            ax.plot([max(b, 1e-2) for b in c["b"]], c[key], marker="o", label=scenario)
+            line, = ax.plot(xs, c[key], marker="o", label=scenario)
+            if key == "rating" and "independent" in c:  # the floor the value shares set
+                ax.plot(xs, c["independent"], ls=":", color=line.get_color(),
+                        label=f"{scenario}: truth-independent estimate")
     for ax, key in zip(axes, ("rating", "attribute")):
         ax.set_xscale("log")
         ax.set_xlabel("Laplace scale b (0 plotted at 0.01)")
