@@ -117,7 +117,8 @@ def mvmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
 def _new_items(node: NodeContext, n_items: int) -> np.ndarray | None:
     """The request's new (cold-start) items, the all-unrated candidates of a cold-item
     split; absent or empty: every item. Server-named like Q itself, which already decides
-    every item's score (a zero q ranks an item below each positively scored one)."""
+    every item's score; what a chosen list reveals is a per-item count over the node set
+    (docs/threat-model.md, FedMVMF / PrivMVMF)."""
     raw = node.arrays().get("new-items")
     if raw is None or raw.size == 0:
         return None
