@@ -955,6 +955,11 @@ def _mvmf_rows() -> list[Row]:
     return rows
 
 
+def _pop_label(new_items: bool) -> str:
+    """The popularity baseline's name on a split (new items: by their genres)."""
+    return "genre popularity" if new_items else "popularity"
+
+
 def _mvmf_t4_reason(d: Any, key: str, metric: str) -> str:
     """FedMVMF and the naive baselines beside a PrivMVMF Table 4 number."""
     cells = d["table4"][key][metric]
@@ -969,6 +974,9 @@ def _mvmf_t4_reason(d: Any, key: str, metric: str) -> str:
         if cells.get(name):
             label = f"genre {name}" if new and name != "fedmvmf" else name
             parts.append(f"{label} {cells[name]['mean']:.4f}")
+    ours, pop = cells["privmvmf"]["mean"], (cells.get("popularity") or {}).get("mean")
+    if pop and ours and metric.endswith("-all"):  # how far the candidate set sets the level
+        parts.append(f"{_pop_label(new)} reaches {pop / ours:.0%} of it on the same candidates")
     if d.get("dataset") == "ml-1m":
         parts.append("users 1-2999, genres for the tag genome")
     return "; ".join(parts)
