@@ -11,11 +11,12 @@ Flower grid (``tests/localgrid.py``: the ClientApp's handlers, the real aggregat
 one after another in this process) with 5 user nodes and the item server. ``--epochs 200`` is
 the paper's |epo| x |iter| = 20 x 10 server steps (one round each; docs/protocols/mvmf.md).
 Beside each split: item popularity (training degree) and the item mean (training mean rating)
-computed on the same split, the naive baselines (for new items: their genres' averages). The defaults are the paper's sizes: 5 seeds
-of both protocols, the attack, Table 6 and the noise sweep on 100 users. Every finished run
-and attack is kept in ``results/mvmf/<dataset>.units.json`` at once, so ``--resume``
-continues an interrupted run (ML-1M: about two hours on 2 cores). Every size used is recorded
-in the JSON.
+computed on the same split, the naive baselines (for new items: their genres' averages). The
+defaults are the paper's sizes: 5 seeds of both protocols, the attack, Table 6 and the noise
+sweep on 100 users. Every finished run and attack is kept in
+``results/mvmf/<dataset>.units.json`` at once, so ``--resume`` continues an interrupted run
+(ML-1M: ~33,600 s of single-process work, run as ``--part`` processes on 2 cores). Every
+size used is recorded in the JSON.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def _config(proto: str, agg: str, seed: int, epochs: int, split: dict[str, Any],
             "run-name": f"bench-mvmf-{proto}-{scenario}-{seed}"}
 
 
-def baselines(cfg_over: dict[str, Any]) -> dict[str, dict[str, float] | None]:
+def baselines(cfg_over: dict[str, Any]) -> dict[str, dict[str, float]]:
     """Item popularity (training degree) and item mean (training mean rating, the global mean
     for an item without ratings) ranked with the model's metric on the run's own split.
 
@@ -153,7 +154,7 @@ def table4(units: Units, seeds: int, priv_seeds: int, epochs: int, nodes: int,
                 gap[f"{scenario}-seed{seed}"] = max(
                     abs(runs["privmvmf"]["metrics"][m] - runs["fedmvmf"]["metrics"][m])
                     for m in METRICS)
-            if all(base.values()):
+            if all(base.values()):  # runs before the genre baselines stored None
                 log(f"{scenario} seed {seed} baselines: ndcg@10 popularity "
                     f"{base['popularity']['ndcg@10']:.4f}, item mean "
                     f"{base['item-mean']['ndcg@10']:.4f}")
@@ -294,7 +295,7 @@ def attack(units: Units, users: int, sweep_users: int, epochs: int, data_dir: st
                               lambda b=b: run(b=b, n_users=sweep_users, seed=2))
                  for b in (bs[::-1] if sweep_last_first else bs)}
         curve = [cells[b] for b in bs]
-        sweep[scenario] = {"b": list(SWEEP_B[weighting]),
+        sweep[scenario] = {"b": list(bs),
                            **{k: [c[k] for c in curve] for k in curve[0]
                               if k not in ("users", "seconds")}}
     if "privmvmf" in parts:

@@ -955,11 +955,6 @@ def _mvmf_rows() -> list[Row]:
     return rows
 
 
-def _pop_label(new_items: bool) -> str:
-    """The popularity baseline's name on a split (new items: by their genres)."""
-    return "genre popularity" if new_items else "popularity"
-
-
 def _mvmf_t4_reason(d: Any, key: str, metric: str) -> str:
     """FedMVMF and the naive baselines beside a PrivMVMF Table 4 number."""
     cells = d["table4"][key][metric]
@@ -970,13 +965,15 @@ def _mvmf_t4_reason(d: Any, key: str, metric: str) -> str:
         parts.append("candidates: every unrated " + ("new item" if new else "item"))
     elif not metric.startswith("ndcg"):
         parts.append("candidates: the test-rated items")
-    for name in ("fedmvmf", "popularity", "item-mean"):
+    label = {"fedmvmf": "fedmvmf", **{b: f"genre {b}" if new else b
+                                      for b in ("popularity", "item-mean")}}
+    for name in label:
         if cells.get(name):
-            label = f"genre {name}" if new and name != "fedmvmf" else name
-            parts.append(f"{label} {cells[name]['mean']:.4f}")
+            parts.append(f"{label[name]} {cells[name]['mean']:.4f}")
     ours, pop = cells["privmvmf"]["mean"], (cells.get("popularity") or {}).get("mean")
     if pop and ours and metric.endswith("-all"):  # how far the candidate set sets the level
-        parts.append(f"{_pop_label(new)} reaches {pop / ours:.0%} of it on the same candidates")
+        parts.append(f"{label['popularity']} reaches {pop / ours:.0%} of it on the same "
+                     "candidates")
     if d.get("dataset") == "ml-1m":
         parts.append("users 1-2999, genres for the tag genome")
     return "; ".join(parts)
