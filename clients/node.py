@@ -86,13 +86,15 @@ class NodeContext:
 
     def charge_dp(self, release: PrivacyLedger, what: str) -> float:
         """Charge ``release`` (the accountant of what is about to be released) for ``what``
-        to this node's own DP ledger
-        (``NodePolicy.charge_dp``), keyed by its public signing identity and its data source,
-        before anything is released; returns the total spent under that key."""
-        from clients.dp_ledger import LedgerKey, data_digest
+        to this node's own DP ledger (``NodePolicy.charge_dp``), over the content digests of
+        the rows it holds (``datasets.row_digests``; never the names the server's config
+        gives them), before anything is released; returns the most any of those rows has
+        now spent."""
+        from clients.dp_ledger import LedgerKey
+        from datasets import row_digests
 
-        key = LedgerKey(self.identity.signer.public_bytes().hex(),
-                        data_digest(self.data_config()))
+        rows = row_digests(DatasetSpec.from_config(self.data_config()), self.data().user_ids)
+        key = LedgerKey(self.identity.signer.public_bytes().hex(), tuple(rows))
         return self.policy.charge_dp(self.state, release, what, self.who, key=key,
                                      run_id=int(self.context.run_id))
 

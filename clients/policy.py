@@ -45,8 +45,8 @@ Keys (``docs/threat-model.md`` says what each weaker mode reveals):
   and uses the exact cluster sizes; the node charges its budget what it really spends.
 - ``dp-budget``: total epsilon this node spends on noised releases outside a secure sum
   (``0``: none), across every run (the ledger below).
-- ``dp-ledger``: path of the file where this node records its DP spending (keyed by its
-  identity and its data), so a new run does not start at zero.
+- ``dp-ledger``: path of the file where this node records its DP spending (per row it
+  releases, by the rows' content), so a new run or a new name does not start at zero.
 - ``min-neighbours`` (default 2): the fewest SecAgg+ neighbours the node accepts.
 - ``lpgcn-min-alpha`` (default 0.5), ``lpgcn-min-mask-scale`` (default 0.1): the smallest
   LP-GCN virtual-item rate and cover scale the node accepts, on every LP-GCN request (both
@@ -259,8 +259,8 @@ class NodePolicy:
         The spending is recorded in the node's own ledger file (``clients/dp_ledger.py``,
         path :func:`clients.dp_ledger.ledger_path`) under ``key`` (the node's identity and
         data; ``NodeContext.charge_dp`` passes it), before anything is released, so
-        the budget holds across runs. Without a key the entry is named after ``who`` only.
-        Returns the total spent under the key; the node state keeps this run's share
+        the budget holds across runs. Without a key the charge falls on ``who`` only.
+        Returns the most any row of the key has now spent; the node state keeps this run's share
         (``_DP_SPENT``: ``epsilon`` of the run, ``total`` of the ledger) for the results.
         """
         from clients.dp_ledger import BudgetExceeded, Ledger, LedgerKey, ledger_path
@@ -274,7 +274,7 @@ class NodePolicy:
                               f"{epsilon!r}")
         if epsilon > self.dp_budget + 1e-12:  # refused without touching the ledger
             raise self._over_budget(epsilon, 0.0, what, who)
-        key = key if key is not None else LedgerKey("unidentified", who)
+        key = key if key is not None else LedgerKey(f"unidentified {who}")
         try:
             total = Ledger(ledger_path(self.dp_ledger)).charge(key, release, self.dp_budget,
                                                                what, run_id)

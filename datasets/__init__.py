@@ -6,7 +6,7 @@ references call load_dataset. Not Hugging Face `datasets` (this package shadows 
 
 from .containers import InteractionData, NodeData
 from .errors import DataError
-from .load import load_dataset, load_item_server_data, load_node_data
+from .load import load_dataset, load_item_server_data, load_node_data, row_digests
 from .partition import KNOWN_PARTITIONS, PartitionSpec, partition_users
 from .spec import DISPLAY_NAMES, KNOWN_DATASETS, DatasetSpec, display_name
 
@@ -23,5 +23,6 @@ __all__ = [
     "load_item_server_data",
     "load_node_data",
     "partition_users",
+    "row_digests",
     "display_name",
 ]

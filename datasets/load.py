@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 from . import cache, movielens, split_files, synthetic
 from .containers import InteractionData, NodeData, RawData
@@ -128,6 +130,56 @@ def load_node_data(spec: DatasetSpec, part: PartitionSpec, partition_id: int) ->
     )
     cache.write_node(path, key, node)
     return node
+
+
+#: Bytes of a row digest (:func:`row_digests`): 128 bits, so distinct rows never collide in
+#: practice, and a collision only makes two rows share one DP budget.
+ROW_DIGEST_BYTES = 16
+
+
+def row_digests(spec: DatasetSpec, user_ids: np.ndarray) -> list[bytes]:
+    """A content digest of each user's rows, for the node's DP ledger.
+
+    Why: a DP budget must follow the people a release is about, not the names the server's
+    run config gives them. The digest is SHA-256 over the user's id and the sorted item ids
+    the user has any interaction with in the source files, train and test together, before
+    min-rating, binarization, the holdout split, cold start or dropping cold items (all
+    server-chosen), so the same rows give the same digest from ``.npz`` or text files, under
+    any dataset name, folder, partition or split. Ids are the source's own (the row and
+    column of the ``.npz``, the ids in ``train.txt``); ratings' values are left out, so a
+    binarized copy of a rating file keeps its digests. The user id is in the digest because
+    two people can hold the same items (a single popular item, say): without it they would
+    share one budget and an honest federation would be refused.
+    """
+    _, files = _key_and_files(spec)
+    table = _row_digests_by_key(_raw_key(spec, files), spec, files)
+    return [table[int(u)] for u in user_ids]
+
+
+def _raw_key(spec: DatasetSpec, files: tuple[tuple[str, Path], ...]) -> str:
+    """What the raw rows depend on: the source files, or the synthetic generator's
+    settings (a memo key only)."""
+    if spec.name == "synthetic":
+        return repr((spec.synthetic_users, spec.synthetic_items, spec.synthetic_rank,
+                     spec.synthetic_density, spec.seed, spec.synthetic_clusters,
+                     spec.synthetic_popularity_skew, spec.synthetic_feature_noise))
+    return cache.dataset_key(DatasetSpec(name=spec.name), dict(files))
+
+
+@functools.lru_cache(maxsize=4)
+def _row_digests_by_key(_key: str, spec: DatasetSpec,
+                        files: tuple[tuple[str, Path], ...]) -> tuple[bytes, ...]:
+    raw = _read_raw(spec, dict(files))
+    rows = raw.ratings if raw.ratings is not None else raw.train + raw.test
+    rows = sp.csr_matrix(rows)
+    rows.sum_duplicates()
+    rows.sort_indices()
+    out = []
+    for u in range(rows.shape[0]):
+        items = rows.indices[rows.indptr[u]:rows.indptr[u + 1]].astype(">i8")
+        out.append(hashlib.sha256(b"fedrec-row|v1|" + int(u).to_bytes(8, "big") +
+                                  items.tobytes()).digest()[:ROW_DIGEST_BYTES])
+    return tuple(out)
 
 
 def load_item_server_data(spec: DatasetSpec) -> NodeData:

@@ -1,6 +1,6 @@
-"""The node's DP ledger (``clients/dp_ledger.py``): a budget that holds across runs, per
-identity and data, written before a release, safe under concurrent processes, and never
-silently reset."""
+"""The node's DP ledger (``clients/dp_ledger.py``): a budget that holds across runs, per row
+released (by the rows' content, whatever the server's config calls them), written before a
+release, safe under concurrent processes, and never silently reset."""
 
 from __future__ import annotations
 
@@ -10,13 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from clients.dp_ledger import Ledger, LedgerError, LedgerKey, data_digest
+import numpy as np
+import scipy.sparse as sp
+
+from clients.dp_ledger import BudgetExceeded, Ledger, LedgerError, LedgerKey
+from datasets import DatasetSpec, load_dataset, row_digests
 from clients.policy import NodePolicy, PolicyError
 from fedrec.dp import PrivacyLedger
 from fedrec.transport.messenger import NodeError
 from tests.test_dp_prototypes import TINY, _run
 
-KEY_A, KEY_B = LedgerKey("aa", "d1"), LedgerKey("bb", "d1")
+ROW_1, ROW_2, ROW_3 = (bytes([i]) * 16 for i in (1, 2, 3))
+KEY_A, KEY_B = LedgerKey("aa", (ROW_1, ROW_2)), LedgerKey("bb", (ROW_3,))
 
 
 def _entries(path: Path) -> dict:
@@ -60,7 +65,7 @@ def test_the_charge_is_written_before_the_release(tmp_path: Path, monkeypatch) -
     assert sum(e["epsilon"] for e in _entries(ledger).values()) >= 1.0
 
 
-def test_identities_and_paths_keep_separate_budgets(tmp_path: Path) -> None:
+def test_distinct_rows_and_files_keep_separate_budgets(tmp_path: Path) -> None:
     path = tmp_path / "l.json"
     assert Ledger(path).charge(KEY_A, _release(1.0), 1.0, "x", 1) == pytest.approx(1.0)
     assert Ledger(path).charge(KEY_B, _release(1.0), 1.0, "x", 1) == pytest.approx(1.0)
@@ -72,19 +77,74 @@ def test_identities_and_paths_keep_separate_budgets(tmp_path: Path) -> None:
     assert Ledger(path).spent(KEY_A) == pytest.approx(1.0)  # a refusal writes nothing
 
 
-def test_the_data_key_ignores_what_the_server_chooses_about_the_split() -> None:
-    """Split and partition parameters come from the server: changing them must not give
-    the same people a fresh budget. The data source itself does change the key."""
+@pytest.mark.parametrize("rows", [(ROW_1, ROW_2), (ROW_2,), (ROW_2, ROW_3)],
+                         ids=["same rows", "a subset", "an overlapping superset"])
+def test_a_row_draws_on_one_budget_whoever_releases_it(tmp_path: Path, rows) -> None:
+    """The budget is per row: the same rows, a subset or a set overlapping them, released
+    under another identity (a simulated node's identity follows its partition label), draw
+    on the budget the first release spent; rows no release held do not."""
+    path = tmp_path / "l.json"
+    Ledger(path).charge(KEY_A, _release(0.75), 1.0, "first", 1)
+    with pytest.raises(BudgetExceeded):
+        Ledger(path).charge(LedgerKey("cc", rows), _release(0.5), 1.0, "again", 2)
+    assert Ledger(path).charge(LedgerKey("cc", (ROW_3,)), _release(0.5), 1.0, "other", 2) == \
+        pytest.approx(0.5)
+    assert Ledger(path).spent(LedgerKey("dd", rows)) == pytest.approx(0.75)
+
+
+def _files(folder: Path, train: sp.csr_matrix, test: sp.csr_matrix, text: bool) -> None:
+    """``train``/``test`` as one of the two accepted file sets of a given split."""
+    folder.mkdir(parents=True)
+    if not text:
+        sp.save_npz(folder / "train.npz", train)
+        sp.save_npz(folder / "test.npz", test)
+        return
+    for name, m in (("train.txt", train), ("test.txt", test)):
+        lines = [" ".join(map(str, [u, *m[u].indices])) for u in range(m.shape[0])]
+        (folder / name).write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def copies(tmp_path: Path) -> dict[str, dict]:
+    """TINY's rows as data configs a server may name: the generator itself, an ``.npz`` and
+    a text copy under other dataset names and folders (the text one with train and test
+    swapped), and a re-split of the copy."""
     base = {k: v for k, v in TINY.items() if k != "protocol"}
-    same = data_digest(base)
-    for change in ({"test-ratio": 0.5}, {"partition": "iid"}, {"num-partitions": 7},
-                   {"min-rating": 3.0}, {"cold-start-users": 0.2}):
-        assert data_digest({**base, **change}) == same, change
-    assert data_digest({**base, "synthetic-users": 121}) != same
-    real = {"dataset": "ml-100k", "data-dir": "/srv/data"}
-    assert data_digest({**real, "seed": 9, "test-ratio": 0.1}) == data_digest(real)
-    assert data_digest({**real, "data-dir": "/srv/data/."}) == data_digest(real)
-    assert data_digest({**real, "data-dir": "/srv/other"}) != data_digest(real)
+    data = load_dataset(DatasetSpec.from_config(base))
+    _files(tmp_path / "one" / "silo-a", data.train, data.test, text=False)
+    _files(tmp_path / "two" / "archive", data.test, data.train, text=True)
+    return {"generator": base,
+            "npz": {"dataset": "silo-a", "data-dir": str(tmp_path / "one")},
+            "text": {"dataset": "archive", "data-dir": str(tmp_path / "two"),
+                     "min-rating": 0.5},
+            "re-split": {"dataset": "silo-a", "data-dir": str(tmp_path / "one"),
+                         "seed": 9, "cold-start-users": 0.2}}
+
+
+def test_row_digests_follow_the_rows_not_their_names(copies: dict[str, dict]) -> None:
+    """Same rows: same digests from the generator, .npz or text, under any dataset name,
+    folder, seed or split option; other rows (another generator seed): other digests."""
+    users = np.arange(120)
+    same = row_digests(DatasetSpec.from_config(copies["generator"]), users)
+    assert len(set(same)) == 120
+    for name, cfg in copies.items():
+        assert row_digests(DatasetSpec.from_config(cfg), users) == same, name
+    other = row_digests(DatasetSpec.from_config({**copies["generator"], "seed": 2}), users)
+    assert not set(other) & set(same)
+
+
+def test_the_same_rows_under_other_names_draw_on_one_budget(
+        tmp_path: Path, copies: dict[str, dict]) -> None:
+    """The attack: dp-prototypes runs over the same rows under four dataset names, folders,
+    file formats and split options, epsilon 1 each against dp-budget = 1. The first
+    releases; the silos refuse every other, their rows having spent their budget."""
+    policy = {"allow-plain": True, "dp-budget": 1.0, "dp-ledger": str(tmp_path / "l.json")}
+    names = list(copies)
+    _run(copies[names[0]], policy=policy)
+    for name in names[1:]:
+        with pytest.raises(NodeError, match="epsilon 1 on top of 1 spent exceeds"):
+            _run(copies[name], policy=policy)
+    _run({**copies["generator"], "seed": 2}, policy=policy)  # other rows: their own budget
 
 
 def _charge_many(path: str, count: int) -> None:
@@ -154,15 +214,16 @@ def test_a_format_1_ledger_keeps_counting_and_edits_only_over_charge(tmp_path: P
     path = tmp_path / "old.json"
     old = {"identity": "aa", "data": "d1", "epsilon": 0.75,
            "releases": [{"run": 1, "what": "old release", "epsilon": 0.75, "time": 0.0}]}
-    path.write_text(json.dumps({"format": 1, "entries": {KEY_A.text: old}}))
+    path.write_text(json.dumps({"format": 1, "entries": {"aa:d1": old}}))
     policy = NodePolicy(dp_budget=1.0, dp_ledger=str(path))
     with pytest.raises(PolicyError, match="on top of 0.75 spent exceeds"):
         policy.charge_dp({}, _release(0.5), "a release", "node 1", key=KEY_A)
     assert Ledger(path).charge(KEY_A, _release(0.25), 1.0, "x", 2) == pytest.approx(1.0)
-    assert json.loads(path.read_text())["format"] == 2
+    assert json.loads(path.read_text())["format"] == 3
     assert [e.mechanism for e in Ledger(path).history(KEY_A).entries] == ["recorded", "laplace"]
     data = json.loads(path.read_text())
-    data["entries"][KEY_A.text]["epsilon"] = 0.0  # a hand edit
+    data["entries"]["aa:d1"]["epsilon"] = 0.0  # hand edits
+    data["entries"]["aa"]["releases"][0]["epsilon"] = 0.0
     path.write_text(json.dumps(data))
     assert Ledger(path).spent(KEY_A) == pytest.approx(1.0)
 
