@@ -17,6 +17,7 @@ from flwr.app import ConfigRecord, RecordDict
 
 from clients.handlers import handler
 from clients.node import NodeContext
+from clients.nodeset import committed_members, signed_set_digest
 from fedrec.records import config_record, content_digest, state_record, to_array_record
 from fedrec.wire.sums import (
     CIPHER_KEY,
@@ -34,7 +35,6 @@ from fedrec.wire.sums import (
 
 _DECRYPTED = "aggregate.decrypted"  # ConfigRecord in node state: CKKS sums already decrypted
 _CONTRIBUTED = "aggregate.contributed"  # ConfigRecord in node state: CKKS sums contributed to
-_OPENED_SET = "aggregate.opened-set"  # ConfigRecord in node state: partitions it decrypts over
 
 
 def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
@@ -75,9 +75,12 @@ def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
         reply[VALUES_KEY] = to_array_record({"v": values})
         reply[BOUND_KEY] = ConfigRecord({"digest": bound})
     elif mode == "ckks":
-        chunks = _encrypt(node, vec, cfg)
         sum_id = int(cfg["sum-id"])
-        bound = request_digest(node)
+        # bound to the request and to the node set every member signed: a decrypter that
+        # committed to another set refuses this contribution
+        bound = request_digest(node) + signed_set_digest(node, node.request,
+                                                         f"CKKS sum {sum_id}")
+        chunks = _encrypt(node, vec, cfg)
         state_record(node.state, _CONTRIBUTED)[str(sum_id)] = bound
         signed = node.identity.sign(contribution_purpose(sum_id), node.context.run_id,
                                     node.context.node_id,
@@ -213,29 +216,19 @@ def _signed_sum(node: NodeContext, content: RecordDict, sum_id: int, ctx,
         raise AggregationError(f"{refuse}: it holds {len(partitions)} signed contribution(s), "
                                f"fewer than its policy's min-survivors={need} (it never opens "
                                "a single node's or a too small set's ciphertexts)")
-    _check_contributors(node, sorted(partitions), refuse)
+    _check_contributors(node, sorted(partitions.values()), refuse)
     return total
 
 
-def _check_contributors(node: NodeContext, partitions: list[int], refuse: str) -> None:
-    """The decrypter opens sums over one node set per run: the set of the first sum it opens.
-
-    Why: two decrypted sums of the same request over sets that differ by one node give that
-    node's input. Later sums must hold the same partitions; with the decrypter's
-    ``allow-dropouts`` a subset is accepted and the set only shrinks from then on."""
-    record = config_record(node.state, _OPENED_SET)
-    if record is None:
-        node.state[_OPENED_SET] = ConfigRecord({"partitions": partitions})
-        return
-    committed = [int(p) for p in record["partitions"]]
-    if partitions == committed:
-        return
-    if node.policy.allow_dropouts and set(partitions) < set(committed):
-        record["partitions"] = partitions
-        return
-    raise AggregationError(f"{refuse}: its contributors are not the node set of the sums it "
-                           "opened before in this run (sums over different sets could be "
-                           "differenced; a smaller set needs its allow-dropouts)")
+def _check_contributors(node: NodeContext, senders: list[int], refuse: str) -> None:
+    """The decrypter opens only sums over exactly the run's signed node set
+    (``clients/nodeset.py``): every member signed that set at key setup, so no other node
+    opens a sum over another set, and a sum missing a member (whose difference with a full
+    one would be that member's input) is refused. A dropout abandons the sum."""
+    if senders != committed_members(node):
+        raise AggregationError(f"{refuse}: its contributors are not the node set every member "
+                               "signed at key setup (sums over different sets could be "
+                               "differenced; a CKKS sum is abandoned when a node drops out)")
 
 
 @handler("aggregate_decrypt")
@@ -262,6 +255,7 @@ def decrypt(content: RecordDict, node: NodeContext) -> RecordDict:
         raise AggregationError(f"partition {node.partition_id} refuses to decrypt sum {sum_id}: "
                                "it decrypts once each sum it contributed to, nothing else")
     done[sum_id] = True  # spent before any check: a refused request is not retried
+    signed_set_digest(node, content, f"to decrypt sum {sum_id}")
     ctx = get_shared_context(node.state, str(cfg["purpose"]))
     total = _signed_sum(node, content, int(sum_id), ctx, bytes(contributed[sum_id]))
     n = int(cfg["n"])

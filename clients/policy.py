@@ -23,9 +23,10 @@ Keys (``docs/threat-model.md`` says what each weaker mode reveals):
 - ``allow-plain``: answer plain sums (the server sees this node's values); LP-GCN without
   virtual items (``lpgcn-alpha = 0``: the server sees exactly which pseudonymous items the
   node holds).
-- ``allow-ckks``: answer CKKS sums. Off by default: every node holds the CKKS secret key,
-  and the decrypter opens whatever ciphertext the server labels with a sum id, so an
-  actively malicious server can have one node's input decrypted per sum.
+- ``allow-ckks``: answer CKKS sums. Off by default: every node holds the CKKS secret key
+  and the decrypter is handed every node's ciphertext, so a server colluding with any node,
+  or a curious decrypter, learns every node's input (a server deviating alone gets only
+  sums over the one node set every member signed, ``clients/nodeset.py``).
 - ``allow-noise-removal``: fedsvd-utility's homomorphic step: multiply this node's own
   Gaussian noise into the server's encrypted selection value. The server then learns every
   node's noise but one (it is meant to subtract them); a server that sets every selection

@@ -14,6 +14,7 @@ from flwr.app import ConfigRecord, RecordDict
 
 from clients.handlers import handler
 from clients.node import NodeContext
+from clients.nodeset import commit as commit_node_set
 from clients.sealed_node import new_mail_key
 from fedrec.records import config_record
 from fedrec.secure.fixedpoint import FixedPoint
@@ -132,6 +133,7 @@ def _commit_members(node: NodeContext, members: list[int]) -> list[int]:
         raise SecAggError(f"{node.who} refuses key setup: {len(members)} node(s) in the run's "
                           f"set, its node policy's min-survivors is {node.policy.min_survivors}")
     members = sorted(members)
+    commit_node_set(node, members, "key setup")  # one set per run, whatever the sum kind
     committed = config_record(node.state, _COMMITTED)
     if committed is None:
         node.state[_COMMITTED] = ConfigRecord({"members": members, "dropped": [],

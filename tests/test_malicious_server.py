@@ -375,12 +375,16 @@ def test_values_out_of_range_give_the_server_a_count_of_nodes_only(roster: Path)
 
 
 @contextmanager
-def _ckks_run() -> Iterator[tuple[MaliciousGrid, Any]]:
-    """A run of 4 nodes that opted in to CKKS sums, key relay done."""
+def _ckks_run(rewrite_for: Any = None) -> Iterator[tuple[MaliciousGrid, Any]]:
+    """A run of 4 nodes that opted in to CKKS sums, key relay and node-set setup done
+    (``rewrite_for(sorted node ids)``, if given, is a rewrite altering messages from the
+    start)."""
     from fedrec.transport.aggregators import CkksAggregator
 
     app = build_client_app(["clients.diagnostics"], policy={"allow-ckks": True})
     grid = MaliciousGrid(app, 4, run_id=next(_RUNS))
+    if rewrite_for is not None:
+        grid.rewrite = rewrite_for(sorted(grid.ids))
     try:
         ckks = CkksAggregator(Messenger(grid, timeout=60), grid.ids, seed=0)
         ckks.setup()
@@ -400,8 +404,59 @@ def test_the_ckks_decrypter_opens_sums_over_one_node_set() -> None:
         chunks, layout = ckks.sum_encrypted("diag_secure_sum", request, max_abs=MAX_ABS)
         victim = next(n for n in grid.ids if n != ckks.decrypter)
         del ckks.contributions[ckks.sum_id][victim]
-        with pytest.raises(NodeError, match="not the node set of the sums it opened before"):
+        with pytest.raises(NodeError, match="not the node set every member signed"):
             ckks.decrypt(chunks, layout, phase="without the victim")
+
+
+def test_two_decrypters_cannot_be_shown_different_node_sets() -> None:
+    """The attack: node X opens a sum of every contribution; the server then has another
+    node B open, as its first sum, the same request without the victim A's contribution,
+    and differences the two. B's node set is the one all four signed at key setup, so it
+    refuses, and the server gets no second sum."""
+    with _ckks_run() as (grid, ckks):
+        request = diag_request(3, {"v": (5,)})
+        chunks, layout = ckks.sum_encrypted("diag_secure_sum", request, max_abs=MAX_ABS)
+        ckks.decrypt(chunks, layout, phase="all")
+        victim, other = [n for n in grid.ids if n != ckks.decrypter][:2]
+        chunks, layout = ckks.sum_encrypted("diag_secure_sum", request, max_abs=MAX_ABS)
+        del ckks.contributions[ckks.sum_id][victim]
+        ckks.decrypter = other
+        with pytest.raises(NodeError, match=f"node {other} .*refuses to decrypt sum 2: its "
+                                            "contributors are not the node set"):
+            ckks.decrypt(chunks, layout, phase="without the victim")
+    replies = [r for m, r in grid.log if m.metadata.message_type == "query.aggregate_decrypt"]
+    assert len(replies) == 2 and replies[1].has_error()  # nothing decrypted the second time
+
+
+def _another_set_for_the_second(ids: list[int]) -> Any:
+    """A rewrite showing node ``ids[1]`` the node set without ``ids[0]`` at key setup; the
+    others are shown the set of all nodes."""
+    def rewrite(msg: Any) -> RecordDict | None:
+        if msg.metadata.message_type != "query.nodeset_commit" or \
+                msg.metadata.dst_node_id != ids[1]:
+            return None
+        content = RecordDict(dict(msg.content.items()))
+        content["nodeset"] = ConfigRecord({"members": ids[1:]})
+        return content
+    return rewrite
+
+
+def test_a_node_shown_another_node_set_at_key_setup_makes_no_sum() -> None:
+    """Key setup shows node B the set without A, the others the set of all four. B signed
+    its set, but A, C and D signed theirs: B refuses to contribute (so it has no sum to
+    decrypt), and every other node refuses too, B's signature not being on their set. The
+    server gets no ciphertext, over either set."""
+    with _ckks_run(_another_set_for_the_second) as (grid, ckks):
+        with pytest.raises(NodeError, match="did not sign the node set"):
+            ckks.sum_encrypted("diag_secure_sum", diag_request(3, {"v": (5,)}),
+                               max_abs=MAX_ABS)
+        request = grid.requests("diag_secure_sum")[0].content
+        for node in grid.ids:  # each node, asked on its own, refuses
+            with pytest.raises(Refused, match="did not sign the node set"):
+                grid.ask(node, "diag_secure_sum", RecordDict(dict(request.items())))
+    answered = [r for m, r in grid.log
+                if m.metadata.message_type == "query.diag_secure_sum" and not r.has_error()]
+    assert not answered
 
 
 # -- 5. chosen models: every node must have been sent the same request ----------------------

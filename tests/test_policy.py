@@ -143,6 +143,9 @@ PRODUCTION_ACTIONS = {
                             "once, only inside its committed node set; data-independent",
     "query.keys_create_secret": "creates a fresh secret, sealed to peers; returns a hash",
     "query.keys_receive_secret": "stores a sealed secret; returns its hash",
+    "query.nodeset_commit": "commits to one node set per run and signs it (node ids the "
+                            "server lists, checked: distinct, this node in, >= min-survivors; "
+                            "data-independent)",
     "query.aggregate_decrypt": "CKKS decrypter: opens once each sum it contributed to, "
                                "summed by itself from >= min-survivors signed contributions "
                                "(residual risk in docs/threat-model.md)",

@@ -16,7 +16,9 @@ formed; the run config's ``aggregator`` key picks the implementation
   ciphertexts (:func:`contribution_digest`); the decrypter receives every signed
   contribution, checks the signatures against its roster, requires at least its policy's
   ``min-survivors`` distinct nodes, adds them itself and decrypts only that sum, so it is not
-  a decryption oracle for the server.
+  a decryption oracle for the server. Every node signs the run's node set at setup and
+  checks every member's signature on it before it encrypts or decrypts
+  (``clients/nodeset.py``), so no two nodes are shown different sets.
 
 A sum request carries a ``secagg`` ConfigRecord (mode, sum id, declared range); a node
 answers with ``clients.contribute.sum_reply``. What each sum showed the server is recorded in
@@ -40,6 +42,8 @@ from fedrec.wire.sums import (
     CKKS_PURPOSE,
     CLIPPED_KEY,
     CONTRIB_KEY,
+    NODESET_KEY,
+    NODESET_SIGNED_KEY,
     SIGNED_KEY,
     SUM_KEY,
     VALUES_KEY,
@@ -246,6 +250,8 @@ class CkksAggregator(Aggregator):
         #: sum id -> node -> (ciphertext chunks, signed digest) of the latest sum, kept
         #: until its decryption
         self.contributions: dict[int, dict[int, tuple[list[bytes], bytes]]] = {}
+        #: node id -> its signature on the run's node set (made at :meth:`setup`)
+        self.node_set_signatures: dict[str, bytes] = {}
 
     def setup(self) -> None:
         from fedrec.transport.relay_server import relay_secret
@@ -258,6 +264,21 @@ class CkksAggregator(Aggregator):
         from fedrec.secure.he import load_context, slots_of
 
         self.slots = slots_of(load_context(self.public_context))
+        # every node commits to the run's node set and signs it; each sum and decrypt request
+        # carries all the signatures, which each node checks before it encrypts or decrypts
+        # (clients/nodeset.py), so no two nodes are shown different sets
+        request = RecordDict({NODESET_KEY: ConfigRecord({"members": sorted(self.nodes)})})
+        replies = self.messenger.broadcast("nodeset_commit", request, self.nodes,
+                                           phase="ckks:node-set")
+        signatures: dict[str, bytes] = {}
+        for node, reply in replies.items():
+            signed = reply.config_records[NODESET_KEY].get("signed") \
+                if NODESET_KEY in reply.config_records else None
+            if not isinstance(signed, bytes):
+                raise AggregationError(f"{self.messenger.label(node)} answered the node-set "
+                                       f"key setup without field '{NODESET_KEY}.signed'")
+            signatures[str(node)] = signed
+        self.node_set_signatures = signatures
 
     def sum_encrypted(self, action: str, content: RecordDict | Mapping[int, RecordDict], *,
                       max_abs: float, phase: str | None = None,
@@ -272,6 +293,8 @@ class CkksAggregator(Aggregator):
         requests = self._requests(content, self.nodes, {
             "mode": "ckks", "sum-id": self.sum_id, "max-abs": float(max_abs),
             "purpose": CKKS_PURPOSE})
+        for req in requests.values():
+            req[NODESET_SIGNED_KEY] = ConfigRecord(dict(self.node_set_signatures))
         total = EncryptedSum(self.public_context, "ckks")
         self.contributions = {self.sum_id: {}}  # only the latest sum is ever decrypted
         self._max_abs = float(max_abs)
@@ -321,7 +344,8 @@ class CkksAggregator(Aggregator):
         req = RecordDict({SUM_KEY: ConfigRecord({
             "mode": "ckks", "sum-id": self.sum_id, "n": n, "purpose": CKKS_PURPOSE}),
             CONTRIB_KEY: ConfigRecord({str(u): c for u, (c, _) in contributions.items()}),
-            SIGNED_KEY: ConfigRecord({str(u): sig for u, (_, sig) in contributions.items()})})
+            SIGNED_KEY: ConfigRecord({str(u): sig for u, (_, sig) in contributions.items()}),
+            NODESET_SIGNED_KEY: ConfigRecord(dict(self.node_set_signatures))})
         reply = self.messenger.send("aggregate_decrypt", {self.decrypter: req},
                                     phase=f"{phase}:decrypt")[self.decrypter]
         self.messenger.ledger.mark(f"{phase}:decrypt", VALUES_KEY, "decrypted sum")

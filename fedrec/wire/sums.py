@@ -33,6 +33,23 @@ CONTRIB_KEY = "secagg.contributions"
 SIGNED_KEY = "secagg.signatures"
 
 
+#: Key setup of the node set a run's CKKS sums are over: the request's ConfigRecord
+#: (``members``), each node's reply (``signed``), and the record every later sum and decrypt
+#: request carries (node id -> that node's signed set).
+NODESET_KEY = "nodeset"
+NODESET_SIGNED_KEY = "nodeset.signatures"
+#: What a node's signature on the node set is bound to (with run and node id).
+NODESET_PURPOSE = "node-set"
+
+
+def node_set_digest(members: Sequence[int]) -> bytes:
+    """SHA-256 of a node set (sorted node ids): what every member signs at key setup."""
+    import hashlib
+
+    ids = ",".join(str(int(v)) for v in sorted(members))
+    return hashlib.sha256(f"fedrec-node-set|v1|{ids}".encode()).digest()
+
+
 def contribution_purpose(sum_id: int) -> str:
     """What a node's signature on its CKKS contribution is bound to (with run and node)."""
     return f"ckks-contribution:{int(sum_id)}"
