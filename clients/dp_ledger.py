@@ -29,6 +29,10 @@ charged to every row its identity releases. A charge is recorded (file replaced 
 under an exclusive ``flock`` on a side lock file, so concurrent processes never lose an
 update) *before* the noisy value is computed: a release that fails afterwards still counts.
 A ledger that cannot be read is an error naming the file, never a silent reset to zero.
+
+The same file keeps the other privacy state a new run must not start afresh: the node set
+(roster partitions) each identity committed its sums to under each roster
+(:meth:`Ledger.commit_node_set`, ``clients/nodeset.py``).
 """
 
 from __future__ import annotations
@@ -60,6 +64,10 @@ _READS = (1, 2, 3)
 
 class LedgerError(RuntimeError):
     """The ledger file cannot be read or written: the node refuses to release."""
+
+
+class NodeSetDiffers(Exception):
+    """A node set is not the one the key committed to in an earlier run."""
 
 
 class BudgetExceeded(Exception):
@@ -122,7 +130,7 @@ class Ledger:
         try:
             text = self.path.read_text()
         except FileNotFoundError:
-            return {"format": _FORMAT, "entries": {}, "rowsets": {}}
+            return {"format": _FORMAT, "entries": {}, "rowsets": {}, "node-sets": {}}
         except OSError as exc:
             raise LedgerError(f"DP ledger {self.path} cannot be read ({exc}); fix or move it "
                               "(its spending is not reset to zero)") from None
@@ -130,8 +138,9 @@ class Ledger:
             data = json.loads(text)
             entries = data["entries"]
             rowsets = data.setdefault("rowsets", {})
+            node_sets = data.setdefault("node-sets", {})
             if data.get("format") not in _READS or not isinstance(entries, dict) or \
-                    not isinstance(rowsets, dict):
+                    not isinstance(rowsets, dict) or not isinstance(node_sets, dict):
                 raise ValueError("unexpected layout")
             for entry in entries.values():
                 _spent_of(entry)
@@ -197,6 +206,23 @@ class Ledger:
                                       "entries": release.to_table_rows()})
             self._write(data)
         return spent + epsilon
+
+    def commit_node_set(self, key: str, partitions: list[int], shrink: bool) -> None:
+        """Hold ``key`` (an identity under a roster) to the partition set it committed to in
+        its first run: the same set again passes, a subset only if ``shrink``, anything else
+        raises :class:`NodeSetDiffers` (nothing written). The first set is recorded."""
+        partitions = sorted(int(p) for p in partitions)
+        with self._locked():
+            data = self._read()
+            first = data["node-sets"].get(key)
+            if first is None:
+                data["format"] = _FORMAT
+                data["node-sets"][key] = partitions
+                self._write(data)
+                return
+            if partitions == sorted(first) or (shrink and set(partitions) < set(first)):
+                return
+            raise NodeSetDiffers(key)
 
 
 def _cost(release: Mapping[str, Any]) -> float:

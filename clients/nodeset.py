@@ -8,7 +8,8 @@ SecAgg+ key setup, whichever comes first: both sum kinds of a run share it) and 
 before it contributes to or decrypts a CKKS sum it checks that every member of that set
 signed the same set (:func:`signed_set_digest`). Each node signs one set per run, so once
 a node holds every member's signature on its set, no member can have been shown another
-one: no two nodes' sums are over different sets.
+one: no two nodes' sums are over different sets. A node with a roster identity also keeps,
+across runs, the set (as roster partitions) of its first run (:func:`_hold_across_runs`).
 """
 
 from __future__ import annotations
@@ -62,9 +63,13 @@ def nodeset_commit(content: RecordDict, node: NodeContext) -> RecordDict:
         raise AggregationError(f"{node.who}: node-set request lacks field "
                                f"'{NODESET_KEY}.members'")
     members = commit(node, [int(v) for v in cfg["members"]], "the node set")
-    signed = node.identity.sign(NODESET_PURPOSE, node.context.run_id, node.context.node_id,
-                                node_set_digest(members))
-    return RecordDict({NODESET_KEY: ConfigRecord({"signed": signed})})
+    return RecordDict({NODESET_KEY: ConfigRecord({"signed": sign(node, members)})})
+
+
+def sign(node: NodeContext, members: list[int]) -> bytes:
+    """This node's signature on the node set ``members`` it committed to (:func:`commit`)."""
+    return node.identity.sign(NODESET_PURPOSE, node.context.run_id, node.context.node_id,
+                              node_set_digest(members))
 
 
 def signed_set_digest(node: NodeContext, request: RecordDict, what: str) -> bytes:
@@ -98,8 +103,36 @@ def signed_set_digest(node: NodeContext, request: RecordDict, what: str) -> byte
                                    "committed to (it was shown another set, or a signature "
                                    "is reused)")
         partitions.add(partition)
+    _hold_across_runs(node, sorted(partitions), refuse)
     record["confirmed"] = True
     return digest
+
+
+def _hold_across_runs(node: NodeContext, partitions: list[int], refuse: str) -> None:
+    """Refuse a run whose node set (as roster partitions) is not the one this identity
+    committed to in its first run under this roster, kept in its privacy state file (the DP
+    ledger's, ``clients/dp_ledger.py``); a subset only with its ``allow-dropouts``.
+
+    Why: Flower's node state starts empty in every run, so a set committed per run would
+    let a server run the same request over the whole set and, in a new run, over the set
+    without one node: the difference is that node's input. Simulated identities are public
+    keys anyone can sign with (a server can forge every signature here), so the check is
+    kept for roster identities, whose runs it binds."""
+    from clients.dp_ledger import Ledger, NodeSetDiffers, ledger_path
+
+    if node.identity.simulated:
+        return
+    key = (f"{node.identity.signer.public_bytes().hex()}:"
+           f"{node.identity.roster.fingerprint.hex()}")
+    try:
+        Ledger(ledger_path(node.policy.dp_ledger)).commit_node_set(
+            key, partitions, shrink=node.policy.allow_dropouts)
+    except NodeSetDiffers:
+        raise AggregationError(
+            f"{refuse}: the run's node set (partitions {partitions}) is not the one it "
+            "committed to in an earlier run under this roster (sums of one request over the "
+            "two sets could be differenced; a subset needs its allow-dropouts). Only its "
+            "operator can start afresh, with a new roster or privacy state file") from None
 
 
 def committed_members(node: NodeContext) -> list[int]:

@@ -46,8 +46,9 @@ Keys (``docs/threat-model.md`` says what each weaker mode reveals):
   and uses the exact cluster sizes; the node charges its budget what it really spends.
 - ``dp-budget``: total epsilon this node spends on noised releases outside a secure sum
   (``0``: none), across every run (the ledger below).
-- ``dp-ledger``: path of the file where this node records its DP spending (per row it
-  releases, by the rows' content), so a new run or a new name does not start at zero.
+- ``dp-ledger``: path of the node's privacy state file: its DP spending (per row it
+  releases, by the rows' content) and the node set its roster identity committed to
+  (``clients/nodeset.py``), so a new run or a new name does not start either afresh.
 - ``min-neighbours`` (default 2): the fewest SecAgg+ neighbours the node accepts.
 - ``lpgcn-min-alpha`` (default 0.5), ``lpgcn-min-mask-scale`` (default 0.1): the smallest
   LP-GCN virtual-item rate and cover scale the node accepts, on every LP-GCN request (both

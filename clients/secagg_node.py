@@ -15,6 +15,8 @@ from flwr.app import ConfigRecord, RecordDict
 from clients.handlers import handler
 from clients.node import NodeContext
 from clients.nodeset import commit as commit_node_set
+from clients.nodeset import sign as sign_node_set
+from clients.nodeset import signed_set_digest
 from clients.sealed_node import new_mail_key
 from fedrec.records import config_record
 from fedrec.secure.fixedpoint import FixedPoint
@@ -36,7 +38,7 @@ from fedrec.secure.secagg import (
     survivors_digest,
     threshold_for,
 )
-from fedrec.wire.sums import SUM_KEY
+from fedrec.wire.sums import NODESET_KEY, SUM_KEY
 
 _STATE = "secagg.state"  # ConfigRecord with this node's secrets and bookkeeping
 _RECEIVED = "secagg.received"  # ConfigRecord: "<sum>:<owner>" -> my share of owner's seed
@@ -111,7 +113,8 @@ def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
             state[key] = ConfigRecord()
     signed = node.identity.sign(mask_key_purpose(commit), node.context.run_id,
                                 node.context.node_id, s_keys.public_bytes())
-    reply = RecordDict({"keys": ConfigRecord({"s-pk": signed})})
+    reply = RecordDict({"keys": ConfigRecord({"s-pk": signed}),
+                        NODESET_KEY: ConfigRecord({"signed": sign_node_set(node, members)})})
     if config_record(content, MAIL_KEYGEN) is not None:
         reply[MAIL_KEY_REPLY] = ConfigRecord({"pk": new_mail_key(
             node.state, node.identity, node.context.run_id, node.context.node_id)})
@@ -165,6 +168,8 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
                   "secagg_share")
     me = node.context.node_id
     members, _ = _committed(node)
+    # every member signed this node's set (no member was shown another), across runs too
+    signed_set_digest(node, content, "the share round")
     neighbours = neighbour_graph(members, graph_degree(int(st["degree"])),
                                  int(st["graph-seed"]))[me]
     if sorted(int(v) for v in cfg["neighbours"]) != neighbours:

@@ -52,13 +52,19 @@ def roster(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def _configs(folder: Path, n: int) -> dict[int, dict[str, Any]]:
-    return {i: {"identity-key": str(folder / f"node-{i}.key"),
-                "roster": str(folder / "roster.json"), "allow-simulated-identity": "false"}
-            for i in range(n)}
-
-
 _RUNS = itertools.count(1)
+_STATES = itertools.count(1)
+
+
+def _configs(folder: Path, n: int, state: Path | None = None) -> dict[int, dict[str, Any]]:
+    """Roster identities for ``n`` nodes, sharing the privacy state file ``state`` (the DP
+    ledger's file, which keeps the node set each identity committed to across runs); by
+    default a fresh one, each run standing for a federation of its own."""
+    state = state if state is not None else folder / f"state-{next(_STATES)}.json"
+    return {i: {"identity-key": str(folder / f"node-{i}.key"),
+                "roster": str(folder / "roster.json"), "allow-simulated-identity": "false",
+                "dp-ledger": str(state)}
+            for i in range(n)}
 
 
 class Run:
@@ -287,6 +293,31 @@ def test_a_second_key_setup_with_another_node_set_is_refused(roster: Path) -> No
         run.close()
 
 
+def test_a_second_key_setup_does_not_reuse_sum_ids(roster: Path) -> None:
+    """Sum ids stay spent across key setups of a run: a new setup's seeds for sum 1, after
+    sum 1 was masked, are refused (a refused or answered id is never answered again)."""
+    run = Run(roster, 4)
+    try:
+        run.mask()
+        with pytest.raises(NodeError, match=r"seeds must be for sums after its last \(1\)"):
+            SecureAggregator(run.messenger, run.nodes, seed=9).setup()
+    finally:
+        run.close()
+
+
+def test_sums_of_both_kinds_in_a_run_share_one_node_set(roster: Path) -> None:
+    """A run's SecAgg+ key setup commits the node set for its CKKS sums too: a CKKS key
+    setup over one node fewer is refused (the two sums could be differenced)."""
+    from fedrec.transport.aggregators import CkksAggregator
+
+    run = Run(roster, 5)
+    try:
+        with pytest.raises(NodeError, match="differs from the one it committed to"):
+            CkksAggregator(run.messenger, run.nodes[:4], seed=0).setup()
+    finally:
+        run.close()
+
+
 def test_neighbours_other_than_the_committed_graph_are_refused(roster: Path) -> None:
     """A server choosing neighbourhoods could cut the graph into pieces whose sums it learns
     separately; nodes recompute their neighbours from the committed set and seed."""
@@ -309,7 +340,9 @@ def test_neighbours_other_than_the_committed_graph_are_refused(roster: Path) -> 
             keys = dict(zip(agg.graph[u], cfg["s-pks"]))
             keys.update({v: agg.s_pks[v] for v in cut[u]})
             cfg.update({"neighbours": cut[u], "s-pks": [keys[v] for v in cut[u]]})
-            return RecordDict({SUM_KEY: ConfigRecord(cfg)})
+            content = RecordDict(dict(msg.content.items()))
+            content[SUM_KEY] = ConfigRecord(cfg)
+            return content
 
         grid.rewrite = rewrite
         with pytest.raises(NodeError, match="neighbours are not the ones the committed"):
@@ -457,6 +490,41 @@ def test_a_node_shown_another_node_set_at_key_setup_makes_no_sum() -> None:
     answered = [r for m, r in grid.log
                 if m.metadata.message_type == "query.diag_secure_sum" and not r.has_error()]
     assert not answered
+
+
+def _sum_in_a_new_run(folder: Path, state: Path, partitions: list[int], kind: str,
+                      policy: dict[str, Any]) -> np.ndarray:
+    """A new run (fresh Flower node state) of 4 roster nodes sharing the privacy state file
+    ``state``, summing one request over the nodes of ``partitions``."""
+    from fedrec.transport.factory import make_aggregator
+
+    app = build_client_app(["clients.diagnostics"], policy={"allow-ckks": True, **policy})
+    grid = MaliciousGrid(app, 4, node_configs=_configs(folder, 4, state), run_id=next(_RUNS))
+    try:
+        nodes = sorted(n for n in grid.ids
+                       if int(grid.contexts[n].node_config["partition-id"]) in partitions)
+        agg = make_aggregator(kind, Messenger(grid, timeout=60), nodes, seed=7)
+        return agg.sum("diag_secure_sum", diag_request(3, {"v": (5,)}), max_abs=MAX_ABS)["v"]
+    finally:
+        grid.close()
+
+
+@pytest.mark.parametrize("kind", ["secagg+", "ckks"])
+def test_a_new_run_cannot_sum_over_another_node_set(roster: Path, tmp_path: Path,
+                                                    kind: str) -> None:
+    """The attack across runs: a sum of one request over partitions 0-3, then, in a new run
+    (Flower's node state starts empty), the same request over 1-3; the difference is node
+    0's input. Each roster node keeps the set of its first run in its privacy state file,
+    so the new run's nodes refuse it and the server gets no second sum; the first set again
+    is answered, and a subset is accepted only by nodes that allow dropouts."""
+    state = tmp_path / "state.json"
+    _sum_in_a_new_run(roster, state, [0, 1, 2, 3], kind, {})
+    with pytest.raises(NodeError, match="not the one it committed to in an earlier run"):
+        _sum_in_a_new_run(roster, state, [1, 2, 3], kind, {})
+    with pytest.raises(NodeError, match="not the one it committed to in an earlier run"):
+        _sum_in_a_new_run(roster, state, [0, 1, 3], kind, {})
+    _sum_in_a_new_run(roster, state, [0, 1, 2, 3], kind, {})
+    _sum_in_a_new_run(roster, state, [1, 2, 3], kind, {"allow-dropouts": True})
 
 
 # -- 5. chosen models: every node must have been sent the same request ----------------------

@@ -29,7 +29,15 @@ from fedrec.secure.secagg import (
 from fedrec.transport.aggregators import Aggregator, Reply
 from fedrec.transport.mailroom import prepare_mailroom, take_mail_keys
 from fedrec.transport.messenger import Messenger
-from fedrec.wire.sums import SUM_KEY, VALUES_KEY, layout_of, reply_values, unflatten
+from fedrec.wire.sums import (
+    NODESET_KEY,
+    NODESET_SIGNED_KEY,
+    SUM_KEY,
+    VALUES_KEY,
+    layout_of,
+    reply_values,
+    unflatten,
+)
 
 
 class SecureAggregator(Aggregator):
@@ -61,6 +69,8 @@ class SecureAggregator(Aggregator):
         self.alive = set(self.nodes)
         self.seeds_until = 0
         self.run_tag = b""
+        #: node id -> its signature on the run's node set (from the advertise round)
+        self.node_set_signatures: dict[str, bytes] = {}
 
     # -- setup ----------------------------------------------------------------------------
     def setup(self) -> None:
@@ -83,7 +93,14 @@ class SecureAggregator(Aggregator):
         )
         take_mail_keys(self.messenger, room, keyless, replies)
         self.s_pks = {}
+        self.node_set_signatures = {}
         for node, reply in replies.items():
+            signed = reply.config_records[NODESET_KEY].get("signed") \
+                if NODESET_KEY in reply.config_records else None
+            if not isinstance(signed, bytes):
+                raise SecAggError(f"{self.messenger.label(node)}: field '{NODESET_KEY}.signed' "
+                                  "(its signature on the node set) is missing")
+            self.node_set_signatures[str(node)] = signed
             keys = reply.config_records.get("keys")
             pk = keys.get("s-pk") if keys is not None else None
             if not isinstance(pk, bytes) or len(pk) != SIGNED_KEY_BYTES:
@@ -103,7 +120,7 @@ class SecureAggregator(Aggregator):
                 "s-pks": [self.s_pks[v] for v in neighbours],
                 "first-sum": first_sum,
                 "batch": self.seed_batch,
-            })})
+            }), NODESET_SIGNED_KEY: ConfigRecord(dict(self.node_set_signatures))})
         self.messenger.send("secagg_share", requests, phase="secagg_setup")
         self.seeds_until = first_sum + self.seed_batch - 1
 
