@@ -50,6 +50,7 @@ from fedrec.wire.sums import (
     WIRE_DTYPES,
     AggregationError,
     layout_of,
+    node_set_signature,
     layout_size,
     reply_values,
     unflatten,
@@ -270,15 +271,9 @@ class CkksAggregator(Aggregator):
         request = RecordDict({NODESET_KEY: ConfigRecord({"members": sorted(self.nodes)})})
         replies = self.messenger.broadcast("nodeset_commit", request, self.nodes,
                                            phase="ckks:node-set")
-        signatures: dict[str, bytes] = {}
-        for node, reply in replies.items():
-            signed = reply.config_records[NODESET_KEY].get("signed") \
-                if NODESET_KEY in reply.config_records else None
-            if not isinstance(signed, bytes):
-                raise AggregationError(f"{self.messenger.label(node)} answered the node-set "
-                                       f"key setup without field '{NODESET_KEY}.signed'")
-            signatures[str(node)] = signed
-        self.node_set_signatures = signatures
+        self.node_set_signatures = {
+            str(node): node_set_signature(reply, self.messenger.label(node))
+            for node, reply in replies.items()}
 
     def sum_encrypted(self, action: str, content: RecordDict | Mapping[int, RecordDict], *,
                       max_abs: float, phase: str | None = None,

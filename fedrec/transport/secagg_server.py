@@ -30,11 +30,11 @@ from fedrec.transport.aggregators import Aggregator, Reply
 from fedrec.transport.mailroom import prepare_mailroom, take_mail_keys
 from fedrec.transport.messenger import Messenger
 from fedrec.wire.sums import (
-    NODESET_KEY,
     NODESET_SIGNED_KEY,
     SUM_KEY,
     VALUES_KEY,
     layout_of,
+    node_set_signature,
     reply_values,
     unflatten,
 )
@@ -95,12 +95,8 @@ class SecureAggregator(Aggregator):
         self.s_pks = {}
         self.node_set_signatures = {}
         for node, reply in replies.items():
-            signed = reply.config_records[NODESET_KEY].get("signed") \
-                if NODESET_KEY in reply.config_records else None
-            if not isinstance(signed, bytes):
-                raise SecAggError(f"{self.messenger.label(node)}: field '{NODESET_KEY}.signed' "
-                                  "(its signature on the node set) is missing")
-            self.node_set_signatures[str(node)] = signed
+            self.node_set_signatures[str(node)] = node_set_signature(
+                reply, self.messenger.label(node))
             keys = reply.config_records.get("keys")
             pk = keys.get("s-pk") if keys is not None else None
             if not isinstance(pk, bytes) or len(pk) != SIGNED_KEY_BYTES:

@@ -50,6 +50,17 @@ def node_set_digest(members: Sequence[int]) -> bytes:
     return hashlib.sha256(f"fedrec-node-set|v1|{ids}".encode()).digest()
 
 
+def node_set_signature(reply: RecordDict, label: str) -> bytes:
+    """A node's signature on the node set, from its reply to the key setup (an error naming
+    the node when it is missing)."""
+    record = reply.config_records.get(NODESET_KEY)
+    signed = record.get("signed") if record is not None else None
+    if not isinstance(signed, bytes):
+        raise AggregationError(f"{label} answered the key setup without field "
+                               f"'{NODESET_KEY}.signed' (its signature on the node set)")
+    return signed
+
+
 def contribution_purpose(sum_id: int) -> str:
     """What a node's signature on its CKKS contribution is bound to (with run and node)."""
     return f"ckks-contribution:{int(sum_id)}"
