@@ -142,6 +142,9 @@ class Ledger:
             if data.get("format") not in _READS or not isinstance(entries, dict) or \
                     not isinstance(rowsets, dict) or not isinstance(node_sets, dict):
                 raise ValueError("unexpected layout")
+            if not all(isinstance(v, list) and all(isinstance(p, int) for p in v)
+                       for v in node_sets.values()):
+                raise ValueError("a node set is not a list of partition ids")
             for entry in entries.values():
                 _spent_of(entry)
                 for release in entry["releases"]:

@@ -167,7 +167,8 @@ def test_concurrent_charges_from_two_processes_are_all_kept(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("text", ["{not json", '{"format": 1, "entries": []}',
                                   '{"format": 1, "entries": {"k": {"epsilon": -1, '
-                                  '"releases": []}}}', ""])
+                                  '"releases": []}}}', "",
+                                  '{"format": 3, "entries": {}, "node-sets": {"k": "0,1"}}'])
 def test_an_unreadable_ledger_is_an_error_naming_the_file(tmp_path: Path, text: str) -> None:
     path = tmp_path / "broken.json"
     path.write_text(text)
@@ -238,3 +239,21 @@ def test_a_silo_charges_exactly_the_ledger_its_results_report(tmp_path: Path) ->
     reported = sorted(json.dumps(s["entries"], sort_keys=True)
                       for s in outcome.privacy["dp"]["ledgers"].values())
     assert charged == reported and len(charged) >= 2
+
+
+def test_the_file_holds_each_identity_to_the_node_set_of_its_first_run(tmp_path: Path) -> None:
+    """The node set a roster identity committed to (``clients/nodeset.py``) is kept in the
+    same file: the same set again passes, a subset only when dropouts are allowed, another
+    set never; other identities or rosters keep their own."""
+    from clients.dp_ledger import NodeSetDiffers
+
+    ledger = Ledger(tmp_path / "l.json")
+    ledger.commit_node_set("aa:r1", [3, 1, 0, 2], shrink=False)
+    ledger.commit_node_set("aa:r1", [0, 1, 2, 3], shrink=False)
+    for other, shrink in (([1, 2, 3], False), ([0, 1, 2, 3, 4], True), ([0, 1, 5], True)):
+        with pytest.raises(NodeSetDiffers):
+            ledger.commit_node_set("aa:r1", other, shrink=shrink)
+    ledger.commit_node_set("aa:r1", [1, 2, 3], shrink=True)
+    ledger.commit_node_set("bb:r1", [1, 2, 3], shrink=False)
+    assert json.loads((tmp_path / "l.json").read_text())["node-sets"] == {
+        "aa:r1": [0, 1, 2, 3], "bb:r1": [1, 2, 3]}
