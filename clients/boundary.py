@@ -80,6 +80,13 @@ def _refusal(who: str, field: str) -> NonFiniteRequest:
                             "values (NaN or inf); expected finite numbers")
 
 
+def _names(text: str, who: str) -> bool:
+    """Whether ``text`` names the node (``node <id>``, or its partition as handlers do)."""
+    return who in text or who.split(" (")[0] + " " in text or \
+        ("(partition " in who and "partition " + who.split("(partition ")[1].rstrip(")")
+         + " " in text)
+
+
 def node_paths(node_config: Mapping[str, Any],
                data_config: Mapping[str, Any] | None = None) -> dict[str, str]:
     """The paths of this node's own config (and the data directory the request named), by
@@ -111,11 +118,14 @@ def scrubbed(text: str, paths: Mapping[str, str]) -> str:
 
 
 def scrub_exception(exc: BaseException, paths: Mapping[str, str], who: str) -> None:
-    """Rewrite ``exc``'s text in place (its type and traceback stay) for the server; the
-    original goes to the node's own log when anything was removed."""
+    """Rewrite ``exc``'s text in place (its type and traceback stay) for the server: no
+    path of the node, and the node named (a library or data error deep in a handler does
+    not know it). The original goes to the node's own log when a path was removed."""
     before = str(exc)
     args: Iterable[Any] = exc.args
     exc.args = tuple(scrubbed(a, paths) if isinstance(a, str) else a for a in args)
+    if len(exc.args) == 1 and isinstance(exc.args[0], str) and not _names(exc.args[0], who):
+        exc.args = (f"{who}: {exc.args[0]}",)
     if isinstance(exc, OSError):  # its text shows ``filename`` beside the args
         for attr in ("filename", "filename2"):
             value = getattr(exc, attr, None)
