@@ -88,12 +88,13 @@ def _block(node: NodeContext) -> _Block:
     if not (0 <= t_from < t_to and n_nodes >= 1):
         raise ValueError(f"{who} refuses the fedsvd request: it needs 0 <= t-from < t-to and "
                          f"n-nodes >= 1, got t-from={t_from}, t-to={t_to}, n-nodes={n_nodes}")
+    node.policy.check_iterations(t_to - t_from, "t-to", who)
     rows = _rows(node, params)
     Z = np.asarray(node.arrays()["Z"], dtype=np.float64)
-    if Z.ndim != 2 or Z.shape[0] != rows.shape[1] or Z.shape[1] < 1:
+    if Z.ndim != 2 or Z.shape[0] != rows.shape[1] or not 1 <= Z.shape[1] <= rows.shape[1]:
         raise ValueError(f"{who} refuses the fedsvd request: the basis Z has shape {Z.shape}, "
-                         f"expected ({rows.shape[1]}, r) with r >= 1")
-    node.policy.check_iterations(t_to - t_from, "t-to", who)
+                         f"expected ({rows.shape[1]}, r) with 1 <= r <= {rows.shape[1]} (an "
+                         "orthonormal basis has at most as many columns as rows)")
     node.reserve(block_bytes(rows.shape[0], rows.shape[1], Z.shape[1], rows.nnz),
                  f"a fedsvd block of rank {Z.shape[1]}")
     if not np.all(np.isfinite(Z)):

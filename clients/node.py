@@ -35,6 +35,14 @@ ROLES = ("user", "silo", "item-server")
 STATE_DATA_KEY = "fedrec.data"
 
 
+def _array_bytes(array: Any) -> float:
+    """Bytes of a Flower Array once deserialised, from its shape and dtype alone."""
+    try:
+        return float(np.prod(array.shape, dtype=np.float64)) * np.dtype(array.dtype).itemsize
+    except TypeError:
+        return float(len(array.data))
+
+
 @lru_cache(maxsize=8)
 def _cached_node_data(spec: DatasetSpec, part: PartitionSpec, partition_id: int) -> NodeData:
     return load_node_data(spec, part, partition_id)
@@ -200,7 +208,11 @@ class NodeContext:
         if key not in self.request.array_records:
             raise KeyError(f"request has no ArrayRecord '{key}' "
                            f"(has: {sorted(self.request.array_records)})")
-        return from_array_record(self.request.array_records[key])
+        record = self.request.array_records[key]
+        # reserved from the arrays' declared shapes, before the copy is made
+        self.reserve(sum(_array_bytes(a) for a in record.values()),
+                     f"the request's arrays '{key}' ({', '.join(record)})")
+        return from_array_record(record)
 
     def config(self, name: str = "protocol") -> dict[str, Any]:
         """The request's ConfigRecord ``name`` as a dict (empty if absent)."""
