@@ -31,7 +31,7 @@ from flwr.app import RecordDict
 PATH_KEYS = ("identity-key", "roster", "data-dir", "dp-ledger")
 #: An absolute path of at least two components (``/a/b``, ``/tmp/x.npz``), not part of a
 #: word or a ratio such as ``1/sqrt(m)``.
-_ABS_PATH = re.compile(r"(?<![\w)\]}.~])/(?:[\w.\-+@%]+/)+[\w.\-+@%]*")
+_ABS_PATH = re.compile(r"(?<![\w)\]}.~>])/(?:[\w.\-+@%]+/)+[\w.\-+@%]*")
 _HOME_PATH = re.compile(r"(?<![\w/])~/[\w.\-+@%/]*")
 
 _LOG = logging.getLogger("fedrec.node")
@@ -102,10 +102,11 @@ def _refusal(who: str, field: str) -> NonFiniteRequest:
 
 
 def _names(text: str, who: str) -> bool:
-    """Whether ``text`` names the node (``node <id>``, or its partition as handlers do)."""
-    return who in text or who.split(" (")[0] + " " in text or \
-        ("(partition " in who and "partition " + who.split("(partition ")[1].rstrip(")")
-         + " " in text)
+    """Whether ``text`` names the node: ``who`` is ``node <id>`` or ``node <id> (partition
+    <p>)``, and handlers name either part."""
+    node, _, partition = who.partition(" (")
+    return re.search(rf"\b{re.escape(node)}\b", text) is not None or bool(
+        partition and re.search(rf"\b{re.escape(partition.rstrip(')'))}\b", text))
 
 
 def node_paths(node_config: Mapping[str, Any],
@@ -124,7 +125,7 @@ def node_paths(node_config: Mapping[str, Any],
     if root is not None:
         out.setdefault("data-dir", str(root))
         if str(root) != out["data-dir"]:
-            out["data-dir (resolved)"] = str(root)
+            out["data-dir resolved"] = str(root)
     return out
 
 
@@ -133,7 +134,7 @@ def scrubbed(text: str, paths: Mapping[str, str]) -> str:
     under the data directory reads ``<data-dir>/ml-100k/u.data``) and any other absolute
     path by ``<path>``."""
     for key, path in sorted(paths.items(), key=lambda kv: -len(kv[1])):
-        text = text.replace(path, f"<{key}>")
+        text = text.replace(path, f"<{key.split()[0]}>")
     text = _ABS_PATH.sub("<path>", text)
     return _HOME_PATH.sub("<path>", text)
 
@@ -145,12 +146,12 @@ def scrub_exception(exc: BaseException, paths: Mapping[str, str], who: str) -> N
     before = str(exc)
     args: Iterable[Any] = exc.args
     exc.args = tuple(scrubbed(a, paths) if isinstance(a, str) else a for a in args)
-    if len(exc.args) == 1 and isinstance(exc.args[0], str) and not _names(exc.args[0], who):
-        exc.args = (f"{who}: {exc.args[0]}",)
     if isinstance(exc, OSError):  # its text shows ``filename`` beside the args
         for attr in ("filename", "filename2"):
             value = getattr(exc, attr, None)
             if isinstance(value, str):
                 setattr(exc, attr, scrubbed(value, paths))
-    if str(exc) != before:
+    if str(exc) != before:  # the node's operator keeps what the server does not see
         _LOG.warning("%s: %s", who, before)
+    if len(exc.args) == 1 and isinstance(exc.args[0], str) and not _names(exc.args[0], who):
+        exc.args = (f"{who}: {exc.args[0]}",)
