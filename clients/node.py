@@ -36,11 +36,9 @@ STATE_DATA_KEY = "fedrec.data"
 
 
 def _array_bytes(array: Any) -> float:
-    """Bytes of a Flower Array once deserialised, from its shape and dtype alone."""
-    try:
-        return float(np.prod(array.shape, dtype=np.float64)) * np.dtype(array.dtype).itemsize
-    except TypeError:
-        return float(len(array.data))
+    """Bytes a Flower Array takes once deserialised: at most its serialised bytes (a
+    declared shape could lie; the copy cannot be larger than the data it is read from)."""
+    return float(len(array.data))
 
 
 @lru_cache(maxsize=8)
@@ -209,7 +207,7 @@ class NodeContext:
             raise KeyError(f"request has no ArrayRecord '{key}' "
                            f"(has: {sorted(self.request.array_records)})")
         record = self.request.array_records[key]
-        # reserved from the arrays' declared shapes, before the copy is made
+        # reserved from the arrays' serialised sizes, before the copy is made
         self.reserve(sum(_array_bytes(a) for a in record.values()),
                      f"the request's arrays '{key}' ({', '.join(record)})")
         return from_array_record(record)

@@ -345,7 +345,7 @@ def test_a_request_stays_under_the_budget_or_is_refused_first(app: Any, action: 
 def test_a_fedsvd_rank_is_bounded_with_its_alignment(app: Any, items: int) -> None:
     """Rank 1500: on 30 items the d x r part of a block is 0.4 MiB but the alignment's r x r
     matrices are 17 MiB each (and no orthonormal basis has more columns than rows); on 2000
-    items the basis alone is 23 MiB, refused from its declared shape before the node
+    items the basis alone is 23 MiB, refused from its serialised size before the node
     deserialises a copy. Either way the node refuses before computing."""
     cfg = {"scheme": "fedpower", "t-from": 0, "t-to": 1, "rows-total": 1000.0, "n-nodes": 3,
            "fedsvd-k": 1, "fedsvd-rank": 1500, "fedsvd-iterations": 1,

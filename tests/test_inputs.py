@@ -345,7 +345,7 @@ def test_fedmf_evaluate_checks_top_k_and_the_dimension() -> None:
     records["protocol"] = ConfigRecord({"seed": 0, "top-k": 0})
     with pytest.raises(Refused, match=r"size 'top-k' must be an integer >= 1, got 0"):
         _ask("fedmf_evaluate", records)
-    # V itself (4.6 MiB) is refused from its declared shape before it is deserialised
+    # V itself (4.6 MiB) is refused from its serialised size before it is deserialised
     with pytest.raises(Refused, match=r"(FedMF evaluation \(mf-dim=20000\)|the request's "
                                       r"arrays 'arrays' \(V\)).*memory-budget-mb=1"):
         _ask("fedmf_evaluate", _fedmf(dim=20000), policy={"memory-budget-mb": 1})
