@@ -13,19 +13,20 @@ handler is covered without a line of its own.
 - :func:`scrubbed`: the text of an error a handler raised, with every path of the node's
   own config (``identity-key``, ``roster``, ``data-dir``, ``dp-ledger``) replaced by its key
   name and any other absolute path by ``<path>``. The node's operator still sees the full
-  text in the node's log; the server (and the operator who reads its errors) never sees
+  text in the node's own log (Flower's logger, INFO); the server (and the operator who reads its errors) never sees
   where a node keeps its keys or data.
 """
 
 from __future__ import annotations
 
-import logging
 import re
+from logging import INFO
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 from flwr.app import RecordDict
+from flwr.common.logger import log
 
 #: Node config keys that hold paths on the node's own machine.
 PATH_KEYS = ("identity-key", "roster", "data-dir", "dp-ledger")
@@ -33,8 +34,6 @@ PATH_KEYS = ("identity-key", "roster", "data-dir", "dp-ledger")
 #: word or a ratio such as ``1/sqrt(m)``.
 _ABS_PATH = re.compile(r"(?<![\w)\]}.~>])/(?:[\w.\-+@%]+/)+[\w.\-+@%]*")
 _HOME_PATH = re.compile(r"(?<![\w/])~/[\w.\-+@%/]*")
-
-_LOG = logging.getLogger("fedrec.node")
 
 
 class NonFiniteRequest(ValueError):
@@ -151,7 +150,7 @@ def scrub_exception(exc: BaseException, paths: Mapping[str, str], who: str) -> N
             value = getattr(exc, attr, None)
             if isinstance(value, str):
                 setattr(exc, attr, scrubbed(value, paths))
-    if str(exc) != before:  # the node's operator keeps what the server does not see
-        _LOG.warning("%s: %s", who, before)
+    if str(exc) != before:  # the node's own console keeps what the server does not see
+        log(INFO, "%s (full text, not sent to the server): %s", who, before)
     if len(exc.args) == 1 and isinstance(exc.args[0], str) and not _names(exc.args[0], who):
         exc.args = (f"{who}: {exc.args[0]}",)
