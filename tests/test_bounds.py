@@ -465,3 +465,17 @@ def test_a_factor_bound_refusal_does_not_show_the_factor(app: Any) -> None:
     _, refusal = measure(app, "fedmf_train", request)
     assert refusal is not None and "exceeds mf-factor-bound=1e-09" in refusal, refusal
     assert not re.search(r"reached|\d\.\d+e-0[1-3]|0\.0\d", refusal), refusal
+
+
+def test_the_default_policy_bounds_the_reviews_requests() -> None:
+    """Under the default max-iterations (10000), nmf-iters = 10^9 (hours of HALS sweeps) is
+    refused at once, naming the node, the key and the opt-in."""
+    app = build_client_app(policy={"allow-plain": True})
+    nmf = ("query", _content({"protocol": ConfigRecord({"reg": 0.1, "nmf-iters": 10**9,
+                                                        "value-max": 5.0}), **_plain(),
+                              "arrays": to_array_record({"V": np.full((N_ITEMS, 4), 0.5)})}),
+           {})
+    _, refusal = measure(app, "dpp_evaluate", nmf)
+    assert refusal is not None and "'nmf-iters' asks for 1,000,000,000 iterations" in refusal \
+        and "max-iterations=10000" in refusal and "node config 'max-iterations=" in refusal
+    assert "node 1001 (partition 0)" in refusal
