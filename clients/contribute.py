@@ -37,6 +37,13 @@ _DECRYPTED = "aggregate.decrypted"  # ConfigRecord in node state: CKKS sums alre
 _CONTRIBUTED = "aggregate.contributed"  # ConfigRecord in node state: CKKS sums contributed to
 
 
+#: Bytes per value the sum layer allocates besides the handler's arrays: the flat copy and
+#: its serialized record (plain); the clipped copy, the fixed-point words, the self mask,
+#: one pairwise mask at a time and the record (secagg+); CKKS ciphertexts (~16 x the values
+#: for the run's parameters, plus the packed copy).
+_SUM_BYTES = {"plain": 24.0, "secagg+": 56.0, "ckks": 160.0}
+
+
 def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
               extra: Mapping[str, ConfigRecord] | None = None) -> RecordDict:
     """This node's contribution to the sum its request asks for.
@@ -56,6 +63,8 @@ def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
     elif mode == "ckks":
         node.policy.require("allow-ckks", "a CKKS sum (mode 'ckks': every node and the "
                             "decrypter hold the secret key)", node.who)
+    node.reserve(_SUM_BYTES.get(mode, 0.0) * sum(np.size(a) for a in arrays.values()),
+                 f"its share of a '{mode}' sum")
     if mode in ("secagg+", "ckks"):
         arrays = clipped_into_range(arrays, _declared_range(cfg, node))
     vec, layout = flatten(arrays)
@@ -140,6 +149,13 @@ def clipped_into_range(arrays: Mapping[str, np.ndarray],
     return out
 
 
+def ranking_bytes(n_items: int, batch_size: int, k: int) -> float:
+    """What ranking a batch of users allocates (``fedrec/recsys/metrics.py``): the scores,
+    their masked copy, the partition's indices and the relevance rows (batch x items each),
+    and the top-k lists."""
+    return 8.0 * max(batch_size, 1) * (5.0 * n_items + 4.0 * min(k, n_items))
+
+
 def ranking_reply(node: NodeContext, score: Callable[[sp.csr_matrix], np.ndarray],
                   batch_size: int = 512) -> RecordDict:
     """Recall/NDCG/... sums of this node's users as its share of a sum (``Federation.evaluate``).
@@ -150,7 +166,9 @@ def ranking_reply(node: NodeContext, score: Callable[[sp.csr_matrix], np.ndarray
     from fedrec.recsys.metrics import evaluate_ranking
 
     data = node.data()
-    k = int(node.config().get("top-k", 20))
+    k = node.size(node.config(), "top-k", default=20)
+    node.reserve(ranking_bytes(data.n_items, min(batch_size, data.test.shape[0]), k),
+                 f"ranking {batch_size} users at a time (top-k={k})")
     sums = evaluate_ranking(lambda rows: score(data.train[rows]), data.train, data.test, k=k,
                             batch_size=batch_size)
     return sum_reply(node, {"ranking": sums.to_vector()})

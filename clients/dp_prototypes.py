@@ -57,6 +57,14 @@ def _release_bytes(params: PrototypeParams, n_users: int, n_items: int) -> float
     return 8.0 * (3 * k * n_items + n_users * (2 * k + params.shifts * 2 ** p) + 4 * k * k)
 
 
+def _evaluate_bytes(n_users: int, n_items: int, rank: int) -> float:
+    """What the evaluation allocates: V^T V and the ridge system (rank x rank), X V, U and
+    the HALS sweep's copies (users x rank), then every user's scores U V^T and the metric
+    sums' ranked copies of them (users x items, several times)."""
+    return 8.0 * (4.0 * rank * rank + 8.0 * n_users * rank + 2.0 * n_items * rank
+                  + 6.0 * n_users * n_items)
+
+
 @handler("dpp_prototypes")
 def dpp_prototypes(content: RecordDict, node: NodeContext) -> RecordDict:
     """Release this silo's epsilon-DP prototypes and the ledger of their releases."""
@@ -75,8 +83,10 @@ def dpp_prototypes(content: RecordDict, node: NodeContext) -> RecordDict:
         raise PermissionError(
             f"{who} refuses to release dp-prototypes: it holds {n_users} users, fewer than "
             f"k={params.k} prototypes (each silo needs at least k users; paper 003, Table 1)")
-    node.policy.check_size(_release_bytes(params, n_users, data.n_items),
-                           f"dp-prototypes with k={params.k}", who)
+    for key, times in (("trials", 1), ("shifts", params.trials), ("swaps", params.trials)):
+        node.iterations(cfg, key, minimum=1, times=times)  # each trial runs shifts and swaps
+    node.reserve(_release_bytes(params, n_users, data.n_items),
+                 f"dp-prototypes with k={params.k}")
     release = release_ledger(params, n_users, data.n_items)  # from public sizes only
     node.charge_dp(release, f"a dp-prototypes release of {params.k} prototypes")
     P, ledger, _ = private_prototypes(data.train, params,
@@ -95,11 +105,14 @@ def dpp_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     cfg = node.config()
     V = node.arrays()["V"]
     data = node.data()
-    if V.shape[0] != data.n_items:
-        raise ValueError(f"{node.who}: item factors have {V.shape[0]} rows for "
-                         f"{data.n_items} items")
-    U = fit_user_factors(data.train, V, float(cfg["reg"]), int(cfg["nmf-iters"]))
+    if V.ndim != 2 or V.shape[0] != data.n_items or V.shape[1] < 1:
+        raise ValueError(f"{node.who}: the item factors V have shape {V.shape}, expected "
+                         f"({data.n_items}, rank >= 1) for {data.n_items} items")
+    iters = node.iterations(cfg, "nmf-iters")
+    top_k = node.size(cfg, "top-k", default=20)
+    node.reserve(_evaluate_bytes(len(data.user_ids), data.n_items, V.shape[1]),
+                 f"dp-prototypes evaluation with item factors of rank {V.shape[1]}")
+    U = fit_user_factors(data.train, V, float(cfg["reg"]), iters)
     node.store_arrays(_USER_FACTORS, {"U": U})
-    sums = silo_metric_sums(U @ V.T, data.train, data.test, float(cfg["value-max"]),
-                            int(cfg.get("top-k", 20)))
+    sums = silo_metric_sums(U @ V.T, data.train, data.test, float(cfg["value-max"]), top_k)
     return sum_reply(node, sums)

@@ -10,12 +10,13 @@ clear to the server: that path exists for plugging in Flower strategies, not for
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
-from clients.contribute import sum_reply
+from clients.contribute import ranking_bytes, sum_reply
 from clients.handlers import evaluate_handler, handler, train_handler
 from clients.node import NodeContext
 from fedrec.recsys.metrics import RankingSums, evaluate_ranking
@@ -43,9 +44,9 @@ def _train_exact(node: NodeContext, V: np.ndarray, cfg: dict[str, Any],
     bound = float(cfg["factor-bound"])
     largest = float(np.max(np.abs(state["U"]))) if state["U"].size else 0.0
     if largest > bound:
-        raise OverflowError(f"partition {node.partition_id}: a user factor entry reached "
-                            f"{largest:.3g} > mf-factor-bound={bound:g}, the bound the summed "
-                            "gradients are declared with; raise mf-factor-bound or lower mf-lr")
+        raise OverflowError(f"{node.who}: a user factor entry exceeds mf-factor-bound="
+                            f"{bound:g}, the bound the summed gradients are declared with; "
+                            "raise mf-factor-bound or lower mf-lr")  # never the entry itself
     step = bpr_step(state["U"], V, data.train, data.user_ids, seed=int(cfg["seed"]),
                     round_=int(cfg["round"]), lr=float(cfg["lr"]), reg=float(cfg["reg"]),
                     negatives=int(cfg["negatives"]))
@@ -79,8 +80,13 @@ def _train_local(node: NodeContext, V: np.ndarray, cfg: dict[str, Any],
 def _ranking(node: NodeContext, V: np.ndarray, seed: int, k: int) -> RankingSums:
     """Recall/NDCG/... sums of this node's users on their own test rows, scored U V^T."""
     data = node.data()
+    batch = 1024
+    node.reserve(8.0 * len(data.user_ids) * V.shape[1]
+                 + ranking_bytes(data.n_items, min(batch, len(data.user_ids)), k),
+                 f"FedMF evaluation (mf-dim={V.shape[1]}) with top-k={k}")
     U = _load_state(node, V.shape[1], seed)["U"]
-    return evaluate_ranking(lambda rows: U[rows] @ V.T, data.train, data.test, k=k)
+    return evaluate_ranking(lambda rows: U[rows] @ V.T, data.train, data.test, k=k,
+                            batch_size=batch)
 
 
 def _checked_V(node: NodeContext, V: np.ndarray) -> np.ndarray:
@@ -101,8 +107,10 @@ def _reserve_training(node: NodeContext, V: np.ndarray, cfg: dict[str, Any], mod
     dim = V.shape[1]
     triples = float(data.train.nnz) * node.size(cfg, "negatives")
     if mode == "local":
-        node.size(cfg, "epochs")
-        rows_at_once = min(float(node.size(cfg, "batch-size")), triples)
+        batch = node.size(cfg, "batch-size")
+        # every epoch takes ceil(triples / batch) Adam steps over the whole U and V
+        node.iterations(cfg, "epochs", minimum=1, times=max(math.ceil(triples / batch), 1))
+        rows_at_once = min(float(batch), triples)
     else:
         rows_at_once = triples
     n_bytes = 8.0 * (8 * triples + 6 * rows_at_once * dim
@@ -134,8 +142,6 @@ def fedmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Recall/NDCG sums of this node's users with the final V, as its share of a sum."""
     cfg = node.config()
     V = _checked_V(node, node.arrays()["V"])
-    node.reserve(8.0 * len(node.data().user_ids) * V.shape[1],
-                 f"FedMF evaluation (mf-dim={V.shape[1]})")
     sums = _ranking(node, V, int(cfg["seed"]), node.size(cfg, "top-k", default=20))
     return sum_reply(node, {"ranking": sums.to_vector()})
 
@@ -152,7 +158,8 @@ def fedmf_stock_train(content: RecordDict, node: NodeContext) -> RecordDict:
     node.policy.require("allow-plain", "Flower's stock train round (the server would see this "
                         "node's updated item factors in clear)", f"partition {node.partition_id}")
     cfg = content.config_records["config"]
-    V = content.array_records["arrays"].to_numpy_ndarrays()[0]
+    V = _checked_V(node, content.array_records["arrays"].to_numpy_ndarrays()[0])
+    _reserve_training(node, V, {"negatives": cfg["mf-negatives"]}, "exact")
     data = node.data()
     seed = int(cfg["seed"])
     state = _load_state(node, V.shape[1], seed)
@@ -178,7 +185,7 @@ def fedmf_stock_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     node.policy.require("allow-plain", "Flower's stock evaluate round (the server would see "
                         "this node's metrics in clear for a model it chose)", node.who)
     cfg = content.config_records["config"]
-    V = content.array_records["arrays"].to_numpy_ndarrays()[0]
-    sums = _ranking(node, V, int(cfg["seed"]), int(cfg.get("top-k", 20)))
+    V = _checked_V(node, content.array_records["arrays"].to_numpy_ndarrays()[0])
+    sums = _ranking(node, V, int(cfg["seed"]), node.size(cfg, "top-k", default=20))
     metrics = {name: float(value) for name, value in sums.means().items()}
     return RecordDict({"metrics": MetricRecord({"num-examples": sums.n_users, **metrics})})

@@ -59,6 +59,16 @@ class _Block:
     mode: str
 
 
+def block_bytes(n_rows: int, n_cols: int, rank: int, nnz: int) -> float:
+    """What one block allocates at most: the clipped copy of the rows (values and indices),
+    per iteration M_i Z (rows x r) and about a dozen d x r arrays (M'_i Z, noise, the QR's
+    copies, the clip, Z D, the update), and the alignment's r x r matrices (Z^T Z_common,
+    the SVD's factors and LAPACK work space, D): r x r is what a large server-chosen rank
+    costs, so it is counted, not only the d x r part."""
+    r = float(rank)
+    return 8.0 * r * (2.0 * n_rows + 12.0 * n_cols) + 8.0 * 8.0 * r * r + 24.0 * nnz
+
+
 def _block(node: NodeContext) -> _Block:
     """The request's parameters, rows and basis, checked before any work: clear errors for
     unknown, non-finite or out-of-range values and for sizes past ``memory-budget-mb``;
@@ -78,13 +88,15 @@ def _block(node: NodeContext) -> _Block:
     if not (0 <= t_from < t_to and n_nodes >= 1):
         raise ValueError(f"{who} refuses the fedsvd request: it needs 0 <= t-from < t-to and "
                          f"n-nodes >= 1, got t-from={t_from}, t-to={t_to}, n-nodes={n_nodes}")
+    node.policy.check_iterations(t_to - t_from, "t-to", who)
     rows = _rows(node, params)
     Z = np.asarray(node.arrays()["Z"], dtype=np.float64)
-    if Z.ndim != 2 or Z.shape[0] != rows.shape[1] or Z.shape[1] < 1:
+    if Z.ndim != 2 or Z.shape[0] != rows.shape[1] or not 1 <= Z.shape[1] <= rows.shape[1]:
         raise ValueError(f"{who} refuses the fedsvd request: the basis Z has shape {Z.shape}, "
-                         f"expected ({rows.shape[1]}, r) with r >= 1")
-    node.policy.check_size(8.0 * Z.shape[1] * (rows.shape[0] + 6 * rows.shape[1]),
-                           f"a fedsvd block of rank {Z.shape[1]}", who)
+                         f"expected ({rows.shape[1]}, r) with 1 <= r <= {rows.shape[1]} (an "
+                         "orthonormal basis has at most as many columns as rows)")
+    node.reserve(block_bytes(rows.shape[0], rows.shape[1], Z.shape[1], rows.nnz),
+                 f"a fedsvd block of rank {Z.shape[1]}")
     if not np.all(np.isfinite(Z)):
         raise ValueError(f"{who} refuses the fedsvd request: the basis Z is not finite")
     if not (math.isfinite(rows_total) and rows_total >= rows.shape[0]):
@@ -221,4 +233,11 @@ def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Recall/NDCG sums of this node's users scored r_u Z Z^T (the subspace as a low-pass
     filter), as its share of a sum."""
     Z = node.arrays()["Z"]
-    return ranking_reply(node, lambda rows: np.asarray(rows @ Z) @ Z.T)
+    n_cols = node.data().n_items
+    if Z.ndim != 2 or Z.shape[0] != n_cols or Z.shape[1] < 1:
+        raise ValueError(f"{node.who} refuses fedsvd_evaluate: the basis Z has shape "
+                         f"{Z.shape}, expected ({n_cols}, r) with r >= 1")
+    batch = 512
+    node.reserve(8.0 * (batch * Z.shape[1] + n_cols * Z.shape[1]),
+                 f"fedsvd evaluation with a basis of rank {Z.shape[1]}")
+    return ranking_reply(node, lambda rows: np.asarray(rows @ Z) @ Z.T, batch)

@@ -91,8 +91,9 @@ def load_identity(cfg: Mapping[str, Any], policy: NodePolicy, who: str) -> NodeI
     if key_path:
         signer, roster = _load_files(str(key_path), str(roster_path))
         if roster.keys.get(partition) != signer.public_bytes():
-            raise IdentityError(f"{who}: its identity key {key_path} is not the key the "
-                                f"roster {roster_path} lists for partition {partition}")
+            raise IdentityError(f"{who}: its identity key (node config '{IDENTITY_KEY}') is "
+                                f"not the key the roster (node config '{ROSTER_KEY}') lists "
+                                f"for partition {partition}")
         _check_role(roster, partition, str(cfg.get("role", "") or ""), who)
         return NodeIdentity(signer, roster, partition, simulated=False)
     policy.require("allow-simulated-identity", "simulated identities (public "
@@ -109,8 +110,8 @@ def _check_role(roster: Roster, partition: int, role: str, who: str) -> None:
     role says nothing to check."""
     listed = roster.roles.get(partition)
     if listed and role and listed != role:
-        raise IdentityError(f"{who}: node config role {role!r}, but the roster "
-                            f"{roster.source} lists partition {partition} as {listed!r}")
+        raise IdentityError(f"{who}: node config role {role!r}, but the roster (node config "
+                            f"'{ROSTER_KEY}') lists partition {partition} as {listed!r}")
 
 
 def _load_files(key_path: str, roster_path: str) -> tuple[SigningIdentity, Roster]:
@@ -129,4 +130,6 @@ def _load_files(key_path: str, roster_path: str) -> tuple[SigningIdentity, Roste
 @lru_cache(maxsize=8)
 def _load_files_cached(key_path: str, _key_stamp: tuple[int, int], roster_path: str,
                        _roster_stamp: tuple[int, int]) -> tuple[SigningIdentity, Roster]:
-    return SigningIdentity.load(key_path), Roster.load(roster_path)
+    # errors name the node config keys, never the paths (they reach the server)
+    return (SigningIdentity.load(key_path, f"node config '{IDENTITY_KEY}'"),
+            Roster.load(roster_path, f"node config '{ROSTER_KEY}'"))

@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-from clients.contribute import sum_reply
+from clients.contribute import ranking_bytes, sum_reply
 from clients.handlers import handler
 from clients.keyrelay import get_shared_secret
 from clients.node import NodeContext
@@ -867,11 +867,16 @@ def lpgcn_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
         raise LosslessnessError(f"{node.who}: evaluation before a finished forward pass")
     table = node.arrays()["V"]
     pseudo = setup["pseudo_all"]
+    if table.shape != (len(pseudo), node.size(cfg, "dim")):
+        raise LosslessnessError(f"{node.who}: the item table V has shape {table.shape}, "
+                                f"expected ({len(pseudo)}, lpgcn-dim)")
+    k = node.size(cfg, "top-k", default=20)
+    node.reserve(ranking_bytes(len(pseudo), 1024, k) + 8.0 * table.size,
+                 f"LP-GCN evaluation (top-k={k})")
     V = table[np.searchsorted(np.sort(pseudo), pseudo)]
     U = layer_mean([cur[f"eu{layer}"] for layer in range(layers + 1)])
     data = _data(node)
-    sums = evaluate_ranking(lambda rows: U[rows] @ V.T, data.train, data.test,
-                            k=int(cfg.get("top-k", 20)))
+    sums = evaluate_ranking(lambda rows: U[rows] @ V.T, data.train, data.test, k=k)
     return sum_reply(node, {"ranking": sums.to_vector()})
 
 

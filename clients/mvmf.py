@@ -106,10 +106,14 @@ def mvmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     cfg = node.config()
     model = _model(node)
     data, X, Q, U = _user_inputs(node, model)
+    top_k = node.size(cfg, "top-k")
+    # every user's scores P Q^T and the ranked copies of them the metric sums make
+    node.reserve(8.0 * len(data.user_ids) * (6.0 * data.n_items + 2.0 * model.dim),
+                 f"MVMF evaluation (dim={model.dim})")
     P = user_factors_for_scoring(data.train, X, data.user_ids, Q, U, model,
                                  node.size(cfg, "epoch", minimum=0), _factors(node))
     sums = rating_ranking_sums(user_scores(P, Q), data.train, data.test,
-                               node.size(cfg, "top-k"), float(cfg["threshold"]),
+                               top_k, float(cfg["threshold"]),
                                _new_items(node, data.n_items))
     return sum_reply(node, {"ranking": sums})
 

@@ -9,7 +9,7 @@ running the ClientApp in a fresh process loads the same rows from disk.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,14 @@ DATA_KEY = "data"
 #: Roles a node can declare (node config ``role``): user rows (cross-device or shards), a silo
 #: (many users, cross-silo protocols), an item server (item features, no user rows).
 ROLES = ("user", "silo", "item-server")
-_STATE_DATA_KEY = "fedrec.data"
+#: Node state record: the last data config a request carried.
+STATE_DATA_KEY = "fedrec.data"
+
+
+def _array_bytes(array: Any) -> float:
+    """Bytes a Flower Array takes once deserialised: at most its serialised bytes (a
+    declared shape could lie; the copy cannot be larger than the data it is read from)."""
+    return float(len(array.data))
 
 
 @lru_cache(maxsize=8)
@@ -53,6 +60,8 @@ class NodeContext:
     #: The policy the ClientApp was built with (``build_client_app(policy=...)``); the node
     #: config's policy keys override it (:attr:`policy`).
     base_policy: NodePolicy | None = None
+    #: Bytes this request's estimates reserved so far (:meth:`reserve` adds them up).
+    reserved: float = field(default=0.0, init=False)
 
     @property
     def state(self) -> RecordDict:
@@ -160,9 +169,9 @@ class NodeContext:
             "config" if "config" in records and "dataset" in records["config"] else None)
         if source is not None:
             cfg = dict(records[source])
-            self.state[_STATE_DATA_KEY] = ConfigRecord(cfg)
-        elif config_record(self.state, _STATE_DATA_KEY) is not None:
-            cfg = dict(config_record(self.state, _STATE_DATA_KEY))
+            self.state[STATE_DATA_KEY] = ConfigRecord(cfg)
+        elif config_record(self.state, STATE_DATA_KEY) is not None:
+            cfg = dict(config_record(self.state, STATE_DATA_KEY))
         else:
             raise RuntimeError(
                 f"partition {self.partition_id}: no dataset config received yet "
@@ -182,11 +191,12 @@ class NodeContext:
         cfg = self.data_config()
         spec = DatasetSpec.from_config(cfg)
         if spec.name == "synthetic":
-            self.reserve(synthetic_bytes(spec.synthetic_users, spec.synthetic_items,
-                                         spec.synthetic_rank, spec.synthetic_density,
-                                         spec.synthetic_clusters),
-                         "the data config's synthetic dataset (synthetic-users x "
-                         "synthetic-items, synthetic-rank)")
+            # checked alone: the rows are generated once and then shared by every request
+            self.policy.check_size(synthetic_bytes(spec.synthetic_users, spec.synthetic_items,
+                                                   spec.synthetic_rank, spec.synthetic_density,
+                                                   spec.synthetic_clusters),
+                                   "the data config's synthetic dataset (synthetic-users x "
+                                   "synthetic-items, synthetic-rank)", self.who)
         if self.role == "item-server":
             return _cached_item_server_data(spec)
         part = PartitionSpec.from_config(cfg, self.user_partitions)
@@ -198,7 +208,11 @@ class NodeContext:
         if key not in self.request.array_records:
             raise KeyError(f"request has no ArrayRecord '{key}' "
                            f"(has: {sorted(self.request.array_records)})")
-        return from_array_record(self.request.array_records[key])
+        record = self.request.array_records[key]
+        # reserved from the arrays' serialised sizes, before the copy is made
+        self.reserve(sum(_array_bytes(a) for a in record.values()),
+                     f"the request's arrays '{key}' ({', '.join(record)})")
+        return from_array_record(record)
 
     def config(self, name: str = "protocol") -> dict[str, Any]:
         """The request's ConfigRecord ``name`` as a dict (empty if absent)."""
@@ -229,8 +243,23 @@ class NodeContext:
 
     def reserve(self, n_bytes: float, what: str) -> None:
         """Refuse, before allocating, a request whose server-chosen sizes need more than this
-        node's ``memory-budget-mb`` (``clients/policy.py``)."""
-        self.policy.check_size(n_bytes, what, self.who)
+        node's ``memory-budget-mb`` (``clients/policy.py``).
+
+        Reservations add up over the request (a handler's working arrays, then the sum
+        layer's copies of its reply), so the budget bounds the request's peak: two
+        estimates each under the budget cannot together exceed it."""
+        total = self.reserved + float(n_bytes)
+        self.policy.check_size(total, what, self.who)
+        self.reserved = total
+
+    def iterations(self, cfg: Mapping[str, Any], key: str, *, minimum: int = 0,
+                   default: int | None = None, times: int = 1) -> int:
+        """The iteration count ``cfg[key]`` the server chose, an integer >= ``minimum``
+        (:meth:`size`), refused past this node's ``max-iterations`` (``clients/policy.py``)
+        when ``times`` x the count (e.g. mini-batch steps per epoch x epochs) exceeds it."""
+        count = self.size(cfg, key, minimum=minimum, default=default)
+        self.policy.check_iterations(count * max(int(times), 1), key, self.who)
+        return count
 
     # -- private arrays kept in Flower's node state ------------------------------------
     def load_arrays(self, key: str) -> dict[str, np.ndarray] | None:

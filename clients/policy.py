@@ -57,7 +57,13 @@ Keys (``docs/threat-model.md`` says what each weaker mode reveals):
   is the plain mode: ``allow-plain``, or a minimum of 0. A float32 run needs a lower
   minimum (the cover costs ~6e-8 x scale of absolute precision there).
 - ``memory-budget-mb`` (default 4096): the most a server-chosen size (oversampling, batch,
-  dimension) may make this node allocate for one request.
+  dimension, rank) may make this node allocate for one request. A handler's estimates add
+  up over the request (its working arrays, then the sum layer's copies of its reply), so
+  the budget bounds the request's peak, not each allocation alone.
+- ``max-iterations`` (default 10000): the most iterations one request may make this node
+  run in a loop whose count the server chooses (NMF sweeps, power iterations, local epochs
+  times mini-batch steps, the local search's swaps and the grid's shifts, trials). Each
+  iteration's cost is bounded by the sizes above, so the two bound a request's time too.
 - ``min-survivors`` (default 3): the fewest nodes, itself included, this node masks a secure
   sum with, shares its mask seeds among and unmasks for. With 2, each of two nodes learns the
   other's input from the sum; the server's message cannot lower it (nor the Shamir
@@ -162,6 +168,7 @@ class NodePolicy:
     lpgcn_min_alpha: float = field(default=0.5, metadata={"min": 0.0})
     lpgcn_min_mask_scale: float = field(default=0.1, metadata={"min": 0.0})
     memory_budget_mb: float = field(default=4096.0, metadata={"min": 1.0})
+    max_iterations: int = field(default=10_000, metadata={"min": 1})
     allow_simulated_identity: bool = True
 
     @staticmethod
@@ -251,6 +258,15 @@ class NodePolicy:
                 f"{who} refuses {what}: the request's sizes need {mb:,.0f} MiB, more than its "
                 f"node policy memory-budget-mb={self.memory_budget_mb:g}. Only the node's "
                 f"operator can raise it (node config 'memory-budget-mb=<MiB>')")
+
+    def check_iterations(self, count: int, key: str, who: str) -> None:
+        """Refuse a request whose server-chosen iteration count ``key`` (the request's own
+        number, so the refusal may echo it) exceeds this node's ``max-iterations``."""
+        if count > self.max_iterations:
+            raise PolicyError(
+                f"{who} refuses the request: '{key}' asks for {count:,} iterations, more than "
+                f"its node policy max-iterations={self.max_iterations}. Only the node's "
+                f"operator can raise it (node config 'max-iterations=<count>')")
 
     def charge_dp(self, state: RecordDict, release: PrivacyLedger, what: str, who: str, *,
                   key: LedgerKey | None = None, run_id: int = 0) -> float:

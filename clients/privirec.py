@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 from flwr.app import RecordDict
 
-from clients.contribute import sum_reply
+from clients.contribute import ranking_bytes, sum_reply
 from clients.handlers import handler
 from clients.node import NodeContext
 from fedrec.records import (
@@ -171,6 +171,15 @@ def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     # One operator per alpha, shared by every filter that uses it (BSPM-LM and -EM then share
     # the blocked kernel); the broadcast upper triangles are dropped once expanded, because
     # at Yelp2018 scale each P~ is ~0.8 GB on a node.
+    k = node.size(cfg, "top-k", default=20)
+    ranks = [node.size(cfg, key, minimum=0, default=0)
+             for key in ("filter-rank", "max-filter-rank")]
+    # each broadcast upper triangle expanded to the symmetric operator (values and indices,
+    # twice), then one batch of scores and its ranking at a time
+    triangles = sum(a.size for name, a in arrays.items() if name.startswith("P@")
+                    and name.endswith(".data"))
+    node.reserve(36.0 * triangles + ranking_bytes(data.n_items, 512, k),
+                 f"PriviRec's evaluation (top-k={k})")
     P: dict[str, SparseItemItem] = {}
     for key in [k for k in arrays if k.startswith("P@") and k.endswith(".shape")]:
         alpha = key.removeprefix("P@").removesuffix(".shape")
@@ -179,9 +188,6 @@ def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
         for part in ("data", "indices", "indptr", "shape"):
             del arrays[f"P@{alpha}.{part}"]
     out: dict[str, np.ndarray] = {}
-    k = node.size(cfg, "top-k", default=20)
-    ranks = [node.size(cfg, key, minimum=0, default=0)
-             for key in ("filter-rank", "max-filter-rank")]
     for name in sorted(filters):
         flt = make_filter(name, str(cfg["dataset"]), *ranks)
         P_tilde = P.get(f"{flt.alpha:g}") if flt.needs_P else None

@@ -24,6 +24,7 @@ from typing import Any
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
+from clients.boundary import check_finite, node_paths, scrub_exception
 from clients.handlers import (
     DIAGNOSTIC_HANDLERS,
     EVALUATE_HANDLERS,
@@ -31,9 +32,10 @@ from clients.handlers import (
     TRAIN_HANDLERS,
     Handler,
 )
-from clients.node import NodeContext
+from clients.node import DATA_KEY, STATE_DATA_KEY, NodeContext
 from clients.policy import NodePolicy
 from fedrec.protocols import DIAGNOSTICS_MODULE, client_modules
+from fedrec.records import config_record
 from fedrec.secure.sealed import MAIL_DIRECTORY, MAIL_IN
 from fl_app.quiet import quiet_flower_noise
 
@@ -62,9 +64,15 @@ def _run(fn: Handler, message: Message, context: Context,
          policy: NodePolicy | None = None) -> Message:
     node = NodeContext(context, message.content, policy)
     records = message.content.config_records
-    if MAIL_DIRECTORY in records or MAIL_IN in records:
-        node.mailbox  # noqa: B018  (keeps directory and mail even if this handler reads none)
-    reply: RecordDict = fn(message.content, node)
+    try:
+        check_finite(message.content, node.who)
+        if MAIL_DIRECTORY in records or MAIL_IN in records:
+            node.mailbox  # noqa: B018  (keeps directory and mail even if this handler reads none)
+        reply: RecordDict = fn(message.content, node)
+    except Exception as exc:  # its text goes to the server: no path of this node in it
+        data = records.get(DATA_KEY) or config_record(context.state, STATE_DATA_KEY)
+        scrub_exception(exc, node_paths(context.node_config, data), node.who)
+        raise
     if "mailbox" in vars(node):  # the handler used the sealed relay: send its mail along
         reply = node.mailbox.attach(reply)
     return Message(reply, reply_to=message)

@@ -43,7 +43,7 @@ def backend_config_for(client_cpus: int) -> dict[str, Any]:
 #: naming the node, so Flower's copy of the node's traceback is dropped from the console.
 REFUSALS = ("clients.policy.PolicyError", "fedrec.secure.secagg.SecAggError",
             "fedrec.secure.identity.IdentityError", "datasets.errors.DataError",
-            "fedrec.config.ConfigError")
+            "fedrec.config.ConfigError", "clients.boundary.NonFiniteRequest")
 #: Flower's header before each ClientApp traceback; the traceback itself says the same.
 _HEADER = "An exception was raised when processing a message by"
 

@@ -103,16 +103,19 @@ class SigningIdentity:
         return _simulated_identity(int(partition))
 
     @classmethod
-    def load(cls, path: str | Path) -> SigningIdentity:
-        """A PEM (PKCS#8) private key file, as ``keygen`` writes it."""
+    def load(cls, path: str | Path, label: str = "") -> SigningIdentity:
+        """A PEM (PKCS#8) private key file, as ``keygen`` writes it. Errors name the file as
+        ``label`` when given (a node passes its config key, so no path of its machine
+        reaches the server), else by its path."""
         path = Path(path)
+        name = label or f"identity key {path}"
         try:
             key = serialization.load_pem_private_key(path.read_bytes(), password=None)
         except (OSError, ValueError, TypeError) as exc:
-            raise IdentityError(f"identity key {path}: cannot read an unencrypted PEM "
+            raise IdentityError(f"{name}: cannot read an unencrypted PEM "
                                 f"private key ({type(exc).__name__})") from None
         if not isinstance(key, Ed25519PrivateKey):
-            raise IdentityError(f"identity key {path}: not an Ed25519 private key")
+            raise IdentityError(f"{name}: not an Ed25519 private key")
         return cls(key)
 
     def save(self, path: str | Path) -> None:
@@ -157,13 +160,18 @@ class Roster:
         #: SHA-256 over every (partition, key): what a cache of verified keys is bound to.
         self.fingerprint = digest.digest()
 
+    @property
+    def _name(self) -> str:
+        """The roster in errors: its label (a node's config key) or ``roster <path>``."""
+        return self.source if self.source.startswith("node config") else f"roster {self.source}"
+
     def _check_roles(self) -> None:
         for p, role in self.roles.items():
             if role not in ROSTER_ROLES:
-                raise IdentityError(f"roster {self.source}: partition {p} has role {role!r}, "
+                raise IdentityError(f"{self._name}: partition {p} has role {role!r}, "
                                     f"expected one of {', '.join(ROSTER_ROLES)}")
             if p not in self.keys:
-                raise IdentityError(f"roster {self.source}: 'roles' names partition {p}, "
+                raise IdentityError(f"{self._name}: 'roles' names partition {p}, "
                                     "which has no key in 'nodes'")
 
     @classmethod
@@ -171,8 +179,11 @@ class Roster:
         return simulated_roster(tuple(int(p) for p in partitions))
 
     @classmethod
-    def load(cls, path: str | Path) -> Roster:
+    def load(cls, path: str | Path, label: str = "") -> Roster:
+        """The roster JSON at ``path``; errors (and :attr:`source`) name it ``label`` when
+        given (a node passes its config key), else its path."""
         path = Path(path)
+        name = label or f"roster {path}"
         try:
             data = json.loads(path.read_text())
             if data.get("version") != ROSTER_VERSION:
@@ -181,15 +192,15 @@ class Roster:
             keys = {int(p): bytes.fromhex(k) for p, k in data["nodes"].items()}
             roles = {int(p): r for p, r in data.get("roles", {}).items()}
         except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
-            raise IdentityError(f"roster {path}: expected JSON {{\"version\": "
+            raise IdentityError(f"{name}: expected JSON {{\"version\": "
                                 f"{ROSTER_VERSION}, \"nodes\": {{\"<partition>\": "
                                 f"\"<hex Ed25519 public key>\"}}, optional \"roles\": "
                                 f"{{\"<partition>\": \"{'|'.join(ROSTER_ROLES)}\"}}}} "
                                 f"({exc})") from None
         bad = [p for p, k in keys.items() if len(k) != 32]
         if bad:
-            raise IdentityError(f"roster {path}: the key of partition {bad[0]} is not 32 bytes")
-        return cls(keys, str(path), roles)
+            raise IdentityError(f"{name}: the key of partition {bad[0]} is not 32 bytes")
+        return cls(keys, label or str(path), roles)
 
     def save(self, path: str | Path) -> None:
         data: dict[str, object] = {
@@ -206,13 +217,13 @@ class Roster:
         signing_key = self.keys.get(signed.partition)
         if signing_key is None:
             raise IdentityError(f"the key published for {who} claims a partition that is not "
-                                f"in the roster ({self.source})")
+                                "in the roster")
         statement = key_statement(purpose, run_id, node_id, signed.partition, signed.public_key)
         try:
             Ed25519PublicKey.from_public_bytes(signing_key).verify(signed.signature, statement)
         except InvalidSignature:
             raise IdentityError(f"the {purpose} key published for {who} does not carry that "
-                                f"partition's signature (roster {self.source}): substituted "
+                                "partition's signature in the roster: substituted "
                                 "or forged on the way; refusing it") from None
         return signed.public_key
 
