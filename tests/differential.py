@@ -5,19 +5,20 @@ whatever the protocol meant it for (FedPower's ``z-max`` with a server-chosen ba
 which items a node's users hold). Reviewing fields one by one misses the next one; this
 harness asks the question of every reply of every registered handler instead.
 
-How: :class:`TwinGrid` is a :class:`tests.malicious.MaliciousGrid` whose victim node (the
-first) has a twin: the same node id, policy and Flower state history, but rows that differ
-from the victim's by one user's rows or by one interaction (:func:`neighbour`). Every request
-the honest strategy sends the victim is delivered to both, and so is each server-chosen
-variant of it (:func:`variants`: unit-vector and extreme arrays, one-item lists, extreme
-sizes), on copies of both states so the honest run goes on undisturbed. Every random draw a
-node makes (keys, nonces, Shamir coefficients, masks, DP noise) comes from one seed per
-request while the victim or its twin answers (:func:`deterministic`), so the two replies can
-only differ through the data. :func:`compare` then reports, as a :class:`Finding`, a refusal
-or an error text that differs, a reply size that differs, and any differing field outside
-the records that travel masked, encrypted or sealed (:data:`PROTECTED`) unless the
-threat model's "learns by design" table (:func:`learns_by_design`) lists it for the
-protocol, under an opt-in the node's policy has on (or ``always``).
+How: :class:`TwinGrid` is a :class:`tests.malicious.MaliciousGrid` whose victim node has a
+twin: the same node id, policy and Flower state history, but rows that differ from the
+victim's by one user's rows (replaced or removed) or by one interaction (:func:`neighbour`).
+Every request the honest strategy sends the victim is delivered to both, and so is each
+server-chosen variant of it (:func:`variants`: unit-vector and extreme arrays, one-item
+lists, sizes of 1 and 4x), on copies of both states so the honest run goes on undisturbed.
+Every random draw a node makes (keys, nonces, Shamir coefficients, masks, DP noise) comes
+from one seed per request while the victim or its twin answers (:func:`deterministic`), so
+the two replies can only differ through the data. :func:`differences` lists a refusal or an
+error text that differs, a reply size that differs, and any differing field outside the
+records that travel masked, encrypted or sealed (:data:`PROTECTED`); the grid keeps, as a
+:class:`Finding`, each one the threat model's "learns by design" table
+(:func:`learns_by_design`) does not list for the protocol under an opt-in the node's policy
+has on (or ``always``).
 """
 
 from __future__ import annotations
@@ -192,10 +193,19 @@ def _unit(a: np.ndarray, item: int, n_items: int) -> np.ndarray:
 _NOT_MODELS = ("data", SUM_KEY, "relay.in", "relay.directory", "relay.round")
 
 
+def _dataset_keys() -> frozenset[str]:
+    """Run-config keys of the dataset and its partition (a stock round carries them in its
+    ``config`` record): another dataset is not a model or a size the node answers about."""
+    from datasets.spec import _CONFIG_KEYS
+
+    return frozenset(_CONFIG_KEYS.values()) | {"partition", "num-partitions", "item-servers"}
+
+
 def variants(content: RecordDict, item: int, n_items: int) -> Iterator[tuple[str, RecordDict]]:
     """Server-chosen versions of an honest request: each float array as a unit vector at
     ``item`` and as a large constant, each integer list cut to one element (the suspected
-    item where the list holds it), each positive integer size set to 1."""
+    item where the list holds it), each integer size above 1 set to 1 and to 4 times its
+    value (the node's memory budget still applies: a refusal must then not differ)."""
     for key, record in content.items():
         if key in _NOT_MODELS:
             continue
@@ -210,12 +220,15 @@ def variants(content: RecordDict, item: int, n_items: int) -> Iterator[tuple[str
                 yield f"{key}:{label}", _with(content, key, _array_record(changed))
         elif isinstance(record, ConfigRecord):
             for field, value in record.items():
+                if field in _dataset_keys():
+                    continue
                 if isinstance(value, list) and len(value) > 1 and \
                         all(isinstance(v, int) and not isinstance(v, bool) for v in value):
                     one = [item] if item in value else value[:1]
                     yield f"{key}.{field}:one-item", _with_field(content, key, field, one)
                 elif isinstance(value, int) and not isinstance(value, bool) and value > 1:
                     yield f"{key}.{field}:size-1", _with_field(content, key, field, 1)
+                    yield f"{key}.{field}:size-x4", _with_field(content, key, field, 4 * value)
 
 
 def _array_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:

@@ -183,3 +183,21 @@ def test_the_threat_model_table_names_real_protocols_actions_and_opt_ins() -> No
         assert set(row.protocols) <= set(protocols()) | {"every"}, row
         assert row.action in set(QUERY_HANDLERS) | {"train", "evaluate"}, row
         assert row.opt_in in keys, row
+
+
+def test_the_harness_finds_a_planted_clear_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The harness's own check: a FedMF node that sends its interaction count in clear
+    beside its masked sums is reported, for every kind of neighbouring rows."""
+    from flwr.app import ConfigRecord
+
+    import clients.fedmf as fedmf
+
+    real = fedmf.sum_reply
+
+    def leaky(node: Any, arrays: Any, extra: Any = None) -> Any:
+        return real(node, arrays, {"leak": ConfigRecord({"nnz": int(node.data().train.nnz)})})
+
+    monkeypatch.setattr(fedmf, "sum_reply", leaky)
+    for kind in ("user-removed", "interaction"):
+        findings, _, _ = _run.__wrapped__("fedmf", kind)
+        assert {f.what for f in findings} == {"leak.nnz"}, kind
