@@ -371,7 +371,7 @@ def test_fedpower_noise_scale_from_the_sum_is_the_max_rounded_up_one_grid_step()
     paper's max_i ||Z D||_max and at most one grid step above it."""
     rng = np.random.default_rng(0)
     for d in (24, 1682):
-        step = d ** (1 / (2 * (svd.Z_MAX_GRID - 1)))
+        step = svd.Z_MAX_STEP
         for _ in range(50):
             z = rng.uniform(1 / np.sqrt(d), 1.0, size=rng.integers(1, 6))
             counts = sum(svd.z_max_indicator(v, d) for v in z)
