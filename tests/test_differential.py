@@ -70,6 +70,19 @@ CASES: dict[str, Case] = {
 }
 
 
+def _all_handlers() -> set[str]:
+    """Every registered action of a production ClientApp: each protocol's client module and
+    the mechanisms every protocol uses, imported (they register at import)."""
+    import importlib
+
+    from fedrec.protocols import MECHANISM_CLIENTS
+
+    for module in [*MECHANISM_CLIENTS, *(r.clients for r in protocols().values())]:
+        importlib.import_module(module)
+    return set(QUERY_HANDLERS) | ({"train"} if TRAIN_HANDLERS else set()) | \
+        ({"evaluate"} if EVALUATE_HANDLERS else set())
+
+
 @lru_cache(maxsize=None)
 def _run(name: str, kind: str) -> tuple[list[Finding], frozenset[str], int]:
     """One honest run with a twin: the findings, the actions the victim answered, and how
@@ -163,9 +176,7 @@ def test_every_registered_handler_is_exercised() -> None:
             reached |= _run(name, kind)[1]
     for plain in (False, True):
         reached |= _stock(plain, "user")[1]
-    wanted = set(QUERY_HANDLERS) | ({"train"} if TRAIN_HANDLERS else set()) | \
-        ({"evaluate"} if EVALUATE_HANDLERS else set())
-    missing = wanted - reached - set(NOT_ON_ROW_HOLDERS)
+    missing = _all_handlers() - reached - set(NOT_ON_ROW_HOLDERS)
     assert not missing, f"handlers no differential run reaches: {sorted(missing)}"
 
 
@@ -181,7 +192,7 @@ def test_the_threat_model_table_names_real_protocols_actions_and_opt_ins() -> No
     assert rows, f"{DOC.name}: the learns-by-design table is empty"
     for row in rows:
         assert set(row.protocols) <= set(protocols()) | {"every"}, row
-        assert row.action in set(QUERY_HANDLERS) | {"train", "evaluate"}, row
+        assert row.action in _all_handlers(), row
         assert row.opt_in in keys, row
 
 
@@ -201,3 +212,15 @@ def test_the_harness_finds_a_planted_clear_value(monkeypatch: pytest.MonkeyPatch
     for kind in ("user-removed", "interaction"):
         findings, _, _ = _run.__wrapped__("fedmf", kind)
         assert {f.what for f in findings} == {"leak.nnz"}, kind
+
+
+def test_the_threat_model_names_the_protocols_without_a_row() -> None:
+    """The sentence after the table names exactly the registered protocols the table gives
+    no row of their own, so a protocol cannot be left out of the list silently."""
+    import re
+
+    text = DOC.read_text(encoding="utf-8").split("<!-- learns-by-design:end -->", 1)[1]
+    sentence = text.split("Protocols with no row of their own:", 1)[1].split(".", 1)[0]
+    named = set(re.findall(r"`([^`]+)`", sentence))
+    with_rows = {p for row in learns_by_design() for p in row.protocols}
+    assert named == set(protocols()) - with_rows
