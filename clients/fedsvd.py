@@ -144,14 +144,14 @@ def sync(content: RecordDict, node: NodeContext) -> RecordDict:
     if not isinstance(out, svd.SyncContribution):
         raise ValueError(f"{node.who} refuses fedsvd_sync: t-to = {block.t_to} is not a "
                          "synchronization (the output rule is 'fedsvd_output')")
-    extra = None
-    if block.scheme == "fedpower":
-        extra = {"fedsvd": ConfigRecord({"z-max": out.z_max})}
+    arrays = {"Y": out.update}
+    if block.scheme == "fedpower":  # Alg. 1's noise scale, inside the sum (power_svd)
+        arrays["z-above"] = svd.z_max_indicator(out.z_max, block.rows.shape[1])
     if out.noise is not None:
         node.store_arrays(_NOISE, {"N": out.noise})
         node.state[_NOISE_INFO] = ConfigRecord({"t": block.t_to, "mode": block.mode,
                                                 "weight": block.weight, "std": block.sigma})
-    return sum_reply(node, {"Y": out.update}, extra)
+    return sum_reply(node, arrays)
 
 
 @handler("fedsvd_noise_product")

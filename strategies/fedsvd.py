@@ -8,9 +8,10 @@ basis, each node runs its p - 1 local power iterations and its part of the synch
 and answers its weighted noisy update through the run's aggregator (SecAgg+ by default), so
 the server learns only the weighted sum. Then:
 
-- ``fedpower``: the server adds central noise N(0, max_i ||Z D||_max^2 sigma'^2) (each node
-  reports its ||Z D||_max in clear beside its masked update, as Alg. 1 step 8 needs) and
-  orthonormalizes.
+- ``fedpower``: the server adds central noise N(0, max_i ||Z D||_max^2 sigma'^2) and
+  orthonormalizes. Alg. 1 step 8 needs the max; each node's ||Z D||_max goes into the same
+  secure sum as a grid indicator, so the server learns only the max rounded up to a public
+  grid (``fedrec/recsys/power_svd.py``, ``z_max_bound``), never one node's value.
 - ``fedsvd-utility``: one more round removes every node's noise but one (Alg. 2 steps 8-13):
   the server holds a CKKS key pair, sends each node a fresh encryption of its selection
   value (0 for one node j drawn from the OS CSPRNG, 1 for the others, replicated over the
@@ -141,11 +142,13 @@ class FedSvd(ProtocolStrategy):
     def max_abs(self, fed: Federation) -> float:
         """Range of every value a node sends: w_i |(M'_i Z D + N)_jl| <= sqrt(d r) m_hat
         (row norms of M'_i are <= sqrt(d) m_hat, columns of Z have norm <= 1, D is
-        orthogonal) plus 12 noise standard deviations (exceeded with probability < 1e-32)."""
+        orthogonal) plus 12 noise standard deviations (exceeded with probability < 1e-32);
+        FedPower's grid indicators of its noise scale are 0 or 1."""
         d, p = fed.n_items, self.params
         total = sum(i.n_users for i in fed.infos.values())
         w_max = fed.max_users / total
-        return float(w_max * (np.sqrt(d * p.r) * p.m_hat + 12.0 * max(p.sigma, 1e-12)))
+        bound = float(w_max * (np.sqrt(d * p.r) * p.m_hat + 12.0 * max(p.sigma, 1e-12)))
+        return max(bound, 1.0) if self.scheme == "fedpower" else bound
 
     # -- the run ------------------------------------------------------------------------
     def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
@@ -164,18 +167,18 @@ class FedSvd(ProtocolStrategy):
                 Z_bar = fed.sum("fedsvd_output", {"Z": common}, conf, max_abs=1.0,
                                 phase="output")["Z"]
                 break
-            z_max: list[float] = []
-            total = fed.aggregator.sum(
-                "fedsvd_sync", fed.request({"Z": common}, conf), max_abs=max_abs,
-                phase="sync", on_reply=lambda n, r: z_max.append(_z_max(r)))["Y"]
+            sums = fed.aggregator.sum("fedsvd_sync", fed.request({"Z": common}, conf),
+                                      max_abs=max_abs, phase="sync")
+            total = sums["Y"]
+            z_bound = svd.z_max_bound(sums["z-above"], fed.n_items) \
+                if self.scheme == "fedpower" else 0.0
             removed = None
             if he is not None:
                 removed = he.remove_noise(fed, t_to, total.shape)
                 last_Y = total - removed
             else:
                 last_Y = total
-            common = svd.server_step(self.scheme, total, p, removed=removed,
-                                     z_max=max(z_max, default=0.0))
+            common = svd.server_step(self.scheme, total, p, removed=removed, z_max=z_bound)
             Z_bar = common
             history.append({"t": t_to, "sync": t_to // p.p})
             log.info("%s: synchronization %d of %d (t = %d)", self.scheme, t_to // p.p,
@@ -196,12 +199,6 @@ class FedSvd(ProtocolStrategy):
         Z, _ = svd.true_eigenspace(data.train, self.params.k)
         return evaluate_ranking(lambda rows: data.train[rows] @ Z @ Z.T, data.train,
                                 data.test, k=self.top_k).means()
-
-
-def _z_max(reply: RecordDict) -> float:
-    """A FedPower node's ||Z_{t-1} D||_max, reported in clear beside its masked update."""
-    rec = reply.config_records.get("fedsvd")
-    return float(rec["z-max"]) if rec is not None and "z-max" in rec else 0.0
 
 
 class _ServerHe:
