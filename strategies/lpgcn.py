@@ -39,7 +39,7 @@ from fedrec.records import from_array_record
 from fedrec.recsys.cover import assign_items, greedy_cover
 from fedrec.recsys.lightgcn import BACKBONES, LightGCN, layer_mean, n_batches
 from fedrec.recsys.metrics import evaluate_ranking
-from fedrec.secure.pseudonyms import is_pseudonym
+from fedrec.secure.pseudonyms import HOLDINGS, is_pseudonym
 from fedrec.transport.messenger import Messenger, NodeTimeoutError
 from fedrec.transport.relay_server import relay_secret
 from fedrec.wire import lpgcn as wire
@@ -70,6 +70,11 @@ LPGCN_KEYS: tuple[Key, ...] = (
     Key("lpgcn-alpha", 1.0, "virtual items per user with items (mean; each node draws its "
         "count privately in [0, 2 alpha n]); 0 needs the nodes' allow-plain", min=0.0,
         used_by="lpgcn"),
+    Key("lpgcn-holdings", "catalogue", "which virtual items a node holds: `catalogue` (every "
+        "item its users do not hold, so every node holds the whole catalogue and the held sets "
+        "show nothing of the real ones) or `sampled` (the paper's: about lpgcn-alpha per user, "
+        "drawn afresh each run; needs the nodes' allow-sampled-holdings, since an item one "
+        "node holds is then that node's real item)", choices=HOLDINGS, used_by="lpgcn"),
     Key("lpgcn-mask-scale", 1.0, "std of the cover values every holder adds to its "
         "item-gradient partials of items another node convolves (cancelled by that node); "
         "far above the partials so real and virtual holdings look alike; nodes refuse less "
@@ -105,6 +110,7 @@ class LPGCN(ProtocolStrategy):
         self.batch_size = int(cfg["lpgcn-batch-size"])
         self.epochs, self.steps = int(cfg["lpgcn-epochs"]), int(cfg["lpgcn-steps"])
         self.alpha, self.mask_scale = float(cfg["lpgcn-alpha"]), float(cfg["lpgcn-mask-scale"])
+        self.holdings = str(cfg["lpgcn-holdings"])
         self.init_std, self.dtype = float(cfg["lpgcn-init-std"]), str(cfg["lpgcn-dtype"])
         self.eval_every, self.top_k = int(cfg["lpgcn-eval-every"]), int(cfg["lpgcn-top-k"])
         self.seed = int(cfg["seed"])
@@ -138,7 +144,8 @@ class LPGCN(ProtocolStrategy):
         """Public hyperparameters every LP-GCN request carries."""
         return {"backbone": self.backbone, "layers": self.layers, "dim": self.dim,
                 "lr": self.lr, "reg": self.reg, "batch-size": self.batch_size,
-                "seed": self.seed, "alpha": self.alpha, "mask-scale": self.mask_scale,
+                "seed": self.seed, "alpha": self.alpha, "holdings": self.holdings,
+                "mask-scale": self.mask_scale,
                 "init-std": self.init_std, "dtype": self.dtype, "start-step": self.start}
 
     def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
