@@ -63,7 +63,7 @@ _SETUP, _PARAMS, _STEP, _EPOCH, _FLAGS = ("lpgcn.setup", "lpgcn.params", "lpgcn.
 _DELIVERED = {Part.NEG_ROWS: "neg", Part.W: "w_held", Part.ITEM_ROWS: "ei",
               Part.ITEM_GRAD: "gsum"}
 #: This process's rows per (run, node), for the many rounds of a run in one process.
-_DATA: dict[tuple[int, int, str], Any] = {}
+_DATA: dict[tuple[int, int, str, str], Any] = {}
 
 
 class LosslessnessError(RuntimeError):
@@ -133,9 +133,12 @@ _DTYPES = ("float64", "float32")
 
 
 def _data(node: NodeContext) -> Any:
-    """This node's rows, kept per (run, node, data config): ``NodeContext.data()`` rescans
-    the node state on every call, and every LP-GCN request needs them."""
-    key = (node.context.run_id, node.context.node_id, repr(sorted(node.data_config().items())))
+    """This node's rows, kept per (run, node, data config, node config): ``NodeContext.data()``
+    rescans the node state on every call, and every LP-GCN request needs them. The node
+    config (partition) is part of the key: one process may host federations of other sizes
+    under the same run and node ids (the in-process grids of tests and benchmarks)."""
+    key = (node.context.run_id, node.context.node_id, repr(sorted(node.data_config().items())),
+           repr(sorted(node.context.node_config.items())))
     if key not in _DATA:
         if len(_DATA) > 256:
             _DATA.clear()
