@@ -67,9 +67,9 @@ LPGCN_KEYS: tuple[Key, ...] = (
         used_by="lpgcn"),
     Key("lpgcn-steps", 0, "training steps; 0 = `lpgcn-epochs` x batches per epoch", min=0,
         used_by="lpgcn"),
-    Key("lpgcn-alpha", 1.0, "virtual items per user with items (mean; each node draws its "
-        "count privately in [0, 2 alpha n]); 0 needs the nodes' allow-plain", min=0.0,
-        used_by="lpgcn"),
+    Key("lpgcn-alpha", 1.0, "virtual items per user with items under lpgcn-holdings = "
+        "sampled (mean; each node draws its count privately in [0, 2 alpha n]); 0: no virtual "
+        "items at all, needs the nodes' allow-plain", min=0.0, used_by="lpgcn"),
     Key("lpgcn-holdings", "catalogue", "which virtual items a node holds: `catalogue` (every "
         "item its users do not hold, so every node holds the whole catalogue and the held sets "
         "show nothing of the real ones) or `sampled` (the paper's: about lpgcn-alpha per user, "
@@ -288,10 +288,13 @@ class _Run:
                    "n_interactions": self.n_interactions,
                    "convolution_nodes": len(self.conv_nodes), "cover": len(self.cover)},
             privacy={"lpgcn": {
-                "server_sees": "pseudonymous held item sets (real and virtual mixed), item "
-                               "rows and item-gradient partials per node in clear, requested "
-                               "negatives' pseudonyms, sealed mail sizes; never user rows, "
-                               "item ids or S",
+                "server_sees": "pseudonymous held item sets (real and virtual mixed; the "
+                               "whole catalogue at every node with lpgcn-holdings = "
+                               "catalogue), item rows and item-gradient partials per node in "
+                               "clear, requested negatives' pseudonyms, sealed mail sizes; "
+                               "never user rows, item ids or S (the initial item rows, from "
+                               "public seed streams, map pseudonyms to ids)",
+                "holdings": self.s.holdings,
                 "convolution_nodes": len(self.conv_nodes)}})
 
     def step(self, step: int, train: bool, pending: dict[int, dict[str, np.ndarray]],
