@@ -26,6 +26,11 @@ on ML-100K and by the steps' losses.
 (the nodes start from it) and compares them with the centralized run's same steps.
 
     python benchmarks/lpgcn.py --late-steps 3
+
+``--magnitude STEPS`` runs the magnitude classifiers and ``--structure NODES...`` the
+structural attacker (two runs per node count, sampled against catalogue holdings) on ML-100K.
+
+    python benchmarks/lpgcn.py --structure 3 5 20 100
 """
 
 from __future__ import annotations
