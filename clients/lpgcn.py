@@ -49,7 +49,7 @@ from fedrec.recsys.lightgcn import (
 )
 from fedrec.recsys.metrics import evaluate_ranking
 from fedrec.recsys.mf import Adam
-from fedrec.secure.pseudonyms import item_pseudonyms, keyed_normal
+from fedrec.secure.pseudonyms import HOLDINGS, item_pseudonyms, keyed_normal, virtual_items
 from fedrec.secure.randomness import csprng_uniform
 from fedrec.wire import lpgcn as wire
 from fedrec.wire.lpgcn import Action, Part
@@ -63,7 +63,7 @@ _SETUP, _PARAMS, _STEP, _EPOCH, _FLAGS = ("lpgcn.setup", "lpgcn.params", "lpgcn.
 _DELIVERED = {Part.NEG_ROWS: "neg", Part.W: "w_held", Part.ITEM_ROWS: "ei",
               Part.ITEM_GRAD: "gsum"}
 #: This process's rows per (run, node), for the many rounds of a run in one process.
-_DATA: dict[tuple[int, int, str], Any] = {}
+_DATA: dict[tuple[int, int, str, str], Any] = {}
 
 
 class LosslessnessError(RuntimeError):
@@ -133,9 +133,12 @@ _DTYPES = ("float64", "float32")
 
 
 def _data(node: NodeContext) -> Any:
-    """This node's rows, kept per (run, node, data config): ``NodeContext.data()`` rescans
-    the node state on every call, and every LP-GCN request needs them."""
-    key = (node.context.run_id, node.context.node_id, repr(sorted(node.data_config().items())))
+    """This node's rows, kept per (run, node, data config, node config): ``NodeContext.data()``
+    rescans the node state on every call, and every LP-GCN request needs them. The node
+    config (partition) is part of the key: one process may host federations of other sizes
+    under the same run and node ids (the in-process grids of tests and benchmarks)."""
+    key = (node.context.run_id, node.context.node_id, repr(sorted(node.data_config().items())),
+           repr(sorted(node.context.node_config.items())))
     if key not in _DATA:
         if len(_DATA) > 256:
             _DATA.clear()
@@ -155,8 +158,9 @@ def _hp(node: NodeContext) -> dict[str, Any]:
 
 
 def _check_cover(node: NodeContext, cfg: dict[str, Any]) -> None:
-    """Refuse a virtual-item rate or cover scale below this node's policy, and any change of
-    them after the node drew its virtual items (they are pinned at ``lpgcn_holdings``).
+    """Refuse a virtual-item rate or cover scale below this node's policy, sampled holdings
+    without its ``allow-sampled-holdings``, and any change of them after the node drew its
+    virtual items (they are pinned at ``lpgcn_holdings``).
 
     ``lpgcn-alpha`` near 0 leaves (almost) no virtual items and ``lpgcn-mask-scale`` near 0
     makes a virtual holding's gradient rows (almost) exact zeros: either shows the server
@@ -182,14 +186,29 @@ def _check_cover(node: NodeContext, cfg: dict[str, Any]) -> None:
             f"lpgcn-min-mask-scale = {pol.lpgcn_min_mask_scale:g} (smaller cover values let the "
             "server tell virtual holdings from real ones). Only the node's operator can lower "
             "it (node config 'lpgcn-min-mask-scale=<std>')")
+    mode = _holdings_mode(node, cfg)
+    if mode == "sampled" and alpha > 0:
+        pol.require("allow-sampled-holdings", "LP-GCN with sampled virtual items "
+                    "(lpgcn-holdings = sampled: an item held by one node is that node's real "
+                    "item, so the server's holder counts name real holdings)", node.who)
     pinned = array_record(node.state, _SETUP)
     if pinned is not None and "cover" in pinned:
         was = pinned["cover"].numpy()
-        if (alpha, scale) != (float(was[0]), float(was[1])):
+        if (alpha, scale, float(HOLDINGS.index(mode))) != tuple(float(x) for x in was):
             raise PolicyError(
                 f"{node.who} refuses an LP-GCN request with lpgcn-alpha = {alpha:g}, "
-                f"lpgcn-mask-scale = {scale:g}: its virtual items were drawn for "
-                f"{float(was[0]):g}, {float(was[1]):g}, which hold for the whole run")
+                f"lpgcn-mask-scale = {scale:g}, lpgcn-holdings = {mode}: its virtual items "
+                f"were drawn for {float(was[0]):g}, {float(was[1]):g}, "
+                f"{HOLDINGS[int(was[2])]}, which hold for the whole run")
+
+
+def _holdings_mode(node: NodeContext, cfg: dict[str, Any]) -> str:
+    """The request's ``lpgcn-holdings``, one of :data:`HOLDINGS`."""
+    mode = str(cfg.get("holdings"))
+    if mode not in HOLDINGS:
+        raise PolicyError(f"{node.who} refuses the LP-GCN request: 'lpgcn-holdings' must be "
+                          f"one of {HOLDINGS}, got {cfg.get('holdings')!r}")
+    return mode
 
 
 def _finite(node: NodeContext, cfg: dict[str, Any], key: str) -> float:
@@ -238,9 +257,11 @@ def count(content: RecordDict, node: NodeContext) -> RecordDict:
 def holdings(content: RecordDict, node: NodeContext) -> RecordDict:
     """Pseudonyms (under S) of the items this node's users hold, plus virtual items.
 
-    The number of virtual items is drawn privately, uniform in [0, 2 alpha n] (n: this
-    node's users with items), so the held count does not give away the real one; which
-    items are virtual is drawn privately too (OS CSPRNG).
+    By default (``lpgcn-holdings = catalogue``) every other item is virtual: the node holds
+    the whole catalogue, so its held set is the same in every run whatever its data.
+    ``sampled`` (the node's ``allow-sampled-holdings``) is the paper's draw: a number
+    uniform in [0, 2 alpha n] (n: this node's users with items) of items drawn privately
+    (OS CSPRNG); ``fedrec.secure.pseudonyms.virtual_items``.
     """
     hp = _hp(node)
     train = _real_rows(node)
@@ -253,18 +274,17 @@ def holdings(content: RecordDict, node: NodeContext) -> RecordDict:
     m = train.shape[1]
     pseudo_all = item_pseudonyms(secret, m)
     real = np.unique(train.indices).astype(np.int64)
-    others = np.setdiff1d(np.arange(m), real)
     n_active = int((train.getnnz(axis=1) > 0).sum())
-    top = int(round(2 * alpha * n_active))
-    k = min(int(csprng_uniform(1)[0] * (top + 1)), len(others))
-    virtual = others[np.argsort(csprng_uniform(len(others)))[:k]] if k else others[:0]
+    mode = _holdings_mode(node, hp)
+    virtual = virtual_items(real, m, mode, alpha, n_active, csprng_uniform)
     held_real = np.concatenate([real, virtual])
     order = np.argsort(pseudo_all[held_real])
     held_real = held_real[order]
     setup = StateArrays(node, _SETUP)
     setup.replace({"pseudo_all": pseudo_all, "held_real": held_real,
                    "held": pseudo_all[held_real], "isreal": np.isin(held_real, real),
-                   "cover": np.array([alpha, float(hp["mask-scale"])])})
+                   "cover": np.array([alpha, float(hp["mask-scale"]),
+                                      float(HOLDINGS.index(mode))])})
     setup.flush()
     return RecordDict({"arrays": to_array_record({"held": pseudo_all[held_real]})})
 

@@ -41,6 +41,11 @@ Keys (``docs/threat-model.md`` says what each weaker mode reveals):
   then over exactly the node set this node committed to at key setup, and a dropout abandons
   the sum before anything is unmasked. With it on, a server that declares this node dropped
   and repeats a request can learn its input as the difference of two sums.
+- ``allow-sampled-holdings``: LP-GCN with the paper's sampled virtual items (about
+  ``lpgcn-alpha`` per user, drawn afresh every run) instead of the whole catalogue. Off by
+  default: every item has a real holder, so the server's per-pseudonym holder counts then
+  name real holdings (an item one node holds is that node's real item), and linking runs
+  intersects the fresh draws.
 - ``allow-paper-accounting``: answer a dp-prototypes release in paper 003's printed
   accounting (``dpp-accounting = paper``), which spends 2.25 x epsilon by basic composition
   and uses the exact cluster sizes; the node charges its budget what it really spends.
@@ -160,6 +165,7 @@ class NodePolicy:
     allow_sparse_transport: bool = False
     allow_dropouts: bool = False
     allow_paper_accounting: bool = False
+    allow_sampled_holdings: bool = False
     dp_budget: float = 0.0
     dp_ledger: str = ""
     diagnostics: bool = False

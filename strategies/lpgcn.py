@@ -39,7 +39,7 @@ from fedrec.records import from_array_record
 from fedrec.recsys.cover import assign_items, greedy_cover
 from fedrec.recsys.lightgcn import BACKBONES, LightGCN, layer_mean, n_batches
 from fedrec.recsys.metrics import evaluate_ranking
-from fedrec.secure.pseudonyms import is_pseudonym
+from fedrec.secure.pseudonyms import HOLDINGS, is_pseudonym
 from fedrec.transport.messenger import Messenger, NodeTimeoutError
 from fedrec.transport.relay_server import relay_secret
 from fedrec.wire import lpgcn as wire
@@ -67,9 +67,14 @@ LPGCN_KEYS: tuple[Key, ...] = (
         used_by="lpgcn"),
     Key("lpgcn-steps", 0, "training steps; 0 = `lpgcn-epochs` x batches per epoch", min=0,
         used_by="lpgcn"),
-    Key("lpgcn-alpha", 1.0, "virtual items per user with items (mean; each node draws its "
-        "count privately in [0, 2 alpha n]); 0 needs the nodes' allow-plain", min=0.0,
-        used_by="lpgcn"),
+    Key("lpgcn-alpha", 1.0, "virtual items per user with items under lpgcn-holdings = "
+        "sampled (mean; each node draws its count privately in [0, 2 alpha n]); 0: no virtual "
+        "items at all, needs the nodes' allow-plain", min=0.0, used_by="lpgcn"),
+    Key("lpgcn-holdings", "catalogue", "which virtual items a node holds: `catalogue` (every "
+        "item its users do not hold, so every node holds the whole catalogue and the held sets "
+        "show nothing of the real ones) or `sampled` (the paper's: about lpgcn-alpha per user, "
+        "drawn afresh each run; needs the nodes' allow-sampled-holdings, since an item one "
+        "node holds is then that node's real item)", choices=HOLDINGS, used_by="lpgcn"),
     Key("lpgcn-mask-scale", 1.0, "std of the cover values every holder adds to its "
         "item-gradient partials of items another node convolves (cancelled by that node); "
         "far above the partials so real and virtual holdings look alike; nodes refuse less "
@@ -105,6 +110,7 @@ class LPGCN(ProtocolStrategy):
         self.batch_size = int(cfg["lpgcn-batch-size"])
         self.epochs, self.steps = int(cfg["lpgcn-epochs"]), int(cfg["lpgcn-steps"])
         self.alpha, self.mask_scale = float(cfg["lpgcn-alpha"]), float(cfg["lpgcn-mask-scale"])
+        self.holdings = str(cfg["lpgcn-holdings"])
         self.init_std, self.dtype = float(cfg["lpgcn-init-std"]), str(cfg["lpgcn-dtype"])
         self.eval_every, self.top_k = int(cfg["lpgcn-eval-every"]), int(cfg["lpgcn-top-k"])
         self.seed = int(cfg["seed"])
@@ -138,7 +144,8 @@ class LPGCN(ProtocolStrategy):
         """Public hyperparameters every LP-GCN request carries."""
         return {"backbone": self.backbone, "layers": self.layers, "dim": self.dim,
                 "lr": self.lr, "reg": self.reg, "batch-size": self.batch_size,
-                "seed": self.seed, "alpha": self.alpha, "mask-scale": self.mask_scale,
+                "seed": self.seed, "alpha": self.alpha, "holdings": self.holdings,
+                "mask-scale": self.mask_scale,
                 "init-std": self.init_std, "dtype": self.dtype, "start-step": self.start}
 
     def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
@@ -281,10 +288,13 @@ class _Run:
                    "n_interactions": self.n_interactions,
                    "convolution_nodes": len(self.conv_nodes), "cover": len(self.cover)},
             privacy={"lpgcn": {
-                "server_sees": "pseudonymous held item sets (real and virtual mixed), item "
-                               "rows and item-gradient partials per node in clear, requested "
-                               "negatives' pseudonyms, sealed mail sizes; never user rows, "
-                               "item ids or S",
+                "server_sees": "pseudonymous held item sets (real and virtual mixed; the "
+                               "whole catalogue at every node with lpgcn-holdings = "
+                               "catalogue), item rows and item-gradient partials per node in "
+                               "clear, requested negatives' pseudonyms, sealed mail sizes; "
+                               "never user rows, item ids or S (the initial item rows, from "
+                               "public seed streams, map pseudonyms to ids)",
+                "holdings": self.s.holdings,
                 "convolution_nodes": len(self.conv_nodes)}})
 
     def step(self, step: int, train: bool, pending: dict[int, dict[str, np.ndarray]],

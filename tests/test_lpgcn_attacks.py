@@ -316,6 +316,185 @@ def test_the_cover_hides_virtual_holdings_by_magnitude_at_the_defaults(monkeypat
         got["auc"], f"bound 0.5 +- {4 * sd:.3f}")
 
 
+# -- structure: holder counts and co-holding, across nodes and across runs -----------------------
+def link_items(grid: MaliciousGrid) -> dict[int, int]:
+    """The server's map from a run's pseudonyms to item ids, whatever S was: a convolution
+    node's first upload of the run is its items' initial rows, and the server draws every
+    id's initial row itself from the public seed streams (``init_rows``) and matches them.
+    Runs are therefore joinable item by item, so a cover must not rely on fresh pseudonyms."""
+    from fedrec.recsys.lightgcn import init_rows
+
+    held: dict[int, np.ndarray] = {}
+    mine: dict[int, np.ndarray] = {}
+    first: dict[int, np.ndarray] = {}
+    cfg: dict[str, Any] = {}
+    for req, reply in grid.log:
+        nid, kind = req.metadata.dst_node_id, req.metadata.message_type
+        if reply.has_error():
+            continue
+        if kind == "query.lpgcn_holdings":
+            held[nid] = from_array_record(reply.content["arrays"])["held"]
+        elif kind == "query.lpgcn_assign":
+            conv_of = from_array_record(req.content["arrays"])["conv_of"]
+            mine[nid] = held[nid][conv_of == np.uint64(nid)]
+        elif (kind == "query.lpgcn_round" and nid not in first
+              and "arrays" in reply.content.array_records):
+            got = from_array_record(reply.content["arrays"])
+            if "e0" in got:
+                first[nid], cfg = got["e0"], dict(req.content.config_records["protocol"])
+    pseudonyms = np.concatenate([mine[n] for n in first])
+    rows = np.concatenate([first[n] for n in first]).astype(np.float64)
+    m = len(np.unique(np.concatenate(list(held.values()))))
+    table = init_rows(np.arange(m), int(cfg["dim"]), int(cfg["seed"]), "V",
+                      float(cfg["init-std"]), np.dtype(str(cfg["dtype"])))
+    dist = ((rows ** 2).sum(1)[:, None] - 2 * rows @ table.T.astype(np.float64)
+            + (table.astype(np.float64) ** 2).sum(1)[None, :])
+    return dict(zip(pseudonyms.tolist(), np.argmin(dist, axis=1).tolist()))
+
+
+def _co_holding(holds: np.ndarray) -> np.ndarray:
+    """Per (node, item): the mean Jaccard similarity of the item's other holders with the
+    other holders of each other item the node holds (a node's real items follow its users'
+    tastes, and so do other nodes' real items; sampled virtual items follow nothing)."""
+    n_nodes, m = holds.shape
+    out = np.zeros(holds.shape)
+    for n in range(n_nodes):
+        rest = np.delete(holds, n, axis=0).astype(np.int64)
+        inter = rest.T @ rest
+        size = rest.sum(0)
+        union = size[:, None] + size[None, :] - inter
+        jac = np.divide(inter, union, out=np.ones(inter.shape), where=union > 0)
+        mask = holds[n].astype(float)
+        np.fill_diagonal(jac, 0.0)
+        out[n] = (jac @ mask) / max(mask.sum() - 1, 1)
+    return out
+
+
+def structure_attack(grids: list[MaliciousGrid]) -> dict[str, Any]:
+    """The structural attacker over runs of the same nodes on the same data, from the
+    server's view only (held pseudonyms, the assignment and the first item rows, which
+    join the runs: :func:`link_items`), scored with the labels only the nodes know.
+
+    Per run, per holding: the item's holder count (an item one node holds is that node's
+    real item, since a run refuses an item without a real holder: *named*), and its
+    co-holding pattern (:func:`_co_holding`). Across runs, per (node, item): the number of
+    runs in which the node held it (real items are held every run) and whether any run
+    named it. AUCs of real against virtual holdings for "fewer holders", "co-holding" and
+    "runs held"; 0.5 is a coin, ``sd`` its standard deviation without signal."""
+    per_run, labels, names = [], [], {}
+    held_pairs: dict[tuple[int, int], int] = {}
+    real_pairs: set[tuple[int, int]] = set()
+    for grid in grids:
+        link = link_items(grid)
+        nodes = sorted(grid.ids)
+        m = len(link)
+        holds = np.zeros((len(nodes), m), dtype=bool)
+        real = np.zeros((len(nodes), m), dtype=bool)
+        for k, nid in enumerate(nodes):
+            setup = from_array_record(array_record(grid.contexts[nid].state, "lpgcn.setup"))
+            items = np.array([link[p] for p in setup["held"].tolist()], dtype=np.int64)
+            holds[k, items] = True
+            real[k, items[setup["isreal"].astype(bool)]] = True
+        count = holds.sum(0)
+        co = _co_holding(holds)
+        for k, i in zip(*np.nonzero(holds)):
+            pair = (nodes[k], int(i))
+            held_pairs[pair] = held_pairs.get(pair, 0) + 1
+            names[pair] = names.get(pair, False) or bool(count[i] == 1)
+            if real[k, i]:
+                real_pairs.add(pair)
+            per_run.append((1.0 / count[i], co[k, i]))
+            labels.append(bool(real[k, i]))
+    lab, scores = np.array(labels), np.array(per_run)
+    pairs = sorted(held_pairs)
+    pair_real = np.array([p in real_pairs for p in pairs])
+    runs_held = np.array([held_pairs[p] for p in pairs], dtype=float)
+
+    def auc_sd(score: np.ndarray, is_real: np.ndarray) -> tuple[float, float]:
+        n1, n2 = int(is_real.sum()), int((~is_real).sum())
+        return _auc(score[is_real], score[~is_real]), float(np.sqrt((n1 + n2 + 1)
+                                                                    / (12 * n1 * n2)))
+
+    aucs = {"fewer holders": auc_sd(scores[:, 0], lab), "co-holding": auc_sd(scores[:, 1], lab),
+            "runs held": auc_sd(runs_held, pair_real)}
+    named = [p for p in pairs if names[p]]
+    return {"runs": len(grids), "real": int(pair_real.sum()), "virtual": int((~pair_real).sum()),
+            "named": len(named), "named_wrong": sum(p not in real_pairs for p in named),
+            "auc": {k: v[0] for k, v in aucs.items()}, "sd": {k: v[1] for k, v in aucs.items()}}
+
+
+def _sparse_catalogue(tmp_path, users: int = 36, items: int = 120,
+                      per_user: int = 4) -> dict[str, Any]:
+    """``users`` x ``items``, ``per_user`` training items each, every item dealt at least
+    once: three nodes of 12 users really hold ~40% of the catalogue, many items at one node."""
+    deal = np.random.default_rng(11)
+    while True:
+        slots = np.concatenate([np.arange(items),
+                                deal.integers(0, items, users * per_user - items)])
+        train = deal.permutation(slots).reshape(users, per_user)
+        if all(len(set(r)) == per_user for r in train.tolist()):
+            break
+    return _lightgcn_files(tmp_path, [sorted(r) for r in train.tolist()], items)
+
+
+def _two_runs(tmp_path, policy: dict[str, Any] | None = None, runs: int = 2,
+              **extra: Any) -> list[MaliciousGrid]:
+    """Two runs of the same three nodes on the same data (new S, new draws each run)."""
+    data = _sparse_catalogue(tmp_path)
+    cfg = {**BASE, **data, "lpgcn-alpha": 1.0, "lpgcn-steps": 1, **extra}
+    grids = []
+    for run in range(runs):
+        app = build_client_app(policy={**PLAIN_SUMS, **(policy or {})})
+        with MaliciousGrid(app, 3, first_node_id=FIRST) as grid:
+            run_protocol(grid, resolve_config({**cfg, "run-name": f"structure-{run}"}))
+        grids.append(grid)
+    return grids
+
+
+def test_runs_are_joined_item_by_item_through_the_initial_rows(tmp_path) -> None:
+    """The attacker's premise: fresh pseudonyms per run do not keep runs apart."""
+    grid = _two_runs(tmp_path, runs=1)[0]
+    link = link_items(grid)
+    nid = grid.ids[0]
+    setup = from_array_record(array_record(grid.contexts[nid].state, "lpgcn.setup"))
+    truth = {int(p): i for i, p in enumerate(setup["pseudo_all"].tolist())}
+    assert link == truth
+
+
+def test_no_holder_count_or_co_holding_pattern_names_a_real_holding_at_the_defaults(
+        tmp_path) -> None:
+    """Default node policy and run config (every node holds the catalogue): over two runs
+    of three nodes the structural attacker names no holding and scores at a coin."""
+    got = structure_attack(_two_runs(tmp_path))
+    assert got["named"] == 0, got
+    assert all(abs(a - 0.5) <= 4 * got["sd"][k] for k, a in got["auc"].items()), got
+    assert got["real"] >= 100 and got["virtual"] >= 100, got  # the bound means something
+
+
+def test_the_structural_attacker_names_sampled_holdings(tmp_path) -> None:
+    """The paper's sampled virtual items (the nodes' opt-in): an item one node holds is its
+    real item, named with no error, and the runs' fresh draws give the real items away."""
+    got = structure_attack(_two_runs(tmp_path, {"allow-sampled-holdings": True},
+                                     **{"lpgcn-holdings": "sampled"}))
+    assert got["named"] >= 20 and got["named_wrong"] == 0, got
+    assert got["auc"]["runs held"] > 0.5 + 4 * got["sd"]["runs held"], got
+    assert got["auc"]["fewer holders"] > 0.5 + 4 * got["sd"]["fewer holders"], got
+
+
+def test_sampled_holdings_need_the_nodes_opt_in(tmp_path) -> None:
+    with pytest.raises(NodeError, match=r"refuses LP-GCN with sampled virtual items.*"
+                                        r"allow-sampled-holdings=false"):
+        _run(**{"lpgcn-holdings": "sampled", "lpgcn-steps": 1})
+
+
+def test_the_holdings_mode_cannot_change_after_the_draw() -> None:
+    rewrite = _config_rewrite({"lpgcn_round"}, {FIRST + 1}, holdings="sampled")
+    with pytest.raises(NodeError, match=rf"node {FIRST + 1} \(partition 1\) refuses an LP-GCN "
+                                        r"request .*lpgcn-holdings = sampled: its virtual items "
+                                        r"were drawn for .*catalogue"):
+        _run(rewrite, policy={"allow-sampled-holdings": True})
+
+
 # -- the convolution assignment -----------------------------------------------------------------
 def _assign_rewrite(victims: set[int], conv: int) -> Callable[[Message], RecordDict | None]:
     """A server that assigns every item of ``victims`` to node ``conv`` (its colluder)."""

@@ -167,7 +167,8 @@ PRODUCTION_ACTIONS = {
     "query.fedsvd_output": "output rule: the aligned local basis as a sum contribution",
     "query.fedsvd_evaluate": "metric sums of the node's users (a sum contribution)",
     "query.lpgcn_count": "the node's number of training interactions (a sum contribution)",
-    "query.lpgcn_holdings": "pseudonyms under S of held items, real and virtual mixed; "
+    "query.lpgcn_holdings": "pseudonyms under S of held items: the whole catalogue, or "
+                            "real and virtual mixed with the node's allow-sampled-holdings; "
                             "alpha 0 needs the node's allow-plain",
     "query.lpgcn_assign": "learns convolution nodes; a convolution node mails its holders "
                           "sealed confirmations of the items it convolves",

@@ -16,12 +16,42 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Callable
 
 import numpy as np
 
 from fedrec.secure.randomness import csprng_normal
 
 _TOP = np.int64(1) << np.int64(62)
+
+#: How a node picks its virtual items (``lpgcn-holdings``): ``catalogue`` holds every item,
+#: ``sampled`` is the paper's draw of about alpha items per user.
+HOLDINGS = ("catalogue", "sampled")
+
+
+def virtual_items(real: np.ndarray, n_items: int, mode: str, alpha: float, n_users: int,
+                  uniform: Callable[[int], np.ndarray]) -> np.ndarray:
+    """The items a node holds virtually, besides its users' ``real`` items.
+
+    ``catalogue``: every other item. Every item has a real holder (a run refuses one
+    without), so under a sampled draw an item held by one node is that node's real item,
+    and items held by few nodes are mostly real; holding the whole catalogue makes every
+    node's held set the same, in every run, whatever its data (the server's holder counts
+    and co-holding patterns carry nothing). ``sampled``: the paper's draw, uniform among
+    the other items, their number uniform in ``[0, 2 alpha n_users]`` so the held count does
+    not give away the real count. ``alpha = 0``: none (the plain mode). ``uniform(n)``
+    gives n private uniforms in [0, 1).
+    """
+    others = np.setdiff1d(np.arange(n_items), real)
+    if alpha == 0:
+        return others[:0]
+    if mode == "catalogue":
+        return others
+    if mode != "sampled":
+        raise ValueError(f"lpgcn-holdings must be one of {HOLDINGS}, got {mode!r}")
+    top = int(round(2 * alpha * n_users))
+    k = min(int(uniform(1)[0] * (top + 1)), len(others))
+    return others[np.argsort(uniform(len(others)))[:k]] if k else others[:0]
 
 
 def item_pseudonyms(secret: bytes, n_items: int) -> np.ndarray:
