@@ -24,6 +24,7 @@ from datasets.errors import DataError
 from fedrec.config import CORE_KEYS, ConfigError, key_table, parse_assignments, run_name
 from fedrec.protocols import check_keys_read, protocols, resolve_config
 from fedrec.results import ResultsError, release_run, reserve_run
+from fedrec.secure.secagg import SecAggError
 from fedrec.transport.messenger import NodeError, NodeTimeoutError, RunInterrupted
 from strategies.policy_needs import PolicyRefusal
 
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"policy {exc.has})",
                       f"opt in with {flags} (docs/threat-model.md says what each key allows)")
     except (ConfigError, DataError, FileNotFoundError, NodeTimeoutError, NodeError,
-            PolicyError, PolicyRefusal) as exc:
+            PolicyError, PolicyRefusal, SecAggError) as exc:
         # Bad input and node failures are one line; any other error (a bug, a user's own
         # protocol raising) keeps its traceback.
         refused = isinstance(exc, (NodeError, PolicyError, PolicyRefusal))  # by a node

@@ -132,6 +132,28 @@ def progress_to_console(indent: str = "") -> None:
         fedrec_log.propagate = False
 
 
+#: Failures that are answers to the run's input or to the nodes' policies (each already
+#: logged in one line naming the node, key or file): no traceback for them on the console.
+EXPECTED_FAILURES = ("PolicyRefusal", "ConfigError", "DataError", "NodeError",
+                     "NodeTimeoutError", "RunInterrupted", "PolicyError")
+
+
+class ExpectedFailureFilter(logging.Filter):
+    """Drops the traceback Flower's deployed ServerApp runner logs with "ServerApp raised an
+    exception" when the run failed of an :data:`EXPECTED_FAILURES` (our own "run failed:"
+    line above it says what and where); any other exception keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, RunFailedError) and \
+                type(exc.__cause__).__name__ in EXPECTED_FAILURES:
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+_EXPECTED_FILTER = ExpectedFailureFilter()
+
+
 def make_server_app(overrides: Mapping[str, Any] | None = None,
                     on_result: Callable[[dict[str, Any]], None] | None = None,
                     quiet: bool = False) -> ServerApp:
@@ -141,6 +163,9 @@ def make_server_app(overrides: Mapping[str, Any] | None = None,
     ``run_simulation.py`` and the tests); it is never a channel to or from the nodes.
     """
     server_app = ServerApp()
+    flwr_log = logging.getLogger("flwr")
+    if _EXPECTED_FILTER not in flwr_log.filters:
+        flwr_log.addFilter(_EXPECTED_FILTER)
 
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:

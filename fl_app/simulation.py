@@ -289,6 +289,8 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
     protocol_cls = load_strategy_class(str(cfg["protocol"]))
     if cfg.get("strategy"):
         load_strategy_class(str(cfg["strategy"]))
+    elif hasattr(protocol_cls, "from_run_config"):  # its own config checks, before Flower
+        protocol_cls.from_run_config(cfg)
     check_node_policy(cfg, protocol_cls, policy)
     # A protocol's own node module runs in this simulation's ClientApp (the user's code, on
     # the user's machine); a deployed node imports only what its operator lists.

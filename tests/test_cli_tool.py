@@ -81,13 +81,13 @@ def test_ctrl_c_stops_within_seconds_writes_partial_results_and_leaves_no_proces
         try:
             out, _ = proc.communicate(timeout=40)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)  # the run's whole session, Ray included
             out, _ = proc.communicate()
             pytest.fail("still running 40 s after Ctrl-C:\n" + "".join(seen)[-2000:] + out)
         waited = time.monotonic() - t0
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
     text = "".join(seen) + out
     assert proc.returncode == 130, text[-3000:]
     assert waited < 30, waited
@@ -115,12 +115,13 @@ def test_a_refusal_by_policy_is_one_line_before_flower_naming_the_flag(tmp_path:
 @pytest.mark.parametrize("protocol,flag", [
     ("dp-prototypes", "--node-policy dp-budget=1"),
     ("fedsvd-utility", "--node-policy allow-noise-removal=true"),
-    ("privmvmf", "--node-policy allow-ckks=true"),
+    ("privmvmf --set implicit=false", "--node-policy allow-ckks=true"),
+    ("privmvmf", "set implicit = false"),  # the strategy's own config check, before Flower
 ])
 def test_a_default_run_that_a_default_node_refuses_says_the_exact_opt_in(
         tmp_path: Path, protocol: str, flag: str) -> None:
     """The node's safe defaults are kept (no silent opt-in); the run stops before Flower."""
-    refused_early(cli("--protocol", protocol, tmp_path=tmp_path), flag)
+    refused_early(cli("--protocol", *protocol.split(), tmp_path=tmp_path), flag)
 
 
 def test_every_default_run_passes_or_names_its_opt_ins_and_passes_with_them() -> None:
@@ -245,3 +246,46 @@ def test_a_slow_handshake_shows_progress_and_a_timeout_names_its_setting(
     assert "handshake: 0 of 3 node(s) answered" in caplog.text
     assert "raise the run config 'startup-timeout' (now 0.5 s)" in str(err.value)
     assert "--set startup-timeout=SECONDS" in str(err.value)
+    assert "raise the run config 'startup-timeout' if the node is only slow" in str(err.value)
+
+
+def test_a_deployed_refusal_is_logged_without_a_traceback() -> None:
+    """Flower's deployed ServerApp runner logs a failed ServerApp with its traceback; for a
+    refusal by policy (one line already names node and opt-in) the traceback is dropped, a
+    bug keeps it."""
+    from fl_app.server_app import ExpectedFailureFilter, RunFailedError
+
+    def record_of(cause: Exception) -> logging.LogRecord:
+        try:
+            try:
+                raise cause
+            except Exception as exc:
+                raise RunFailedError(str(exc)) from exc
+        except RunFailedError as failure:
+            info = (type(failure), failure, failure.__traceback__)
+        return logging.LogRecord("flwr", logging.ERROR, __file__, 1,
+                                 "ServerApp raised an exception", None, info)
+
+    refused = record_of(PolicyRefusal("node 7 (partition 1) would refuse ..."))
+    assert ExpectedFailureFilter().filter(refused) and refused.exc_info is None
+    bug = record_of(KeyError("x"))
+    assert ExpectedFailureFilter().filter(bug) and bug.exc_info is not None
+
+
+def test_a_node_silent_in_a_secure_sum_round_names_the_timeout_to_raise() -> None:
+    """A silent node in a round that tolerates it (a secure sum's dropout) is reported with
+    the key that sets the deadline, as the 943-node fedmf run needed (timeout 120 -> 500)."""
+    from flwr.app import ConfigRecord, RecordDict
+
+    from fl_app.client_app import build_client_app
+    from strategies.base import data_config
+
+    cfg = resolve_config({"synthetic-users": 48, "synthetic-items": 30})
+    hello = RecordDict({"data": ConfigRecord(data_config(cfg))})
+    with LocalGrid(build_client_app(policy={}), 3, silent={1003}) as grid:
+        messenger = Messenger(grid, timeout=0.2)
+        replies = dict(messenger.iter_replies("hello", {n: hello for n in grid.ids},
+                                              allow_missing=True))
+        assert 1003 not in replies
+        assert "raise the run config 'timeout' if the node is only slow" in \
+            messenger.missing_reason(1003)

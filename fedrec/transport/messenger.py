@@ -132,8 +132,10 @@ class Messenger:
         self.last_rejected: list[int] = []
         #: Of :attr:`last_missing`, the nodes the SuperLink reported unavailable.
         self.last_unavailable: set[int] = set()
-        #: The deadline (s) of the last round, for :meth:`missing_reason`.
+        #: The deadline (s) of the last round and the run-config key that set it, for
+        #: :meth:`missing_reason`.
         self.last_timeout: float = timeout
+        self.last_timeout_key = "timeout"
         #: Sealed node-to-node mail (``fedrec.secure.sealed``): once opened
         #: (:meth:`mailroom_for`), every request carries the recipient's pending mail and
         #: every reply's outgoing mail is queued.
@@ -199,7 +201,8 @@ class Messenger:
             return UNAVAILABLE_REASON
         if node in self.last_rejected:
             return REJECTED_REASON
-        return f"no reply within {self.last_timeout:g} s (silent past the timeout)"
+        return (f"no reply within {self.last_timeout:g} s (silent past the timeout; raise "
+                f"the run config '{self.last_timeout_key}' if the node is only slow)")
 
     def lost_nodes(self) -> str:
         """Every node that dropped out during the run, with its round and reason
@@ -309,6 +312,7 @@ class Messenger:
         """
         phase = phase or action
         timeout = self.timeout if timeout is None else timeout
+        self.last_timeout_key = timeout_key
         self._round += 1
         mtype = message_type or f"query.{action}"
         room, round_ = self.mailroom, self._round
@@ -404,6 +408,7 @@ class AccountedGrid(Grid):
             return []
         phase = messages[0].metadata.message_type
         label = self._messenger.label
+        self._messenger.last_timeout_key = "timeout"
         arrived = list(self._messenger.exchange(messages, phase=phase, timeout=timeout))
         # Replies in the handshake's node order, not arrival order, so a stock strategy's
         # float aggregation (e.g. FedAvg's weighted mean) is the same in every run.
