@@ -60,6 +60,7 @@ def test_readme_flwr_run_block_works_as_written(tmp_path: Path) -> None:
     try:
         proc = subprocess.run(["bash", "-euc", block.group(1)], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=280)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
         # what README says the block leaves behind, and its way to stop it
         assert (Path(env["FLWR_HOME"]) / "config.toml").is_file()
         assert _processes_with_env("FLWR_HOME", env["FLWR_HOME"]), "no SuperLink left?"
