@@ -154,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"interrupted: partial results written to {where}" if where else
               "interrupted", file=sys.stderr)
         return 130
+    except KeyboardInterrupt:  # before Flower started or after it stopped (references)
+        print("interrupted", file=sys.stderr)
+        return 130
     except PolicyNotAllowed as exc:  # before Flower started: the flag of this command
         flags = " ".join(f"--node-policy {n.opt_in}" for n in exc.needs)
         return _error(f"every simulated node would refuse this run's {exc.refused} (node "

@@ -289,9 +289,14 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
     protocol_cls = load_strategy_class(str(cfg["protocol"]))
     if cfg.get("strategy"):
         load_strategy_class(str(cfg["strategy"]))
-    elif hasattr(protocol_cls, "from_run_config"):  # its own config checks, before Flower
-        protocol_cls.from_run_config(cfg)
-    check_node_policy(cfg, protocol_cls, policy)
+    try:  # the strategy's own config checks (e.g. a misspelt filter name), before Flower
+        if not cfg.get("strategy") and hasattr(protocol_cls, "from_run_config"):
+            protocol_cls.from_run_config(cfg)
+        check_node_policy(cfg, protocol_cls, policy)
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        raise ConfigError(f"run config of protocol {cfg['protocol']!r}: {exc}") from None
     # A protocol's own node module runs in this simulation's ClientApp (the user's code, on
     # the user's machine); a deployed node imports only what its operator lists.
     extra = [m for m in [client_module(str(cfg["protocol"]), protocol_cls)] if m]

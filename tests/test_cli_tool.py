@@ -289,3 +289,10 @@ def test_a_node_silent_in_a_secure_sum_round_names_the_timeout_to_raise() -> Non
         assert 1003 not in replies
         assert "raise the run config 'timeout' if the node is only slow" in \
             messenger.missing_reason(1003)
+
+
+def test_a_misspelt_value_the_strategy_checks_is_refused_before_flower(tmp_path: Path) -> None:
+    """A filter name is checked by the strategy, not by its key: refused in one line before
+    Flower starts (it took the ServerApp's start, 10-40 s, to be refused)."""
+    refused_early(cli("--set", "privirec-filters=gf-cff", tmp_path=tmp_path),
+                  "unknown graph filter 'gf-cff'")
