@@ -206,8 +206,27 @@ def simulate(server_app: Any, client_app: Any, num_nodes: int,
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     with warnings.catch_warnings(), stop_on_interrupt():
         warnings.simplefilter("ignore", DeprecationWarning)
-        run_simulation(server_app=server_app, client_app=client_app, num_supernodes=num_nodes,
-                       backend_config=backend_config or DEFAULT_BACKEND)
+        try:
+            run_simulation(server_app=server_app, client_app=client_app,
+                           num_supernodes=num_nodes,
+                           backend_config=backend_config or DEFAULT_BACKEND)
+        except BaseException:
+            stop_server_thread()
+            raise
+
+
+#: The name Flower's simulation gives the ServerApp's thread (its target function's).
+_SERVERAPP_THREAD = "server_th_with_start_checks"
+
+
+def stop_server_thread(wait: float = 10.0) -> None:
+    """After the simulation runtime failed (e.g. Ray did not start on a loaded machine), stop
+    the ServerApp's thread too: it is no daemon and would keep the process alive waiting for
+    nodes up to ``startup-timeout``. :data:`STOP` ends its wait at the next poll."""
+    STOP.set()
+    for thread in threading.enumerate():
+        if _SERVERAPP_THREAD in thread.name and thread is not threading.current_thread():
+            thread.join(wait)
 
 
 #: Seconds a Ctrl-C waits for the run to stop at its next wait for nodes (and write its

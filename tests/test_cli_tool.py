@@ -296,3 +296,35 @@ def test_a_misspelt_value_the_strategy_checks_is_refused_before_flower(tmp_path:
     Flower starts (it took the ServerApp's start, 10-40 s, to be refused)."""
     refused_early(cli("--set", "privirec-filters=gf-cff", tmp_path=tmp_path),
                   "unknown graph filter 'gf-cff'")
+
+
+def test_a_failed_simulation_runtime_stops_the_serverapp_thread() -> None:
+    """Flower's simulation runs the ServerApp in a thread that is no daemon; when the
+    runtime fails (Ray not starting on a loaded machine), the thread must stop waiting for
+    nodes, or the process lives on for startup-timeout (600 s)."""
+    import threading
+
+    from fedrec.transport.messenger import STOP, RunInterrupted, check_stop
+    from fl_app.simulation import stop_server_thread
+
+    STOP.clear()
+    stopped = []
+
+    def server_th_with_start_checks() -> None:  # Flower's thread target's name
+        for _ in range(600):
+            try:
+                check_stop("nodes")
+            except RunInterrupted:
+                stopped.append(True)
+                return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=server_th_with_start_checks,
+                              name="Thread-9 (server_th_with_start_checks)")
+    thread.start()
+    try:
+        stop_server_thread(wait=5)
+        assert not thread.is_alive() and stopped
+    finally:
+        STOP.clear()
+        thread.join()
