@@ -122,13 +122,15 @@ def node_order(infos: Mapping[int, NodeInfo]) -> list[int]:
 def handshake(messenger: Messenger, cfg: Mapping[str, Any], min_nodes: int = 1,
               needs: tuple[RoleNeed, ...] = USER_NODES,
               protocol: str | None = None,
-              policy_needs: tuple[PolicyNeed, ...] = ()) -> dict[int, NodeInfo]:
+              policy_needs: tuple[PolicyNeed, ...] = (),
+              policy_roles: tuple[str, ...] = ()) -> dict[int, NodeInfo]:
     """Send the data config to every node, learn roles, partitions and the catalogue size.
 
     Names nodes ``"node <id> (partition <p>)"`` for every later error message, checks the
     federation against ``needs`` and every node's reported policy against ``policy_needs``
     (a refusal then comes here, before any data-dependent round, naming the node and its
-    opt-in: ``strategies/policy_needs.py``), and fails with a clear error if nodes disagree
+    opt-in: ``strategies/policy_needs.py``; only the nodes of ``policy_roles`` when given,
+    e.g. the roles that take part in the sums), and fails with a clear error if nodes disagree
     on the number of items (different data files). Returns the infos in :func:`node_order`.
     """
     # The first contact also pays each node's start (a simulation's Ray actors are created
@@ -167,7 +169,9 @@ def handshake(messenger: Messenger, cfg: Mapping[str, Any], min_nodes: int = 1,
         raise ValueError(f"nodes disagree on the number of items ({detail}); "
                          "they must load the same catalogue")
     check_federation(infos, needs, messenger.label, protocol or str(cfg.get("protocol", "")))
-    check_node_policies(policy_needs, policies, messenger.label)
+    check_node_policies(policy_needs, {n: p for n, p in policies.items()
+                                       if not policy_roles or infos[n].role in policy_roles},
+                        messenger.label)
     order = node_order(infos)
     messenger.report.set_order(order)
     return {n: infos[n] for n in order}
@@ -275,9 +279,10 @@ class ProtocolStrategy(Strategy):
 
     @classmethod
     def policy_needs(cls, cfg: Mapping[str, Any]) -> tuple[PolicyNeed, ...]:
-        """What a run with ``cfg`` asks of every node's policy (checked at the handshake,
-        and before Flower starts in a local simulation): by default what the run config's
-        ``aggregator`` asks; a protocol with weaker modes of its own adds them."""
+        """What a run with ``cfg`` asks of the policy of every node in its sums (the nodes
+        of :attr:`sum_roles`; checked at the handshake, and before Flower starts in a local
+        simulation): by default what the run config's ``aggregator`` asks; a protocol with
+        weaker modes of its own adds them."""
         return aggregator_needs(str(cfg.get("aggregator", "secagg+")))
 
     def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
@@ -312,7 +317,7 @@ class ProtocolStrategy(Strategy):
         :attr:`federation`, nodes named, identities and policies reported), then the run's
         aggregator (:meth:`sum_aggregator`) over the nodes of :attr:`sum_roles`, set up."""
         infos = handshake(messenger, cfg, needs=self.federation, protocol=self.name or None,
-                          policy_needs=self.policy_needs(cfg))
+                          policy_needs=self.policy_needs(cfg), policy_roles=self.sum_roles)
         nodes = [n for n, i in infos.items() if not self.sum_roles or i.role in self.sum_roles]
         return Federation(messenger, cfg, infos, self.sum_aggregator(messenger, nodes, cfg),
                           config_name)

@@ -328,3 +328,26 @@ def test_a_failed_simulation_runtime_stops_the_serverapp_thread() -> None:
     finally:
         STOP.clear()
         thread.join()
+
+
+def test_only_the_nodes_that_sum_are_held_to_the_aggregators_needs() -> None:
+    """PrivMVMF's item server sends in clear and takes no part in the CKKS sums: its policy
+    need not allow CKKS (strategies/mvmf.py ``sum_roles``)."""
+    from fl_app.client_app import build_client_app
+    from strategies.base import handshake
+    from strategies.mvmf import FedMVMF
+    from strategies.policy_needs import aggregator_needs
+
+    needs = FedMVMF.federation
+    cfg = resolve_config({"protocol": "fedmvmf", "synthetic-users": 48, "synthetic-items": 30,
+                          "implicit": False, "item-servers": 1})
+    ckks = {"allow-ckks": "true"}
+    configs = {0: ckks, 1: ckks, 2: {"role": "item-server"}}
+    with LocalGrid(build_client_app(policy={}), 3, node_configs=configs) as grid:
+        infos = handshake(Messenger(grid, timeout=30), cfg, needs=needs,
+                          policy_needs=aggregator_needs("ckks"), policy_roles=("user",))
+        assert sorted(i.role for i in infos.values()) == ["item-server", "user", "user"]
+    with LocalGrid(build_client_app(policy={}), 3, node_configs=configs) as grid:
+        with pytest.raises(PolicyRefusal, match=r"^node 1003 \(item server\) would refuse"):
+            handshake(Messenger(grid, timeout=30), cfg, needs=needs,
+                      policy_needs=aggregator_needs("ckks"))
