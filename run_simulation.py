@@ -6,7 +6,10 @@
     python run_simulation.py --set mf-dim=32 --set mf-lr=0.1
     python run_simulation.py --dataset my-data --data-dir /path   # /path/my-data/train.npz ...
 
-Results go to results/runs/<run-name>.json (config, metrics, bytes, times).
+Results go to results/runs/<run-name>.json (config, metrics, bytes, times). The default
+name gets a -2, -3, ... suffix when the file exists; a --run-name that exists is refused
+unless --overwrite. Ctrl-C stops the run and writes its partial results (status
+"interrupted"); exit status 130.
 """
 
 from __future__ import annotations
@@ -18,9 +21,12 @@ from typing import Any
 
 from clients.policy import PolicyError
 from datasets.errors import DataError
-from fedrec.config import CORE_KEYS, ConfigError, key_table, parse_assignments
-from fedrec.protocols import protocols
-from fedrec.transport.messenger import NodeError, NodeTimeoutError
+from fedrec.config import CORE_KEYS, ConfigError, key_table, parse_assignments, run_name
+from fedrec.protocols import check_keys_read, protocols, resolve_config
+from fedrec.results import ResultsError, release_run, reserve_run
+from fedrec.secure.secagg import SecAggError
+from fedrec.transport.messenger import NodeError, NodeTimeoutError, RunInterrupted
+from strategies.policy_needs import PolicyRefusal
 
 DEFAULTS = {name: key.default for name, key in key_table(CORE_KEYS).items()}
 #: How a node names the policy key it refused on (clients/policy.py ``NodePolicy.require``).
@@ -66,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="seeds every random draw")
     p.add_argument("--output", default="", help="results directory (default: ./results)")
     p.add_argument("--run-name", default="", help="results file stem (default: "
-                   "<protocol>-<dataset>-<seed>)")
+                   "<protocol>-<dataset>-<seed>, with -2, -3, ... if that file exists)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the results of an earlier run with the same --run-name")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any other run-config key (see docs/configuration.md); repeatable")
     p.add_argument("--node-policy", action="append", default=[], metavar="KEY=VALUE",
@@ -105,11 +113,14 @@ def main(argv: list[str] | None = None) -> int:
         "data-dir": args.data_dir, "partition": args.partition, "rounds": args.rounds,
         "seed": args.seed, "run-name": args.run_name,
     }
-    from fl_app.simulation import resolve_node_policy, run_in_simulation
+    from fl_app.simulation import PolicyNotAllowed, resolve_node_policy, run_in_simulation
 
     try:
-        overrides.update(parse_assignments(args.set))
+        assigned = parse_assignments(args.set)
+        overrides.update(assigned)
         node_policy = parse_assignments(args.node_policy, "--node-policy")
+        cfg = resolve_config(overrides)
+        check_keys_read(assigned, cfg)
     except ConfigError as exc:
         return _error(str(exc))
     try:
@@ -129,16 +140,36 @@ def main(argv: list[str] | None = None) -> int:
     if args.output:
         import os
         os.environ["FEDREC_RESULTS"] = args.output
+    try:  # the results file is claimed before anything runs: nothing is lost at the end
+        overrides["run-name"] = reserve_run(run_name(cfg), explicit=bool(args.run_name),
+                                            overwrite=args.overwrite)
+    except ResultsError as exc:
+        return _error(str(exc))
     try:
         run_in_simulation(overrides, num_nodes=args.nodes, quiet=args.quiet,
                           verbose_flower=args.verbose_flower, compare=not args.no_compare,
                           node_policy=policy)
+    except RunInterrupted as exc:
+        where = getattr(exc, "results_path", "")
+        print(f"interrupted: partial results written to {where}" if where else
+              "interrupted", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # before Flower started or after it stopped (references)
+        print("interrupted", file=sys.stderr)
+        return 130
+    except PolicyNotAllowed as exc:  # before Flower started: the flag of this command
+        flags = " ".join(f"--node-policy {n.opt_in}" for n in exc.needs)
+        return _error(f"every simulated node would refuse this run's {exc.refused} (node "
+                      f"policy {exc.has})",
+                      f"opt in with {flags} (docs/threat-model.md says what each key allows)")
     except (ConfigError, DataError, FileNotFoundError, NodeTimeoutError, NodeError,
-            PolicyError) as exc:
+            PolicyError, PolicyRefusal, SecAggError) as exc:
         # Bad input and node failures are one line; any other error (a bug, a user's own
         # protocol raising) keeps its traceback.
-        refused = isinstance(exc, (NodeError, PolicyError))  # by a node, during the run
+        refused = isinstance(exc, (NodeError, PolicyError, PolicyRefusal))  # by a node
         return _error(str(exc), *(policy_hints(str(exc)) if refused else []))
+    finally:
+        release_run(overrides["run-name"])
     return 0
 
 

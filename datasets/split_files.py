@@ -16,6 +16,14 @@ from .errors import DataError, require_finite_array
 
 def read_txt(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """(users, items) from lines `user item1 item2 ...` (0-based, space-separated)."""
+    try:
+        return _read_txt(path)
+    except UnicodeDecodeError as exc:  # e.g. a binary file under the name train.txt
+        raise DataError(f"{path}: not a UTF-8 text file (byte {exc.start} cannot be decoded); "
+                        "expected lines of integer ids 'user item1 item2 ...'") from None
+
+
+def _read_txt(path: Path) -> tuple[np.ndarray, np.ndarray]:
     users: list[int] = []
     items: list[int] = []
     with open(path, encoding="utf-8") as fh:

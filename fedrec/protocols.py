@@ -162,6 +162,31 @@ def keys_for(cfg: Mapping[str, Any]) -> list[Key]:
     return keys
 
 
+def protocol_keys(cfg: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The keys a run of ``cfg``'s protocol reads, by who declares them: ``core`` (every
+    run) and the protocol's own (and a driving ``strategy``'s), for an error naming them."""
+    out: dict[str, list[str]] = {"core": [k.name for k in CORE_KEYS]}
+    for field in ("protocol", "strategy"):
+        name = str(cfg.get(field) or "")
+        if name:
+            out[name] = [k.name for k in declared_keys(load_strategy_class(name))]
+    return out
+
+
+def check_keys_read(keys: Iterable[str], cfg: Mapping[str, Any], what: str = "--set") -> None:
+    """ConfigError for a key ``cfg``'s protocol does not read (another protocol's key, e.g.
+    ``mf-dim`` with privirec, would otherwise be accepted and ignored), naming its keys."""
+    table = protocol_keys(cfg)
+    known = {k for names in table.values() for k in names}
+    for key in keys:
+        if key not in known:
+            own = "; ".join(f"{who}: {', '.join(names) or '(none)'}"
+                            for who, names in table.items() if who != "core")
+            raise ConfigError(f"{what} {key}: protocol {cfg['protocol']!r} does not read "
+                              f"this key (its own keys: {own}; every protocol also reads "
+                              "the core keys, docs/configuration.md)")
+
+
 def resolve_config(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     """The full typed run config: defaults of every applicable key, overrides applied.
 

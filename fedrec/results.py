@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -52,6 +53,64 @@ def _sparse_parts(matrix: Any) -> dict[str, np.ndarray]:
 def results_dir() -> Path:
     """``$FEDREC_RESULTS`` or ``./results``."""
     return Path(os.environ.get("FEDREC_RESULTS", "results"))
+
+
+#: What :func:`reserve_run` writes until the run's results replace it.
+_PLACEHOLDER = json.dumps({"status": "running"})
+
+
+class ResultsError(ValueError):
+    """The results folder cannot take this run's results (not a folder, not writable, or
+    the run's file exists and overwriting was not asked for)."""
+
+
+def reserve_run(name: str, *, explicit: bool, overwrite: bool = False,
+                out_dir: Path | None = None) -> str:
+    """Check the results folder and claim ``<out_dir>/runs/<name>.json`` before a run
+    starts, so nothing is lost or overwritten without a word; return the stem to write.
+
+    The file is created empty-exclusively (``O_EXCL``): of two runs started at once with
+    one name, one gets it. An ``explicit`` name (the user's) that exists is refused unless
+    ``overwrite``; a default name that exists becomes ``<name>-2``, ``<name>-3``, ...
+    """
+    base = out_dir or results_dir()
+    if base.exists() and not base.is_dir():
+        raise ResultsError(f"results folder {base}: exists and is not a folder (--output "
+                           "names the folder results/runs/<run-name>.json goes under)")
+    runs = base / "runs"
+    try:
+        runs.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ResultsError(f"results folder {runs}: cannot create it ({exc.strerror})") from None
+    stem, n = name, 1
+    while True:
+        path = runs / f"{stem}.json"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            if overwrite:
+                return stem
+            if explicit:
+                raise ResultsError(
+                    f"{path} exists (an earlier run's results): give another --run-name, or "
+                    "--overwrite to replace it") from None
+            n += 1
+            stem = f"{name}-{n}"
+            continue
+        except OSError as exc:
+            raise ResultsError(f"{path}: cannot write it ({exc.strerror})") from None
+        with os.fdopen(fd, "w") as fh:  # a placeholder the run's results replace
+            fh.write(_PLACEHOLDER)
+        return stem
+
+
+def release_run(name: str, out_dir: Path | None = None) -> None:
+    """Remove the placeholder :func:`reserve_run` claimed if no results replaced it (the
+    run stopped before it started, e.g. on bad input)."""
+    path = (out_dir or results_dir()) / "runs" / f"{name}.json"
+    with contextlib.suppress(OSError):
+        if path.read_text() == _PLACEHOLDER:
+            path.unlink()
 
 
 def write_run(record: Mapping[str, Any], name: str, out_dir: Path | None = None) -> Path:

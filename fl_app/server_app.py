@@ -20,7 +20,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedrec.config import ConfigError, run_name
 from fedrec.protocols import load_strategy_class, resolve_config
 from fedrec.results import print_run_table, write_run
-from fedrec.transport.messenger import AccountedGrid, Messenger
+from fedrec.transport.messenger import AccountedGrid, Messenger, RunInterrupted
 
 log = logging.getLogger("fedrec")
 
@@ -65,6 +65,12 @@ class RunFailedError(RuntimeError):
     ``status-details`` (``flwr ls``); the original exception is its ``__cause__``."""
 
 
+def run_status(exc: BaseException) -> str:
+    """A failed run's results ``status``: ``interrupted`` when it was asked to stop (Ctrl-C
+    in a local simulation), else ``failed``."""
+    return "interrupted" if isinstance(exc, RunInterrupted) else "failed"
+
+
 def failed_record(cfg: Mapping[str, Any], exc: BaseException, messenger: Messenger,
                   seconds: float) -> dict[str, Any]:
     """The results record of a failed run: the error, what the strategy had so far
@@ -80,7 +86,7 @@ def failed_record(cfg: Mapping[str, Any], exc: BaseException, messenger: Messeng
     if lost:
         error = f"lost {lost}. {error}"
     partial = dict(getattr(exc, "fedrec_partial", None) or {})
-    return {"config": dict(cfg), "status": "failed", "error": error,
+    return {"config": dict(cfg), "status": run_status(exc), "error": error,
             "metrics": partial.pop("metrics", {}), "history": partial.pop("history", []),
             **partial, "seconds": seconds, "communication": messenger.ledger.to_dict(),
             "privacy": {"aggregator": cfg["aggregator"], **messenger.privacy_report()}}
@@ -126,6 +132,28 @@ def progress_to_console(indent: str = "") -> None:
         fedrec_log.propagate = False
 
 
+#: Failures that are answers to the run's input or to the nodes' policies (each already
+#: logged in one line naming the node, key or file): no traceback for them on the console.
+EXPECTED_FAILURES = ("PolicyRefusal", "ConfigError", "DataError", "NodeError",
+                     "NodeTimeoutError", "RunInterrupted", "PolicyError")
+
+
+class ExpectedFailureFilter(logging.Filter):
+    """Drops the traceback Flower's deployed ServerApp runner logs with "ServerApp raised an
+    exception" when the run failed of an :data:`EXPECTED_FAILURES` (our own "run failed:"
+    line above it says what and where); any other exception keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, RunFailedError) and \
+                type(exc.__cause__).__name__ in EXPECTED_FAILURES:
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+_EXPECTED_FILTER = ExpectedFailureFilter()
+
+
 def make_server_app(overrides: Mapping[str, Any] | None = None,
                     on_result: Callable[[dict[str, Any]], None] | None = None,
                     quiet: bool = False) -> ServerApp:
@@ -135,6 +163,9 @@ def make_server_app(overrides: Mapping[str, Any] | None = None,
     ``run_simulation.py`` and the tests); it is never a channel to or from the nodes.
     """
     server_app = ServerApp()
+    flwr_log = logging.getLogger("flwr")
+    if _EXPECTED_FILTER not in flwr_log.filters:
+        flwr_log.addFilter(_EXPECTED_FILTER)
 
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
@@ -145,10 +176,17 @@ def make_server_app(overrides: Mapping[str, Any] | None = None,
             record = run_protocol(grid, cfg)
         except Exception as exc:
             partial = getattr(exc, "fedrec_record", None) or {
-                "config": cfg, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+                "config": cfg, "status": run_status(exc),
+                "error": f"{type(exc).__name__}: {exc}"}
             path = write_run(partial, run_name(cfg))
-            log.error("run failed: %s; partial results written to %s", partial["error"], path)
-            raise RunFailedError(partial["error"]) from exc
+            if isinstance(exc, RunInterrupted):
+                log.warning("run interrupted; partial results written to %s", path)
+            else:
+                log.error("run failed: %s; partial results written to %s", partial["error"],
+                          path)
+            failure = RunFailedError(partial["error"])
+            failure.results_path = exc.results_path = str(path)  # type: ignore[attr-defined]
+            raise failure from exc
         path = write_run(record, run_name(cfg))
         record["results_path"] = str(path)
         if not quiet:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator, Mapping
@@ -21,7 +24,9 @@ from datasets.partition import PartitionSpec, partition_users
 from fedrec.config import ConfigError, run_name
 from fedrec.protocols import client_module, load_strategy_class, resolve_config
 from fedrec.results import print_run_table, write_run
+from fedrec.transport.messenger import STOP
 from fl_app.quiet import quiet_flower_noise
+from strategies.policy_needs import PolicyNeed, unmet
 
 #: One CPU per simulated node's worker: with 2 cores, two ClientApps run at once.
 DEFAULT_BACKEND: dict[str, Any] = {
@@ -107,14 +112,64 @@ def check_federation_size(cfg: Mapping[str, Any], num_nodes: int, policy: NodePo
             "node policy allow-plain=true")
 
 
-def check_partitions(cfg: Mapping[str, Any], num_nodes: int) -> None:
+class PolicyNotAllowed(ConfigError):
+    """The simulated nodes' policy refuses what the run needs (``needs``: the unmet ones);
+    the message says how to opt in from Python, and ``run_simulation.py`` names its own
+    ``--node-policy`` flag instead."""
+
+    def __init__(self, needs: list[PolicyNeed], policy: Mapping[str, Any]) -> None:
+        self.needs = needs
+        self.refused = "; ".join(n.why for n in needs)
+        self.has = ", ".join(n.has(policy) for n in needs)
+        keys = ", ".join(f"'{n.key}': {n.opt_in.split('=', 1)[1].replace('true', 'True')}"
+                         for n in needs)
+        super().__init__(
+            f"every simulated node would refuse this run's {self.refused} (node policy "
+            f"{self.has}); opt in with run_in_simulation(..., node_policy={{{keys}}}) or "
+            f"FEDREC_NODE_POLICY='{','.join(n.opt_in for n in needs)}'")
+
+
+def policy_needs_of(cfg: Mapping[str, Any], protocol_cls: type) -> tuple[PolicyNeed, ...]:
+    """What the run asks of every node's policy: a stock strategy driving the protocol's
+    nodes (its ``STOCK_NEEDS``) or the protocol's own ``policy_needs(cfg)``; none for a
+    strategy that declares nothing (its nodes decide when asked)."""
+    if cfg.get("strategy"):
+        return tuple(getattr(protocol_cls, "STOCK_NEEDS", ()))
+    needs = getattr(protocol_cls, "policy_needs", None)
+    return tuple(needs(cfg)) if needs is not None else ()
+
+
+def check_node_policy(cfg: Mapping[str, Any], protocol_cls: type, policy: NodePolicy) -> None:
+    """Refuse, before Flower starts, a run every simulated node would refuse (they share
+    ``policy``): the same check the handshake makes on each node's reported policy."""
+    config = policy.as_config()
+    missing = unmet(policy_needs_of(cfg, protocol_cls), config)
+    if missing:
+        raise PolicyNotAllowed(missing, config)
+
+
+def check_partitions(cfg: Mapping[str, Any], num_nodes: int, policy: NodePolicy) -> None:
     """Partition the data as the user nodes will (DataError naming an empty partition or a
-    scheme that does not fit), before Flower starts instead of on every node."""
+    scheme that does not fit), before Flower starts instead of on every node. A synthetic
+    dataset's size is checked first against the nodes' ``memory-budget-mb`` (what each node
+    checks before generating it), so an oversized one is refused before it is generated."""
     users = num_nodes - int(cfg["item-servers"])
     try:
         spec = DatasetSpec.from_config(cfg)
     except ValueError as exc:  # e.g. a dataset name that is no plain folder name
         raise ConfigError(f"run config: {exc}") from None
+    if spec.name == "synthetic":
+        from datasets.synthetic import footprint_bytes
+
+        mib = footprint_bytes(spec.synthetic_users, spec.synthetic_items, spec.synthetic_rank,
+                              spec.synthetic_density, spec.synthetic_clusters) / 2**20
+        if mib > policy.memory_budget_mb:
+            raise ConfigError(
+                f"run config synthetic-users = {spec.synthetic_users}, synthetic-items = "
+                f"{spec.synthetic_items}: generating this dataset needs about {mib:,.0f} MiB, "
+                f"more than the nodes' memory-budget-mb = {policy.memory_budget_mb:g} (each "
+                "node generates it); use smaller sizes or raise the node policy's "
+                "memory-budget-mb")
     partition_users(load_dataset(spec), PartitionSpec.from_config(cfg, users))
 
 
@@ -141,16 +196,82 @@ def simulate(server_app: Any, client_app: Any, num_nodes: int,
 
     if not verbose_flower:
         logging.getLogger("flwr").setLevel(logging.WARNING)
+    logging.getLogger("fedrec").info("starting Flower's simulation: %d node(s) on Ray",
+                                     num_nodes)
     quiet_flower_noise()
     flwr_log = logging.getLogger("flwr")
     if _REFUSAL_FILTER not in flwr_log.filters:
         flwr_log.addFilter(_REFUSAL_FILTER)
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), stop_on_interrupt():
         warnings.simplefilter("ignore", DeprecationWarning)
-        run_simulation(server_app=server_app, client_app=client_app, num_supernodes=num_nodes,
-                       backend_config=backend_config or DEFAULT_BACKEND)
+        try:
+            run_simulation(server_app=server_app, client_app=client_app,
+                           num_supernodes=num_nodes,
+                           backend_config=backend_config or DEFAULT_BACKEND)
+        except BaseException:
+            stop_server_thread()
+            raise
+
+
+#: The name Flower's simulation gives the ServerApp's thread (its target function's).
+_SERVERAPP_THREAD = "server_th_with_start_checks"
+
+
+def stop_server_thread(wait: float = 10.0) -> None:
+    """After the simulation runtime failed (e.g. Ray did not start on a loaded machine), stop
+    the ServerApp's thread too: it is no daemon and would keep the process alive waiting for
+    nodes up to ``startup-timeout``. :data:`STOP` ends its wait at the next poll."""
+    STOP.set()
+    for thread in threading.enumerate():
+        if _SERVERAPP_THREAD in thread.name and thread is not threading.current_thread():
+            thread.join(wait)
+
+
+#: Seconds a Ctrl-C waits for the run to stop at its next wait for nodes (and write its
+#: partial results) before the process stops at once.
+INTERRUPT_GRACE_SECONDS = 20.0
+
+
+def _stop_now(message: str) -> None:
+    """Stop this process at once (second Ctrl-C, or no stop within the grace time): Ray's
+    processes share the driver's fate (Ray starts them with a parent-death signal)."""
+    print(message, file=sys.stderr, flush=True)
+    os._exit(130)
+
+
+@contextlib.contextmanager
+def stop_on_interrupt() -> Iterator[None]:
+    """Ctrl-C during a simulation stops the run, not the interpreter mid-way: it sets
+    :data:`fedrec.transport.messenger.STOP`, the ServerApp stops at its next wait for nodes
+    (raising ``RunInterrupted``), writes its partial results, and Flower shuts Ray down as
+    after any run. A second Ctrl-C, or no stop within :data:`INTERRUPT_GRACE_SECONDS` (a
+    long local step), stops the process at once. Only in the main thread (where Python
+    delivers signals); elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    STOP.clear()
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        if STOP.is_set():
+            _stop_now("interrupted again: stopping at once")
+        STOP.set()
+        print("interrupted: stopping the run and writing its partial results "
+              "(Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
+        timer = threading.Timer(INTERRUPT_GRACE_SECONDS, _stop_now,
+                                (f"the run did not stop within {INTERRUPT_GRACE_SECONDS:g} s: "
+                                 "stopping at once",))
+        timer.daemon = True
+        timer.start()
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        STOP.clear()
 
 
 def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int = 4, *,
@@ -176,6 +297,7 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
     cfg = resolve_config(overrides)  # unknown keys and protocols fail before Ray starts
     policy = resolve_node_policy(node_policy)
     check_federation_size(cfg, num_nodes, policy)
+    from fl_app.server_app import RunFailedError
 
     from fl_app.client_app import build_client_app
     from fl_app.server_app import make_server_app
@@ -186,15 +308,28 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
     protocol_cls = load_strategy_class(str(cfg["protocol"]))
     if cfg.get("strategy"):
         load_strategy_class(str(cfg["strategy"]))
+    try:  # the strategy's own config checks (e.g. a misspelt filter name), before Flower
+        if not cfg.get("strategy") and hasattr(protocol_cls, "from_run_config"):
+            protocol_cls.from_run_config(cfg)
+        check_node_policy(cfg, protocol_cls, policy)
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        raise ConfigError(f"run config of protocol {cfg['protocol']!r}: {exc}") from None
     # A protocol's own node module runs in this simulation's ClientApp (the user's code, on
     # the user's machine); a deployed node imports only what its operator lists.
     extra = [m for m in [client_module(str(cfg["protocol"]), protocol_cls)] if m]
     _ship_by_value(extra)
-    check_partitions(cfg, num_nodes)
+    check_partitions(cfg, num_nodes, policy)
     box: dict[str, Any] = {}
     server_app = make_server_app(cfg, on_result=box.update, quiet=quiet or compare)
-    simulate(server_app, build_client_app(extra, policy=policy), num_nodes, backend_config,
-             verbose_flower)
+    try:
+        simulate(server_app, build_client_app(extra, policy=policy), num_nodes, backend_config,
+                 verbose_flower)
+    except RunFailedError as exc:  # the ServerApp's own exception, as documented above
+        if isinstance(exc.__cause__, Exception):
+            raise exc.__cause__ from None
+        raise
     if not box:
         raise RuntimeError("the simulation ended without a result (see the log above)")
     if compare:

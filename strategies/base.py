@@ -3,6 +3,7 @@ and :class:`ProtocolStrategy`, the base of multi-phase protocols."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -18,6 +19,7 @@ from fedrec.recsys.metrics import RankingSums
 from fedrec.transport.aggregators import Aggregator
 from fedrec.transport.factory import make_aggregator
 from fedrec.transport.messenger import Messenger
+from strategies.policy_needs import PolicyNeed, aggregator_needs, check_node_policies
 
 
 @dataclass
@@ -119,23 +121,31 @@ def node_order(infos: Mapping[int, NodeInfo]) -> list[int]:
 
 def handshake(messenger: Messenger, cfg: Mapping[str, Any], min_nodes: int = 1,
               needs: tuple[RoleNeed, ...] = USER_NODES,
-              protocol: str | None = None) -> dict[int, NodeInfo]:
+              protocol: str | None = None,
+              policy_needs: tuple[PolicyNeed, ...] = (),
+              policy_roles: tuple[str, ...] = ()) -> dict[int, NodeInfo]:
     """Send the data config to every node, learn roles, partitions and the catalogue size.
 
     Names nodes ``"node <id> (partition <p>)"`` for every later error message, checks the
-    federation against ``needs`` and fails with a clear error if nodes disagree on the
-    number of items (different data files). Returns the infos in :func:`node_order`.
+    federation against ``needs`` and every node's reported policy against ``policy_needs``
+    (a refusal then comes here, before any data-dependent round, naming the node and its
+    opt-in: ``strategies/policy_needs.py``; only the nodes of ``policy_roles`` when given,
+    e.g. the roles that take part in the sums), and fails with a clear error if nodes disagree
+    on the number of items (different data files). Returns the infos in :func:`node_order`.
     """
     # The first contact also pays each node's start (a simulation's Ray actors are created
     # when the first messages arrive, a process each importing Flower and the ClientApp), so
     # it gets its own, longer deadline than a later request.
     startup = max(messenger.timeout, float(cfg.get("startup-timeout", messenger.timeout)))
     nodes = messenger.node_ids(min_nodes=max(min_nodes, int(cfg.get("min-nodes", 1))),
-                               wait=startup)
+                               wait=startup, timeout_key="startup-timeout")
+    logging.getLogger("fedrec").info("handshake: contacting %d node(s) (each loads its data; "
+                                     "a simulation first starts its workers)", len(nodes))
     replies = messenger.broadcast(
         "hello", RecordDict({"data": ConfigRecord(data_config(cfg))}), nodes, phase="handshake",
-        timeout=startup)
+        timeout=startup, timeout_key="startup-timeout")
     infos = {}
+    policies: dict[int, dict[str, Any]] = {}
     for node, reply in replies.items():
         if "info" not in reply.config_records:
             raise ValueError(f"{messenger.label(node)} answered the handshake without its "
@@ -150,6 +160,7 @@ def handshake(messenger: Messenger, cfg: Mapping[str, Any], min_nodes: int = 1,
         messenger.report.name_node(node, where)
         if "policy" in reply.config_records:  # what the node accepts, for the results
             messenger.report.add_policy(node, reply.config_records["policy"])
+            policies[node] = dict(reply.config_records["policy"])
         if "identity" in info:
             messenger.report.add_identity(node, str(info["identity"]))
     item_counts = {i.n_items for i in infos.values()}
@@ -158,6 +169,9 @@ def handshake(messenger: Messenger, cfg: Mapping[str, Any], min_nodes: int = 1,
         raise ValueError(f"nodes disagree on the number of items ({detail}); "
                          "they must load the same catalogue")
     check_federation(infos, needs, messenger.label, protocol or str(cfg.get("protocol", "")))
+    check_node_policies(policy_needs, {n: p for n, p in policies.items()
+                                       if not policy_roles or infos[n].role in policy_roles},
+                        messenger.label)
     order = node_order(infos)
     messenger.report.set_order(order)
     return {n: infos[n] for n in order}
@@ -263,6 +277,14 @@ class ProtocolStrategy(Strategy):
     def from_run_config(cls, cfg: Mapping[str, Any]) -> ProtocolStrategy:
         return cls()
 
+    @classmethod
+    def policy_needs(cls, cfg: Mapping[str, Any]) -> tuple[PolicyNeed, ...]:
+        """What a run with ``cfg`` asks of the policy of every node in its sums (the nodes
+        of :attr:`sum_roles`; checked at the handshake, and before Flower starts in a local
+        simulation): by default what the run config's ``aggregator`` asks; a protocol with
+        weaker modes of its own adds them."""
+        return aggregator_needs(str(cfg.get("aggregator", "secagg+")))
+
     def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
         raise NotImplementedError(f"{type(self).__name__} must implement run()")
 
@@ -294,7 +316,8 @@ class ProtocolStrategy(Strategy):
         """Every protocol's one setup path: the handshake (roles checked against
         :attr:`federation`, nodes named, identities and policies reported), then the run's
         aggregator (:meth:`sum_aggregator`) over the nodes of :attr:`sum_roles`, set up."""
-        infos = handshake(messenger, cfg, needs=self.federation, protocol=self.name or None)
+        infos = handshake(messenger, cfg, needs=self.federation, protocol=self.name or None,
+                          policy_needs=self.policy_needs(cfg), policy_roles=self.sum_roles)
         nodes = [n for n, i in infos.items() if not self.sum_roles or i.role in self.sum_roles]
         return Federation(messenger, cfg, infos, self.sum_aggregator(messenger, nodes, cfg),
                           config_name)

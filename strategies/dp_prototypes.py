@@ -36,6 +36,7 @@ from fedrec.recsys.nmf import nmf
 from fedrec.recsys.prototypes import ACCOUNTINGS, PrototypeParams, metric_means
 from fedrec.transport.messenger import Messenger
 from strategies.base import Federation, ProtocolStrategy, RoleNeed, RunOutcome
+from strategies.policy_needs import PolicyNeed
 
 log = logging.getLogger("fedrec")
 
@@ -103,6 +104,23 @@ class DPPrototypes(ProtocolStrategy):
         return cls(params_from_config(cfg), rank=int(cfg["dpp-rank"]),
                    reg=float(cfg["dpp-reg"]), nmf_iters=int(cfg["dpp-nmf-iters"]),
                    seed=int(cfg["seed"]))
+
+    @classmethod
+    def policy_needs(cls, cfg: Mapping[str, Any]) -> tuple[PolicyNeed, ...]:
+        """Each silo's release spends epsilon outside any secure sum: a ``dp-budget`` of at
+        least what :func:`release_ledger` charges (``dpp-epsilon``, 2.25 x in the paper's
+        accounting, which also needs ``allow-paper-accounting``). Only this run's share: the
+        node's ledger of earlier runs is its own, and the node checks it."""
+        from fedrec.recsys.prototypes import release_ledger
+
+        params = params_from_config(cfg)
+        spent = release_ledger(params, 1000, 1000).spent()  # public sizes do not change it
+        needs = [PolicyNeed("dp-budget", f"epsilon {spent:g} per silo (dp-prototypes "
+                            "release)", spent)]
+        if params.paper_accounting:
+            needs.insert(0, PolicyNeed("allow-paper-accounting", "the paper's accounting "
+                                       "(2.25 x epsilon, exact cluster sizes)"))
+        return tuple(needs)
 
     #: Why a run is not reproducible by its seed (the released prototypes are noised).
     unseeded_randomness = ("each silo's prototypes carry DP noise from OpenDP's sampler, "

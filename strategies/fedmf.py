@@ -37,6 +37,7 @@ from fedrec.recsys.mf import BPRMF, Adam, init_item_factors, item_gradient
 from fedrec.transport.ledger import PROGRESS_SECONDS
 from fedrec.transport.messenger import Messenger
 from strategies.base import Federation, ProtocolStrategy, RunOutcome, data_config, handshake
+from strategies.policy_needs import PolicyNeed
 
 log = logging.getLogger("fedrec")
 
@@ -89,6 +90,9 @@ class FedMF(ProtocolStrategy):
     """Federated BPR-MF with private user factors and item updates learned only as sums."""
 
     config_keys = FEDMF_KEYS
+    #: What a stock Flower strategy driving these nodes asks of their policy (clear rounds).
+    STOCK_NEEDS = (PolicyNeed("allow-plain", "Flower's stock train/evaluate rounds (the "
+                              "server sees each node's item factors)"),)
 
     def __init__(self, *, mode: str = "local", rounds: int = 20, dim: int = 32,
                  lr: float = 0.01, reg: float = 0.01, negatives: int = 1, epochs: int = 3,
@@ -189,7 +193,7 @@ class FedMF(ProtocolStrategy):
         step, like ``mf-mode = exact``). Stock strategies aggregate in clear: on this path the
         server sees every node's updated item factors, the leak the FedMF protocol avoids.
         """
-        infos = handshake(messenger, cfg)
+        infos = handshake(messenger, cfg, policy_needs=FedMF.STOCK_NEEDS)
         n_items = next(iter(infos.values())).n_items
         seed = int(cfg["seed"])
         initial = ArrayRecord([init_item_factors(n_items, int(cfg["mf-dim"]), seed)])

@@ -40,6 +40,7 @@ from fedrec.recsys import power_svd as svd
 from fedrec.recsys.metrics import evaluate_ranking
 from fedrec.transport.messenger import Messenger
 from strategies.base import Federation, ProtocolStrategy, RunOutcome
+from strategies.policy_needs import PolicyNeed
 
 log = logging.getLogger("fedrec")
 
@@ -250,6 +251,13 @@ class FedSvdUtility(FedSvd):
     """Utility-enhanced FedPower (paper 002, Algorithm 2): SecAgg+ and HE noise removal."""
 
     scheme = "fedsvd-utility"
+
+    @classmethod
+    def policy_needs(cls, cfg: Mapping[str, Any]) -> tuple[PolicyNeed, ...]:
+        """The aggregator's needs and Algorithm 2's noise removal (``allow-noise-removal``)."""
+        return (*super().policy_needs(cfg), PolicyNeed(
+            "allow-noise-removal", "noise removal (the server learns each node's noise but "
+            "one)"))
 
 
 class FedSvdPrivacy(FedSvd):

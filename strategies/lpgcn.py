@@ -45,6 +45,7 @@ from fedrec.transport.relay_server import relay_secret
 from fedrec.wire import lpgcn as wire
 from fedrec.wire.lpgcn import Action, Part
 from strategies.base import Federation, ProtocolStrategy, RunOutcome
+from strategies.policy_needs import PolicyNeed
 
 log = logging.getLogger("fedrec")
 SECRET = "lpgcn-S"
@@ -119,6 +120,27 @@ class LPGCN(ProtocolStrategy):
     @classmethod
     def from_run_config(cls, cfg: Mapping[str, Any]) -> LPGCN:
         return cls(cfg)
+
+    @classmethod
+    def policy_needs(cls, cfg: Mapping[str, Any]) -> tuple[PolicyNeed, ...]:
+        """The aggregator's needs and the cover every node checks (clients/lpgcn.py
+        ``_check_cover``): alpha at or above its ``lpgcn-min-alpha`` (alpha = 0, the plain
+        mode: ``allow-plain`` or a minimum of 0), the mask scale at or above its
+        ``lpgcn-min-mask-scale``."""
+        alpha, scale = float(cfg["lpgcn-alpha"]), float(cfg["lpgcn-mask-scale"])
+        needs = list(super().policy_needs(cfg))
+        min_alpha = PolicyNeed("lpgcn-min-alpha", f"lpgcn-alpha = {alpha:g} (fewer virtual "
+                               "items show the server which items a node holds)", alpha,
+                               at_most=True)
+        if alpha == 0:
+            needs.append(PolicyNeed("allow-plain", "LP-GCN without virtual items (lpgcn-alpha "
+                                    "= 0)", alternative=min_alpha))
+        else:
+            needs.append(min_alpha)
+            needs.append(PolicyNeed("lpgcn-min-mask-scale", f"lpgcn-mask-scale = {scale:g} "
+                                    "(smaller covers tell virtual holdings from real ones)",
+                                    scale, at_most=True))
+        return tuple(needs)
 
     # -- the centralized reference ------------------------------------------------------------
     def reference_model(self, train: Any) -> LightGCN:

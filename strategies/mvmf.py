@@ -53,6 +53,7 @@ from fedrec.transport.factory import make_aggregator
 from fedrec.transport.ledger import PROGRESS_SECONDS
 from fedrec.transport.messenger import Messenger
 from strategies.base import Federation, ProtocolStrategy, RoleNeed, RunOutcome
+from strategies.policy_needs import PolicyNeed, aggregator_needs
 
 log = logging.getLogger("fedrec")
 
@@ -236,6 +237,11 @@ class PrivMVMF(FedMVMF):
     #: Why a run is not reproducible by its seed.
     unseeded_randomness = ("CKKS sums are approximate and each encryption draws fresh OS "
                            "randomness, so the low digits of every sum vary")
+
+    @classmethod
+    def policy_needs(cls, cfg: Mapping[str, Any]) -> tuple[PolicyNeed, ...]:
+        """Always CKKS sums (:meth:`sum_aggregator`): ``allow-ckks``."""
+        return aggregator_needs("ckks")
 
     def sum_aggregator(self, messenger: Messenger, users: list[int],
                        cfg: Mapping[str, Any]) -> Aggregator:

@@ -57,6 +57,7 @@ from fedrec.transport.factory import make_aggregator
 from fedrec.transport.messenger import Messenger
 from fedrec.wire.sums import WIRE_DTYPES
 from strategies.base import ProtocolStrategy, RunOutcome, data_config
+from strategies.policy_needs import PolicyNeed
 
 log = logging.getLogger("fedrec")
 
@@ -249,6 +250,23 @@ class PriviRec(ProtocolStrategy):
         # PriviRec-k: the ideal low-pass part uses at most the k columns there are
         self.max_filter_rank = rank if self.low_rank else 0
         self._filter_objects()  # unknown filter names fail here, before any message
+
+    @classmethod
+    def policy_needs(cls, cfg: Mapping[str, Any]) -> tuple[PolicyNeed, ...]:
+        """The aggregator's needs; a plain item-item sum travels sparse and unmasked
+        (``allow-sparse-transport``); a seeded Omega is known to the server
+        (``allow-seeded-omega``)."""
+        strategy = cls.from_run_config(cfg)
+        needs = list(super().policy_needs(cfg))
+        gram = not strategy.low_rank and any(
+            f.needs_P for f in strategy._filter_objects().values())
+        if strategy.aggregator == "plain" and gram:
+            needs.append(PolicyNeed("allow-sparse-transport", "sparse item-item transport "
+                                    "(its rows of R^T R unmasked)"))
+        if strategy.omega == "seeded" and strategy.iteration_rank_needed():
+            needs.append(PolicyNeed("allow-seeded-omega", "seeded Omega (the server knows "
+                                    "Omega and, with p >= users, recovers every row)"))
+        return tuple(needs)
 
     @classmethod
     def from_run_config(cls, cfg: Mapping[str, Any]) -> PriviRec:

@@ -48,3 +48,13 @@ LONGEST_FIRST = ("test_deployment.py", "test_deployment_failure.py")
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+@pytest.fixture
+def server_skips_policy_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that does not check the nodes' reported policies at the handshake
+    (``strategies/policy_needs.py``) and asks for the weaker mode anyway, as a deviating
+    server may: the tests using it show that each node still refuses by itself."""
+    import strategies.base
+
+    monkeypatch.setattr(strategies.base, "check_node_policies", lambda *a, **k: None)

@@ -268,6 +268,7 @@ def test_a_silo_with_fewer_than_k_users_refuses_by_itself() -> None:
         str(err.value)
 
 
+@pytest.mark.usefixtures("server_skips_policy_check")
 def test_a_silo_refuses_an_epsilon_beyond_its_policy() -> None:
     with pytest.raises(NodeError) as err:
         _run({"dpp-epsilon": 2.0})
@@ -326,6 +327,7 @@ def test_paper_accounting_is_never_the_default_and_says_what_it_spends() -> None
                         accounting="paper")
 
 
+@pytest.mark.usefixtures("server_skips_policy_check")
 def test_a_silo_refuses_paper_accounting_unless_its_operator_allows_it() -> None:
     with pytest.raises(NodeError, match="allow-paper-accounting=false"):
         _run({"dpp-accounting": "paper"}, policy={"allow-plain": True, "dp-budget": 10.0})

@@ -184,6 +184,7 @@ def test_selection_sums_products_and_a_node_checks_the_context():
 
 
 # -- the node's policy ----------------------------------------------------------------------
+@pytest.mark.usefixtures("server_skips_policy_check")
 def test_node_refuses_noise_removal_without_its_opt_in():
     with pytest.raises(Exception, match="allow-noise-removal"):
         run({**EXACT, "protocol": "fedsvd-utility", "fedsvd-rank": 3, "fedsvd-iterations": 1},

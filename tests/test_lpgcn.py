@@ -208,6 +208,7 @@ def test_an_item_held_only_virtually_is_refused(tmp_path, monkeypatch) -> None:
         _run({**cfg, "lpgcn-alpha": 0.0}, nodes=3)
 
 
+@pytest.mark.usefixtures("server_skips_policy_check")
 def test_alpha_zero_needs_the_nodes_opt_in(data) -> None:
     with pytest.raises(NodeError, match="allow-plain=false"):
         _run({"lpgcn-alpha": 0.0, "aggregator": "secagg+", "lpgcn-steps": 1}, policy={})

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -54,9 +55,22 @@ def test_readme_flwr_run_block_works_as_written(tmp_path: Path) -> None:
     env.pop("VIRTUAL_ENV", None)
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep)
                                   if not p.startswith(str(REPO / ".venv")))
+    stop = re.search(r"<!-- flwr-stop:begin.*?```bash\n(.*?)```", text, re.S)
+    assert stop, "README lost the block that stops the local SuperLink"
     try:
         proc = subprocess.run(["bash", "-euc", block.group(1)], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=280)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        # what README says the block leaves behind, and its way to stop it
+        assert (Path(env["FLWR_HOME"]) / "config.toml").is_file()
+        assert _processes_with_env("FLWR_HOME", env["FLWR_HOME"]), "no SuperLink left?"
+        subprocess.run(["bash", "-euc", stop.group(1)], cwd=REPO, env=env, timeout=30)
+        deadline = time.monotonic() + 15
+        while _processes_with_env("FLWR_HOME", env["FLWR_HOME"]) and \
+                time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _processes_with_env("FLWR_HOME", env["FLWR_HOME"]), \
+            "README's stop command left processes of the run behind"
     finally:  # `flwr run` leaves its local SuperLink running, detached; its log file is
         # under this FLWR_HOME, so its command line names the folder
         _stop_processes_naming(env["FLWR_HOME"])
@@ -66,6 +80,20 @@ def test_readme_flwr_run_block_works_as_written(tmp_path: Path) -> None:
     assert [r["status"] for r in runs] == ["completed"], out[-3000:]
     assert runs[0]["config"]["protocol"] == "fedmf" and "ndcg@20" in runs[0]["metrics"]
     assert "fedmf on synthetic" in out and "ndcg@20" in out, out[-3000:]
+
+
+def _processes_with_env(name: str, value: str) -> list[int]:
+    """Ids of the processes whose environment has ``name=value`` (every process a command
+    started inherits it, detached or not)."""
+    entry = f"{name}={value}".encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if entry in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def _stop_processes_naming(text: str) -> None:

@@ -58,6 +58,7 @@ def test_default_policy_is_the_safe_one() -> None:
     assert policy.dp_budget == 0.0
 
 
+@pytest.mark.usefixtures("server_skips_policy_check")
 def test_a_plain_sum_request_is_refused_by_a_node_that_does_not_allow_plain() -> None:
     with pytest.raises(NodeError) as err:
         _run_privirec(_privirec_cfg(aggregator="plain"))
@@ -67,6 +68,7 @@ def test_a_plain_sum_request_is_refused_by_a_node_that_does_not_allow_plain() ->
     assert "privirec_degrees" in text and "node 100" in text
 
 
+@pytest.mark.usefixtures("server_skips_policy_check")
 def test_seeded_omega_is_refused_without_the_operators_opt_in() -> None:
     with pytest.raises(NodeError) as err:
         _run_privirec(_privirec_cfg(**{"privirec-omega": "seeded"}))
@@ -74,6 +76,7 @@ def test_seeded_omega_is_refused_without_the_operators_opt_in() -> None:
     assert "refuses PriviRec omega 'seeded'" in text and "allow-seeded-omega=false" in text
 
 
+@pytest.mark.usefixtures("server_skips_policy_check")
 def test_sparse_transport_is_refused_even_when_plain_sums_are_allowed() -> None:
     cfg = resolve_config({**TINY, "protocol": "privirec", "aggregator": "plain",
                           "privirec-rank": 4, "privirec-filter-rank": 3,
@@ -85,6 +88,7 @@ def test_sparse_transport_is_refused_even_when_plain_sums_are_allowed() -> None:
     assert "allow-sparse-transport=false" in text and "allow-plain=true" in text
 
 
+@pytest.mark.usefixtures("server_skips_policy_check")
 def test_node_config_opts_in_per_node_and_the_results_record_each_policy() -> None:
     # Two nodes opt in to plain sums by their node config; the third does not: refused.
     opted = {"allow-plain": "true"}

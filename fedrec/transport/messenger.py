@@ -16,6 +16,7 @@ relay opened them.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -41,18 +42,42 @@ UNAVAILABLE_ERROR_CODES = frozenset({
 })
 
 
+#: Seconds between progress lines while a round waits for its replies (the handshake of a
+#: simulation waits for Ray to start a worker per node: 20-60 s on a loaded machine).
+PROGRESS_SECONDS = 5.0
+
+#: Set (e.g. by Ctrl-C in ``fl_app.simulation``) to stop the run at its next wait for
+#: replies: the loop raises :class:`RunInterrupted`, so the ServerApp writes what it has.
+STOP = threading.Event()
+
+
+class RunInterrupted(Exception):
+    """The run was asked to stop (:data:`STOP`) while it waited for nodes."""
+
+
 class NodeTimeoutError(TimeoutError):
     """Some nodes did not answer a request; the message names each with the reason (the
-    SuperLink reported it unavailable, or it was silent past the timeout)."""
+    SuperLink reported it unavailable, or it was silent past the timeout) and the run-config
+    key that sets the deadline (``setting``), so a user knows what to raise."""
 
     def __init__(self, action: str, missing: list[str], total: int, timeout: float,
-                 details: list[str] | None = None):
+                 details: list[str] | None = None, setting: str = "timeout"):
         self.action = action
         self.missing = missing
+        self.setting = setting
         super().__init__(
             f"{len(missing)} of {total} node(s) did not answer '{action}' within "
-            f"{timeout:g} s: {', '.join(details or missing)}"
+            f"{timeout:g} s: {', '.join(details or missing)}. If they are only slow (a busy "
+            f"machine, many nodes), raise the run config '{setting}' (now {timeout:g} s): "
+            f"run_simulation.py --set {setting}=SECONDS, flwr run --run-config "
+            f"\"{setting}=SECONDS\""
         )
+
+
+def check_stop(what: str) -> None:
+    """Raise :class:`RunInterrupted` if :data:`STOP` is set."""
+    if STOP.is_set():
+        raise RunInterrupted(f"interrupted while waiting for {what}")
 
 
 #: Why a node gave no reply, as :meth:`Messenger.missing_reason` words it.
@@ -107,8 +132,10 @@ class Messenger:
         self.last_rejected: list[int] = []
         #: Of :attr:`last_missing`, the nodes the SuperLink reported unavailable.
         self.last_unavailable: set[int] = set()
-        #: The deadline (s) of the last round, for :meth:`missing_reason`.
+        #: The deadline (s) of the last round and the run-config key that set it, for
+        #: :meth:`missing_reason`.
         self.last_timeout: float = timeout
+        self.last_timeout_key = "timeout"
         #: Sealed node-to-node mail (``fedrec.secure.sealed``): once opened
         #: (:meth:`mailroom_for`), every request carries the recipient's pending mail and
         #: every reply's outgoing mail is queued.
@@ -136,17 +163,21 @@ class Messenger:
         wait = 0.02 if elapsed < 1.0 else 0.05 if elapsed < 3.0 else 0.25
         return max(self.poll_interval, wait)
 
-    def node_ids(self, min_nodes: int = 1, wait: float | None = None) -> list[int]:
-        """Sorted ids of the connected nodes, waiting up to ``wait`` s for ``min_nodes``."""
+    def node_ids(self, min_nodes: int = 1, wait: float | None = None,
+                 timeout_key: str = "timeout") -> list[int]:
+        """Sorted ids of the connected nodes, waiting up to ``wait`` s for ``min_nodes``
+        (``timeout_key``: the run-config key of that wait, named if it expires)."""
         deadline = time.monotonic() + (self.timeout if wait is None else wait)
         while True:
+            check_stop("nodes to connect")
             ids = sorted(self.grid.get_node_ids())
             if len(ids) >= min_nodes or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         if len(ids) < min_nodes:
             raise NodeTimeoutError("connect", [f"{min_nodes - len(ids)} missing node(s)"],
-                                   min_nodes, self.timeout if wait is None else wait)
+                                   min_nodes, self.timeout if wait is None else wait,
+                                   setting=timeout_key)
         return ids
 
     def label(self, node_id: int) -> str:
@@ -170,7 +201,8 @@ class Messenger:
             return UNAVAILABLE_REASON
         if node in self.last_rejected:
             return REJECTED_REASON
-        return f"no reply within {self.last_timeout:g} s (silent past the timeout)"
+        return (f"no reply within {self.last_timeout:g} s (silent past the timeout; raise "
+                f"the run config '{self.last_timeout_key}' if the node is only slow)")
 
     def lost_nodes(self) -> str:
         """Every node that dropped out during the run, with its round and reason
@@ -217,8 +249,10 @@ class Messenger:
                                     if m.metadata.message_id not in accepted)
         up: dict[int, int] = {}
         deadline = time.monotonic() + timeout
+        next_progress = time.monotonic() + PROGRESS_SECONDS
         try:
             while pending:
+                check_stop(f"'{phase}' replies")
                 replies = list(self.grid.pull_messages(list(pending)))
                 for reply in replies:
                     node = pending.pop(reply.metadata.reply_to_message_id, None)
@@ -232,6 +266,11 @@ class Messenger:
                 if pending and not replies:
                     if time.monotonic() > deadline:
                         break
+                    if time.monotonic() > next_progress:
+                        next_progress = time.monotonic() + PROGRESS_SECONDS
+                        log.info("%s: %d of %d node(s) answered, waiting %.0f s of up to %g s",
+                                 phase, len(messages) - len(pending), len(messages),
+                                 time.perf_counter() - t0, timeout)
                     time.sleep(self.poll_wait(time.monotonic() - (deadline - timeout)))
             self.last_missing = sorted(set(pending.values()) | set(self.last_rejected)
                                        | self.last_unavailable)
@@ -259,6 +298,7 @@ class Messenger:
         timeout: float | None = None,
         message_type: str | None = None,
         allow_missing: bool = False,
+        timeout_key: str = "timeout",
     ) -> Iterator[tuple[int, RecordDict]]:
         """Send ``contents[node]`` to each node and yield ``(node, reply)`` as replies arrive.
 
@@ -267,10 +307,12 @@ class Messenger:
         :class:`NodeTimeoutError` naming every node still silent when the timeout expires,
         unless ``allow_missing``: then the silent nodes are listed in :attr:`last_missing`
         and the iteration just ends (dropout-tolerant protocols such as secure aggregation
-        decide what to do). Error replies always raise.
+        decide what to do). Error replies always raise. ``timeout_key`` is the run-config
+        key a timeout error names (the one that sets ``timeout``).
         """
         phase = phase or action
         timeout = self.timeout if timeout is None else timeout
+        self.last_timeout_key = timeout_key
         self._round += 1
         mtype = message_type or f"query.{action}"
         room, round_ = self.mailroom, self._round
@@ -295,7 +337,7 @@ class Messenger:
             self.record_dropout(phase, action, self.last_missing)
         if self.last_missing and not allow_missing:
             raise NodeTimeoutError(action, self.missing_labels(), len(contents), timeout,
-                                   self.missing_details())
+                                   self.missing_details(), setting=timeout_key)
 
     def send(
         self,
@@ -366,6 +408,7 @@ class AccountedGrid(Grid):
             return []
         phase = messages[0].metadata.message_type
         label = self._messenger.label
+        self._messenger.last_timeout_key = "timeout"
         arrived = list(self._messenger.exchange(messages, phase=phase, timeout=timeout))
         # Replies in the handshake's node order, not arrival order, so a stock strategy's
         # float aggregation (e.g. FedAvg's weighted mean) is the same in every run.
