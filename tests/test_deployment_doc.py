@@ -123,3 +123,13 @@ def test_the_connection_entry_comes_before_the_first_flwr_command_that_needs_it(
                     if any(c[:2] in (["flwr", "supernode"], ["flwr", "run"])
                            for c in commands(m.group(1))))
     assert text.index("[superlink.fedrec]") < first_use
+
+
+def test_the_first_submission_shown_is_the_one_whose_exit_code_is_the_runs_outcome() -> None:
+    """``flwr run`` exits 0 for a failed run; the doc submits with ``deploy.run_status``,
+    which exits 1 for it (``tests/test_deployment_failure.py``)."""
+    text = DOC.read_text(encoding="utf-8")
+    submits = [c for b in code_blocks(text, "bash") for c in commands(b)
+               if c[:2] == ["flwr", "run"] or c[:4] == ["python", "-m", "deploy.run_status",
+                                                        "--submit"]]
+    assert submits[0][:3] == ["python", "-m", "deploy.run_status"], submits[0]
