@@ -107,18 +107,17 @@ def node_rows(nodes: Sequence[Mapping[str, Any]], record: Mapping[str, Any] | No
         info = mapped.get(node_id, {})
         row.update(partition=info.get("partition", "-"), role=info.get("role", "-"),
                    identity=info.get("identity") or "-")
-    held = {row["partition"] for row in rows.values()}
-    for partition, role in sorted((roster_roles or {}).items()):
-        if partition not in held:
-            rows[-10**12 - len(rows)] = {"node-id": "-", "status": "no node in the run",
-                                         "holder": "-", "partition": partition,
-                                         "role": role, "identity": "roster", "since": "-"}
+    out = list(rows.values())
+    held = {row["partition"] for row in out}
+    out += [{"node-id": "-", "status": "no node in the run", "holder": "-",
+             "partition": partition, "role": role, "identity": "roster", "since": "-"}
+            for partition, role in sorted((roster_roles or {}).items()) if partition not in held]
 
     def order(row: Mapping[str, Any]) -> tuple[int, int, str]:
         p = row["partition"]
         return ((0, p, "") if isinstance(p, int) and p >= 0 else
                 (1, -p, "") if isinstance(p, int) else (2, 0, str(row["node-id"])))
-    return sorted(rows.values(), key=order)
+    return sorted(out, key=order)
 
 
 def table(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -13,7 +13,6 @@ import logging
 import sys
 from pathlib import Path
 
-import pytest
 from flwr.app import Message, RecordDict
 
 REPO = Path(__file__).resolve().parents[1]
