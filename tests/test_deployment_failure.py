@@ -2,7 +2,8 @@
 
 Its own small deployment (a real SuperLink, three user SuperNodes and one SuperNode with node
 config ``role="item-server"``, TLS and Flower's SuperNode authentication on, roster
-identities), so that another test worker overlaps this file's waits with the protocol
+identities; the SuperLink with ``--isolation process`` and ``--database`` and the ServerApp in
+a separate ``flower-superexec``, as ``deploy/docker/compose.yml`` runs them), so that another test worker overlaps this file's waits with the protocol
 matrix of ``tests/test_deployment.py``:
 
 1. FedMVMF and PrivMVMF (``ITEM_SERVER_PROTOCOLS``) run side by side and must give the
@@ -55,9 +56,12 @@ ITEM_SERVERS = 1
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDeployment]:
+    # the SuperLink and the ServerApp's SuperExec as deploy/docker/compose.yml runs them
+    # (--isolation process with a shared secret, --database); tests/test_deployment.py's
+    # deployment keeps Flower's default subprocess isolation and in-memory state
     with LocalDeployment(NUM_NODES, item_servers=ITEM_SERVERS,
                          workdir=tmp_path_factory.mktemp("deploy-kill"),
-                         node_config=NODE_POLICY) as dep:
+                         node_config=NODE_POLICY, isolation="process", database=True) as dep:
         yield dep
 
 

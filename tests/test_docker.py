@@ -144,6 +144,21 @@ def test_environment_is_the_local_deployments(services) -> None:
         services["serverapp"])
 
 
+def _flags(command: list[str]) -> set[str]:
+    return {str(a) for a in command if str(a).startswith("--")}
+
+
+def test_the_superlink_and_serverapp_run_the_flags_the_tested_local_deployment_runs(
+        services, tmp_path: Path) -> None:
+    """tests/test_deployment_failure.py deploys with ``isolation="process"`` and
+    ``database=True``: the same flags as these two services, so those runs test them."""
+    from deploy.local_deployment import LocalDeployment
+
+    local = LocalDeployment(3, workdir=tmp_path, isolation="process", database=True)
+    assert _flags(services["superlink"]["command"]) == _flags(local.superlink_args()[1:])
+    assert _flags(services["serverapp"]["command"]) == _flags(local.serverapp_exec_args()[1:])
+
+
 @pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose not found")
 def test_docker_compose_accepts_the_file() -> None:
     res = subprocess.run(["docker-compose", "-f", str(DOCKER / "compose.yml"), "config", "-q"],
