@@ -250,6 +250,12 @@ class LocalDeployment:
     install_dependencies : let the SuperLink ``uv sync`` the app's dependencies into a fresh
         env per run (flwr 1.42.0's default). Off here: the app and its dependencies are
         already installed in this interpreter's environment, and a sync would fetch torch.
+    isolation : ``"subprocess"`` (the SuperLink starts its own SuperExec) or ``"process"``:
+        the SuperLink with ``--isolation process`` and a SuperExec shared secret, and a
+        separate ``flower-superexec --plugin-type serverapp`` with the same secret, as the
+        ``superlink`` and ``serverapp`` services of ``deploy/docker/compose.yml`` run them.
+    database : keep the SuperLink's state in ``<workdir>/superlink/state.db``
+        (``--database``) instead of in memory.
     """
 
     def __init__(
@@ -271,6 +277,8 @@ class LocalDeployment:
         install_dependencies: bool = False,
         startup_timeout: float = 90.0,
         flower_defaults: bool = False,
+        isolation: str = "subprocess",
+        database: bool = False,
     ) -> None:
         if num_nodes < 1:
             raise ValueError("num_nodes must be >= 1")
@@ -304,11 +312,17 @@ class LocalDeployment:
         self.link_env = {} if flower_defaults else dict(LINK_FAST_ENV)
         self.flower_defaults = flower_defaults
         self.install_dependencies = install_dependencies
+        if isolation not in ("subprocess", "process"):
+            raise ValueError(f"isolation must be 'subprocess' or 'process', got {isolation!r}")
+        self.isolation = isolation
+        self.database = database
         self.startup_timeout = startup_timeout
         self.results_dir = self.workdir / "results"
         self.cli_home = self.workdir / "flwr-home"
         self.superlink_port = 0
         self.superlink: Proc | None = None
+        #: The ServerApp's SuperExec with ``isolation="process"`` (else the SuperLink's own).
+        self.serverapp_exec: Proc | None = None
         self.nodes: list[Proc] = []
         self._cli_count = 0
 
@@ -358,22 +372,18 @@ class LocalDeployment:
         if not self.insecure:
             self._make_certs()
         self.superlink_port = free_port()
-        tls = (["--insecure"] if self.insecure else [
-            "--ssl-ca-certfile", str(self.certs_dir / "ca.crt"),
-            "--ssl-certfile", str(self.certs_dir / "server.pem"),
-            "--ssl-keyfile", str(self.certs_dir / "server.key")])
-        deps = [] if self.install_dependencies else ["--disable-runtime-dependency-installation"]
         link_dir = self.workdir / "superlink"
-        self.superlink = self._spawn(
-            "superlink",
-            [str(BIN / "flower-superlink"), *tls, "--host", "127.0.0.1",
-             "--port", str(self.superlink_port), *deps,
-             *(["--enable-supernode-auth"] if self.supernode_auth else [])],
-            self._env(self.link_env, FLWR_HOME=str(link_dir / "flwr-home"),
-                      FEDREC_RESULTS=str(self.results_dir)),
-            link_dir,
-        )
+        link_env = self._env(self.link_env, FLWR_HOME=str(link_dir / "flwr-home"),
+                             FEDREC_RESULTS=str(self.results_dir))
+        if self.isolation == "process":
+            self.superexec_secret.parent.mkdir(parents=True, exist_ok=True)
+            self.superexec_secret.write_bytes(os.urandom(32))
+            self.superexec_secret.chmod(0o600)
+        self.superlink = self._spawn("superlink", self.superlink_args(), link_env, link_dir)
         self._wait_for_log(self.superlink, "Application startup complete")
+        if self.isolation == "process":
+            self.serverapp_exec = self._spawn("superexec-serverapp", self.serverapp_exec_args(),
+                                              link_env, link_dir)
         self._write_cli_config()
 
         self._identities()
@@ -397,6 +407,36 @@ class LocalDeployment:
             ))
         for node in self.nodes:
             self._wait_for_log(node, "SuperNode ID:")
+
+    @property
+    def superexec_secret(self) -> Path:
+        """The SuperLink <-> ServerApp SuperExec shared secret (``isolation="process"``)."""
+        return self.workdir / "superlink" / "superexec.secret"
+
+    def superlink_args(self) -> list[str]:
+        """The ``flower-superlink`` command line (``deploy/docker/compose.yml``'s ``superlink``
+        service runs the same flags; ``tests/test_docker.py`` compares them)."""
+        tls = (["--insecure"] if self.insecure else [
+            "--ssl-ca-certfile", str(self.certs_dir / "ca.crt"),
+            "--ssl-certfile", str(self.certs_dir / "server.pem"),
+            "--ssl-keyfile", str(self.certs_dir / "server.key")])
+        deps = [] if self.install_dependencies else ["--disable-runtime-dependency-installation"]
+        process = (["--isolation", "process", "--superexec-auth-secret-file",
+                    str(self.superexec_secret)] if self.isolation == "process" else [])
+        database = (["--database", str(self.workdir / "superlink" / "state.db")]
+                    if self.database else [])
+        return [str(BIN / "flower-superlink"), *tls, "--host", "127.0.0.1",
+                "--port", str(self.superlink_port), *deps, *process, *database,
+                *(["--enable-supernode-auth"] if self.supernode_auth else [])]
+
+    def serverapp_exec_args(self) -> list[str]:
+        """The ServerApp's ``flower-superexec`` with ``isolation="process"`` (the compose
+        file's ``serverapp`` service)."""
+        tls = (["--insecure"] if self.insecure
+               else ["--root-certificates", str(self.certs_dir / "ca.crt")])
+        return [str(BIN / "flower-superexec"), "--plugin-type", "serverapp",
+                "--runtime-api-address", f"127.0.0.1:{self.superlink_port}", *tls,
+                "--superexec-auth-secret-file", str(self.superexec_secret)]
 
     def node_config_of(self, index: int) -> dict[str, Any]:
         """SuperNode ``index``'s node config: partition, role, identity key and roster, no
@@ -507,7 +547,8 @@ class LocalDeployment:
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop every process (nodes first): SIGTERM, then SIGKILL after ``grace`` s."""
-        procs = [*self.nodes, *([self.superlink] if self.superlink else [])]
+        procs = [*self.nodes, *([self.serverapp_exec] if self.serverapp_exec else []),
+                 *([self.superlink] if self.superlink else [])]
         trees = {p.name: [p.popen.pid, *descendants(p.popen.pid)] for p in procs}
         for proc in procs:
             if proc.alive:
@@ -533,6 +574,7 @@ class LocalDeployment:
             proc.log_file.close()
         self.nodes = []
         self.superlink = None
+        self.serverapp_exec = None
 
     # -- the flwr CLI --------------------------------------------------------------------
     def flwr(self, *args: str, timeout: float = 120.0, check: bool = True) -> str:
@@ -611,6 +653,9 @@ class LocalDeployment:
         while not done():
             if self.superlink is None or not self.superlink.alive:
                 raise self.error(f"the SuperLink exited while runs {sorted(pending)} were going")
+            if self.serverapp_exec is not None and not self.serverapp_exec.alive:
+                raise self.error(f"the ServerApp's SuperExec exited while runs "
+                                 f"{sorted(pending)} were going")
             now = time.monotonic()
             written = any(path is not None and path.is_file() for path in pending.values())
             if now - last_ls >= (1.0 if written else poll):
@@ -646,7 +691,8 @@ class LocalDeployment:
     def error(self, headline: str, lines: int = 30) -> DeploymentError:
         """A DeploymentError with the headline and the tail of every process log."""
         parts = [headline, f"(logs in {self.log_dir})"]
-        procs = [*([self.superlink] if self.superlink else []), *self.nodes]
+        procs = [*([self.superlink] if self.superlink else []),
+                 *([self.serverapp_exec] if self.serverapp_exec else []), *self.nodes]
         for proc in procs:
             proc.log_file.flush()
             state = "running" if proc.alive else f"exited {proc.popen.returncode}"
@@ -736,6 +782,7 @@ class LocalDeployment:
             "run_id": run_id, "status": row["status"], "wall_seconds": wall,
             "tls": not self.insecure, "num_supernodes": self.num_nodes + self.item_servers,
             "item_servers": self.item_servers, "supernode_auth": self.supernode_auth,
+            "isolation": self.isolation, "database": self.database,
             "results_path": str(path), "log_dir": str(self.log_dir),
             "flower": {k: row.get(k) for k in ("elapsed", "network-traffic", "compute-time")},
         }
@@ -748,7 +795,7 @@ def run_deployed(run_config: Mapping[str, Any] | None = None, num_nodes: int = 3
 
     ``kwargs`` go to :class:`LocalDeployment` (``item_servers``, ``node_configs``,
     ``supernode_auth``, ``insecure``, ``workdir``, ``log_dir``, ``data_dirs``, ``certs_dir``,
-    ``env``, ``flower_defaults``).
+    ``env``, ``flower_defaults``, ``isolation``, ``database``).
     """
     with LocalDeployment(num_nodes, **kwargs) as dep:
         return dep.run(run_config, timeout=timeout)
@@ -778,6 +825,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log-dir", help="process logs (default: <workdir>/logs)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for the run")
     parser.add_argument("--out", help="also write the results record here")
+    parser.add_argument("--isolation", choices=("subprocess", "process"), default="subprocess",
+                        help="process: a separate ServerApp SuperExec with a shared secret, "
+                             "as deploy/docker/compose.yml runs it")
+    parser.add_argument("--database", action="store_true",
+                        help="keep the SuperLink's state in <workdir>/superlink/state.db")
     parser.add_argument("--flower-defaults", action="store_true",
                         help="do not apply NODE_FAST_ENV / LINK_FAST_ENV (Flower's default "
                              "poll interval and telemetry), to compare round times")
@@ -798,7 +850,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               supernode_auth=False if args.no_supernode_auth else None,
                               insecure=args.insecure, certs_dir=args.certs_dir,
                               data_dirs=args.data_dir, workdir=args.workdir,
-                              log_dir=args.log_dir, flower_defaults=args.flower_defaults)
+                              log_dir=args.log_dir, flower_defaults=args.flower_defaults,
+                              isolation=args.isolation, database=args.database)
     except DeploymentError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -157,7 +157,7 @@ def handshake(messenger: Messenger, cfg: Mapping[str, Any], min_nodes: int = 1,
                                holds=tuple(str(h) for h in info.get("holds", ["rows"])))
         where = (f"partition {infos[node].partition_id}" if infos[node].role != "item-server"
                  else "item server")
-        messenger.report.name_node(node, where)
+        messenger.report.name_node(node, where, infos[node].partition_id, infos[node].role)
         if "policy" in reply.config_records:  # what the node accepts, for the results
             messenger.report.add_policy(node, reply.config_records["policy"])
             policies[node] = dict(reply.config_records["policy"])

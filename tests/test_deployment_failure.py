@@ -2,7 +2,8 @@
 
 Its own small deployment (a real SuperLink, three user SuperNodes and one SuperNode with node
 config ``role="item-server"``, TLS and Flower's SuperNode authentication on, roster
-identities), so that another test worker overlaps this file's waits with the protocol
+identities; the SuperLink with ``--isolation process`` and ``--database`` and the ServerApp in
+a separate ``flower-superexec``, as ``deploy/docker/compose.yml`` runs them), so that another test worker overlaps this file's waits with the protocol
 matrix of ``tests/test_deployment.py``:
 
 1. FedMVMF and PrivMVMF (``ITEM_SERVER_PROTOCOLS``) run side by side and must give the
@@ -11,13 +12,15 @@ matrix of ``tests/test_deployment.py``:
 2. A FedMVMF run (SecAgg+ sums) loses user SuperNode 2 to SIGKILL in its second epoch: the
    run fails naming that node's partition and why (silent past the timeout, or unavailable
    per the SuperLink), its results file keeps the first epoch's history, and
-   ``python -m deploy.run_status`` exits 1 for it.
+   ``python -m deploy.run_status`` exits 1 for it; the ServerApp's log names the lost node and
+   ``python -m deploy.node_status`` maps each node id to its holder, partition and role.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,9 +56,12 @@ ITEM_SERVERS = 1
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDeployment]:
+    # the SuperLink and the ServerApp's SuperExec as deploy/docker/compose.yml runs them
+    # (--isolation process with a shared secret, --database); tests/test_deployment.py's
+    # deployment keeps Flower's default subprocess isolation and in-memory state
     with LocalDeployment(NUM_NODES, item_servers=ITEM_SERVERS,
                          workdir=tmp_path_factory.mktemp("deploy-kill"),
-                         node_config=NODE_POLICY) as dep:
+                         node_config=NODE_POLICY, isolation="process", database=True) as dep:
         yield dep
 
 
@@ -182,3 +188,18 @@ def test_killed_supernode_fails_the_run_naming_it(deployment: LocalDeployment) -
     by_id = _run_status(dep, str(run_id), "fedrec-local")
     assert by_id.returncode == 1, by_id
     assert "finished:failed" in by_id.stderr and "(partition 2)" in by_id.stderr
+
+    # The ServerApp logged the lost node when it noticed (the SuperLink logs nothing), and
+    # deploy.node_status maps every node id of the run to the name its SuperNode-auth key
+    # was registered under (LocalDeployment: supernode-<index>), its partition and role
+    server_log = dep.flwr("log", str(run_id), "fedrec-local", "--show", timeout=60, check=False)
+    assert re.search(r"node \d+ \(partition 2\) (is offline|gave no reply in)", server_log)
+    status = subprocess.run(
+        [sys.executable, "-m", "deploy.node_status", "fedrec-local", "--results", str(results),
+         "--format", "json"], capture_output=True, text=True, timeout=180, check=False,
+        cwd=str(REPO), env={**os.environ, "FLWR_HOME": str(dep.cli_home)})
+    assert status.returncode == 0, status
+    rows = {row["partition"]: row for row in json.loads(status.stdout)["nodes"]}
+    assert {p: (r["holder"], r["role"]) for p, r in rows.items()} == {
+        **{i: (f"supernode-{i}", "user") for i in range(NUM_NODES)},
+        -1: (f"supernode-{NUM_NODES}", "item-server")}

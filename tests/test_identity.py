@@ -445,3 +445,51 @@ def test_a_node_whose_role_is_not_the_rosters_is_refused(tmp_path: Path) -> None
         with pytest.raises(NodeError, match="role 'silo', but the roster .* lists partition 0 "
                                             "as 'user'"):
             _hello(grid, Messenger(grid, timeout=10))
+
+
+def test_keygen_into_a_folder_keeps_every_key_and_adds_the_item_server(tmp_path: Path,
+                                                                       capsys) -> None:
+    """The doc's flow: keys for the data holders, then ``--item-servers 1`` into the same
+    folder adds the item server's key and roster entry and rewrites no node key."""
+    main(["keygen", "--partitions", "3", "--out", str(tmp_path)])
+    before = {p: (tmp_path / f"node-{p}.key").read_bytes() for p in range(3)}
+    first = Roster.load(tmp_path / "roster.json")
+    main(["keygen", "--partitions", "3", "--item-servers", "1", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "wrote 1 node keys (partitions [-1])" in out and "kept partitions [0, 1, 2]" in out
+    assert {p: (tmp_path / f"node-{p}.key").read_bytes() for p in range(3)} == before
+    roster = Roster.load(tmp_path / "roster.json")
+    assert {p: roster.keys[p] for p in range(3)} == dict(first.keys)
+    assert roster.roles == {-1: "item-server", 0: "user", 1: "user", 2: "user"}
+    assert roster.keys[-1] == SigningIdentity.load(tmp_path / "item-server-1.key").public_bytes()
+    # a fourth holder later: added, the rest kept; fewer partitions remove nothing
+    main(["keygen", "--partitions", "4", "--out", str(tmp_path)])
+    main(["keygen", "--partitions", "1", "--out", str(tmp_path)])
+    assert sorted(Roster.load(tmp_path / "roster.json").keys) == [-1, 0, 1, 2, 3]
+    assert (tmp_path / "node-0.key").read_bytes() == before[0]
+
+
+def test_keygen_never_overwrites_keys_without_force(tmp_path: Path, capsys) -> None:
+    main(["keygen", "--partitions", "2", "--out", str(tmp_path)])
+    key0 = (tmp_path / "node-0.key").read_bytes()
+    # a holder's own key listed in the roster, its private key elsewhere: kept, not remade
+    (tmp_path / "node-1.key").unlink()
+    main(["keygen", "--partitions", "2", "--out", str(tmp_path)])
+    assert not (tmp_path / "node-1.key").exists()
+    assert (tmp_path / "node-0.key").read_bytes() == key0
+    # a key file that is not the roster's key: refused, naming the partition, nothing written
+    roster_text = (tmp_path / "roster.json").read_text()
+    SigningIdentity.generate().save(tmp_path / "node-1.key")
+    with pytest.raises(SystemExit):
+        main(["keygen", "--partitions", "2", "--out", str(tmp_path)])
+    assert "node-1.key does not hold the key" in capsys.readouterr().err
+    assert (tmp_path / "roster.json").read_text() == roster_text
+    # another role for a listed partition: refused
+    with pytest.raises(SystemExit):
+        main(["keygen", "--partitions", "2", "--role", "silo", "--out", str(tmp_path)])
+    assert "lists partition 0 as 'user', not 'silo'" in capsys.readouterr().err
+    # --force: every key anew, the roster of exactly this federation
+    main(["keygen", "--partitions", "1", "--role", "silo", "--force", "--out", str(tmp_path)])
+    roster = Roster.load(tmp_path / "roster.json")
+    assert roster.roles == {0: "silo"} and (tmp_path / "node-0.key").read_bytes() != key0
+    assert roster.keys[0] == SigningIdentity.load(tmp_path / "node-0.key").public_bytes()

@@ -16,7 +16,9 @@ Where identities come from:
   --out DIR`` writes one private key per data holder's partition 0..N-1 (``node-<i>.key``)
   and per item server, partitions -1..-K (``item-server-<k>.key`` for partition -k; an item
   server holds no user rows, so its partition id is negative and -1 by default), PEM, mode
-  0600, and ``roster.json`` with each entry's role; each SuperNode gets ``--node-config
+  0600, and ``roster.json`` with each entry's role (into a folder that has them, it keeps
+  every key and roster entry and adds what is missing; ``--force`` makes all anew); each
+  SuperNode gets ``--node-config
   "identity-key='DIR/<its key>' roster='DIR/roster.json'"`` (its own key file only) and its
   policy ``allow-simulated-identity=false``;
 - simulation: Flower's simulation gives nodes no files, so a node without ``identity-key``
@@ -266,20 +268,56 @@ def federation_roles(partitions: int, item_servers: int = 0,
 
 
 def keygen(partitions: int, out: str | Path, item_servers: int = 0,
-           role: str = "user") -> Roster:
-    """One identity per node of :func:`federation_roles` in ``out`` (:func:`key_file_name`)
-    and the ``roster.json`` with every entry's key and role."""
+           role: str = "user", force: bool = False) -> Roster:
+    """The identities of :func:`federation_roles` in ``out`` (:func:`key_file_name`) and the
+    ``roster.json`` with every entry's key and role; see :func:`extend_identities`."""
+    return extend_identities(partitions, out, item_servers, role, force)[0]
+
+
+def extend_identities(partitions: int, out: str | Path, item_servers: int = 0,
+                      role: str = "user", force: bool = False) -> tuple[Roster, list[int]]:
+    """Make what the federation lacks in ``out``; (the roster, the partitions made).
+
+    Never overwrites: a private key is a node's long-term identity, and the roster the
+    holders already have must stay valid. A partition the roster (or a key file in ``out``)
+    already has keeps its key; only the missing ones are made and added, and every entry of
+    an existing roster stays, so ``--item-servers 1`` on a folder made for the data holders
+    adds the item server. A key file that disagrees with the roster, or a role other than
+    the roster's, is an error naming the partition. ``force`` makes every key anew and
+    writes a roster of exactly this federation.
+    """
     roles = federation_roles(partitions, item_servers, role)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    keys = {}
+    roster_path = out / "roster.json"
+    keys: dict[int, bytes] = {}
+    known_roles: dict[int, str] = {}
+    if roster_path.is_file() and not force:
+        existing = Roster.load(roster_path)
+        keys, known_roles = dict(existing.keys), dict(existing.roles)
+    made = []
     for p, r in roles.items():
-        identity = SigningIdentity.generate()
-        identity.save(out / key_file_name(p, r))
-        keys[p] = identity.public_bytes()
-    roster = Roster(keys, str(out / "roster.json"), roles)
-    roster.save(out / "roster.json")
-    return roster
+        path = out / key_file_name(p, r)
+        if known_roles.get(p, r) != r:
+            raise ValueError(f"{roster_path} lists partition {p} as {known_roles[p]!r}, not "
+                             f"{r!r}; pass --force to make a new federation (every key anew)")
+        if path.is_file() and not force:
+            public = SigningIdentity.load(path).public_bytes()
+            if keys.setdefault(p, public) != public:
+                raise ValueError(f"{path.name} does not hold the key {roster_path} lists for "
+                                 f"partition {p}; move one of them away, or pass --force to "
+                                 "make every key anew")
+        elif p not in keys or force:  # a listed key without a file: its holder made it
+            identity = SigningIdentity.generate()
+            identity.save(path)
+            keys[p] = identity.public_bytes()
+            made.append(p)
+        known_roles[p] = r
+    roster = Roster(keys, str(roster_path), known_roles)
+    tmp = roster_path.with_name(roster_path.name + ".tmp")
+    roster.save(tmp)
+    os.replace(tmp, roster_path)
+    return roster, made
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -294,14 +332,21 @@ def main(argv: list[str] | None = None) -> None:
     gen.add_argument("--role", choices=("user", "silo"), default="user",
                      help="the data holders' role in the roster")
     gen.add_argument("--out", required=True)
+    gen.add_argument("--force", action="store_true",
+                     help="make every key anew and a roster of exactly this federation "
+                          "(default: keep every key and roster entry in --out, add the "
+                          "missing ones)")
     args = parser.parse_args(argv)
     try:
-        roster = keygen(args.partitions, args.out, args.item_servers, args.role)
-    except ValueError as exc:
+        roster, made = extend_identities(args.partitions, args.out, args.item_servers,
+                                         args.role, args.force)
+    except (ValueError, IdentityError) as exc:
         parser.error(str(exc))
-    print(f"wrote {len(roster.keys)} node keys and {roster.source}: give data holder i only "
-          f"node-<i>.key and item server k (partition-id=-k) only item-server-<k>.key, "
-          f"every SuperNode the roster")
+    kept = sorted(set(roster.keys) - set(made))
+    print(f"wrote {len(made)} node keys (partitions {sorted(made)}) and {roster.source} "
+          f"({len(roster.keys)} nodes" + (f"; kept partitions {kept}" if kept else "")
+          + "): give data holder i only node-<i>.key and item server k (partition-id=-k) "
+          "only item-server-<k>.key, every SuperNode the roster")
 
 
 if __name__ == "__main__":

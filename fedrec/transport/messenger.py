@@ -260,6 +260,10 @@ class Messenger:
                         continue
                     if reply.has_error() and reply.error.code in UNAVAILABLE_ERROR_CODES:
                         self.last_unavailable.add(node)
+                        # flwr 1.42's SuperLink marks a node offline without a log line
+                        # (its state tags it lazily), so the ServerApp says it, once seen
+                        log.warning("%s is offline: %s (its heartbeats stopped), in '%s'",
+                                    self.label(node), UNAVAILABLE_REASON, phase)
                         continue
                     up[node] = message_nbytes(reply)
                     yield node, reply
@@ -274,6 +278,10 @@ class Messenger:
                     time.sleep(self.poll_wait(time.monotonic() - (deadline - timeout)))
             self.last_missing = sorted(set(pending.values()) | set(self.last_rejected)
                                        | self.last_unavailable)
+            for node in self.last_missing:
+                if node not in self.last_unavailable:  # logged when its error reply came
+                    log.warning("%s gave no reply in '%s': %s", self.label(node), phase,
+                                self.missing_reason(node))
         finally:
             self.ledger.record_round(phase, time.perf_counter() - t0, down, up)
 

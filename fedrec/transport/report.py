@@ -25,6 +25,7 @@ class RunReport:
     """Node names, order, policies, identities, dropouts and the sums of one run."""
 
     _labels: dict[int, str] = field(default_factory=dict)
+    _nodes: dict[int, dict[str, Any]] = field(default_factory=dict)
     _order: list[int] = field(default_factory=list)
     _policies: dict[int, dict[str, Any]] = field(default_factory=dict)
     _identities: dict[int, str] = field(default_factory=dict)
@@ -32,9 +33,14 @@ class RunReport:
     _aggregators: list[SumView] = field(default_factory=list)
 
     # -- what the handshake learns -------------------------------------------------------
-    def name_node(self, node: int, where: str) -> None:
-        """``node`` in every later message as ``node <id> (<where>)``."""
+    def name_node(self, node: int, where: str, partition: int | None = None,
+                  role: str | None = None) -> None:
+        """``node`` in every later message as ``node <id> (<where>)``; with ``partition``
+        and ``role`` (what the handshake learns) also in the results' ``privacy.nodes``,
+        which maps the SuperLink's node ids to partitions (``deploy/node_status.py``)."""
         self._labels[node] = f"node {node} ({where})"
+        if partition is not None:
+            self._nodes[node] = {"partition": int(partition), "role": role or "user"}
 
     def add_policy(self, node: int, policy: Mapping[str, Any]) -> None:
         """The privacy policy ``node`` acknowledged in the handshake."""
@@ -102,6 +108,10 @@ class RunReport:
         identities: dict[str, list[str]] = {}
         for n, source in sorted(self._identities.items()):
             identities.setdefault(source, []).append(self.label(n))
+        # node id -> partition, role, identity source: what the handshake told the server,
+        # no count or value of a node's data
+        nodes = {str(n): {**info, "identity": self._identities.get(n, "")}
+                 for n, info in sorted(self._nodes.items())}
         return {"received": dict(received), "sums": sums, "sealed_mail": sealed,
                 "dropouts": dropouts, "node_policies": policies,
-                "nodes_allowing_plain": plain_ok, "identities": identities}
+                "nodes_allowing_plain": plain_ok, "identities": identities, "nodes": nodes}
