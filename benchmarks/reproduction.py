@@ -140,7 +140,7 @@ class Row:
     data_bound: bool = True         # False: a claim about the protocol that any data can test
     fmt: str = "{:.4f}"
     #: the seeds' spread of our number: within it of ``rule.edge`` is a tie
-    spread: Extractor | None = None
+    spread: Extractor | tuple | None = None
     control: Control | None = None
     #: other differences from the paper's setting read from the results file (e.g. a
     #: setting chosen on the test split), "" when none
@@ -240,7 +240,7 @@ def evaluate(row: Row) -> Result:
             dataset = str(_extract(row.our_dataset, data))
         reason = row.reason(data) if row.reason else ""
         regimes = [(r, float(_extract(r.ours, data))) for r in _regimes(row)]
-        spread = float(row.spread(data)) if row.spread else None
+        spread = float(_extract(row.spread, data)) if row.spread else None
         control = _against_control(row.control, data) if row.control else None
         differs = row.differs(data) if row.differs else ""
         incomparable = row.incomparable(data) if row.incomparable else ""
