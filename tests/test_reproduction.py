@@ -214,7 +214,7 @@ def test_mvmf_inclunc_rating_must_beat_all_unrated(tmp_path, monkeypatch) -> Non
     row = _real("004", "Table 3", "SGD InclUnc, rating")
     attack = {"rating": 0.954, "majority_rating": 0.968, "rating_on_rated": 0.205,
               "solver": "hybr", "baseline_rating": 1 / 6}
-    payload = {"dataset": "ml-1m", "config": {"attack_users": 100},
+    payload = {"dataset": "ml-1m", "config": {"attack_users": 100}, "users": 2999,
                "attack": {"sgd-inclunc": attack}}
     assert _on(tmp_path, monkeypatch, row, payload).verdict == rep.FAILS
     attack["rating"] = 0.998
@@ -225,7 +225,7 @@ def test_mvmf_noise_claim_includes_b_half(tmp_path, monkeypatch) -> None:
     """The abstract's b <= 0.5: the sweep's b = 0.5 counts."""
     row = dataclasses.replace(_real("004", "Figs. 1-3", "30% above chance"), reason=None)
     sweep = {"sgd-obsonly": {"b": [0.0, 0.5], "rating": [0.97, 0.26]}}
-    payload = {"dataset": "ml-1m", "noise_sweep": sweep,
+    payload = {"dataset": "ml-1m", "noise_sweep": sweep, "users": 2999,
                "attack": {"sgd-obsonly": {"baseline_rating": 0.2}}}
     res = _on(tmp_path, monkeypatch, row, payload)
     assert res.verdict == rep.FAILS and abs(res.ours - 0.06) < 1e-9
