@@ -94,6 +94,10 @@ def above(target: float, text: str | None = None) -> Rule:
     return Rule(text or f"> {target:g}", lambda ours, paper: ours > target, target)
 
 
+#: The rule of a row whose two numbers measure different things: never applied.
+NOT_COMPARED = Rule("none: not comparable", lambda ours, paper: True)
+
+
 # ----------------------------------------------------------------------------- rows
 
 @dataclass(frozen=True)
@@ -929,14 +933,14 @@ def _fedsvd_regime_rows(res: str, fig4: bool = False) -> list[Row]:
             STATED, ours=lambda d: 1 - 1 / _speedup("fedsvd-privacy")(d),
             reason=_rounds_reason("fedpower", "fedsvd-privacy"), fmt="{:.1%}", **kw),
         Row("002", "Table 3", "utility scheme node computation / FedPower's", "Netflix", 39.68,
-            f"{DIG['002']} §3.5 Table 3 (Paillier)", Rule("none: not comparable", lambda o, p: True),
+            f"{DIG['002']} §3.5 Table 3 (Paillier)", NOT_COMPARED,
             ours=_node_cpu_ratio("fedsvd-utility"), reason=_he_reason, incomparable=_paillier,
             fmt="{:.2f}x", **kw),
         Row("002", "Table 3", "privacy scheme node computation / FedPower's", "Netflix", 1.745,
             f"{DIG['002']} §3.5 Table 3", SMALL_OVERHEAD, ours=_node_cpu_ratio("fedsvd-privacy"),
             fmt="{:.2f}x", **kw),
         Row("002", "Table 3", "utility scheme server computation / FedPower's", "Netflix", 6.97,
-            f"{DIG['002']} §3.5 Table 3 (Paillier)", Rule("none: not comparable", lambda o, p: True),
+            f"{DIG['002']} §3.5 Table 3 (Paillier)", NOT_COMPARED,
             ours=_server_ratio("fedsvd-utility"), incomparable=_paillier,
             reason=lambda d: f"our own result: {_server_ratio('fedsvd-utility')(d):.2f}x "
                              "FedPower's server time (CKKS sums and decryption)",
@@ -949,12 +953,14 @@ def _fedsvd_regime_rows(res: str, fig4: bool = False) -> list[Row]:
         rows += [
             Row("002", "Fig. 3 (§6)", "final distance: privacy scheme at sigma/10 / utility's",
                 "Netflix", 11.11 / 6.72, f"{src} (\"error is 1.65x larger with clipping\")",
-                STATED, ours=lambda d: _fd(d, "fedsvd-privacy-sigma/10") / _fd(d, "fedsvd-utility"),
+                STATED,
+                ours=lambda d: _fd(d, "fedsvd-privacy-sigma/10") / _fd(d, "fedsvd-utility"),
                 fmt="{:.2f}x", **kw),
             Row("002", "Fig. 3 (§6)", "accuracy gain of the privacy scheme at sigma/10 over "
                 "FedPower", "Netflix", 1 - 11.11 / 18.42,
                 f"{src} (\"accuracy and the convergence speed are increased by 40% and 43%\")",
-                STATED, ours=lambda d: 1 - _fd(d, "fedsvd-privacy-sigma/10") / _fd(d, "fedpower"),
+                STATED,
+                ours=lambda d: 1 - _fd(d, "fedsvd-privacy-sigma/10") / _fd(d, "fedpower"),
                 fmt="{:.1%}", **kw),
             Row("002", "Fig. 3 (§6)", "convergence speed gain of the privacy scheme at sigma/10, "
                 "1 - its rounds / FedPower's", "Netflix", 0.43,
@@ -968,7 +974,8 @@ def _fedsvd_regime_rows(res: str, fig4: bool = False) -> list[Row]:
             Row("002", "Fig. 4", "FedPower / utility final distance at the smallest sigma, T = 60",
                 "Netflix", None, f"{DIG['002']} §3.4 Fig. 4", at_least(2.5, ">= 2.5x"),
                 paper_text="\"the previously seen trends hold\"", ours=_fig4_ratio,
-                fmt="{:.2f}x", reason=lambda d: f"sigma {min(d['regime']['fig4']['sigma_sweep']):g}",
+                fmt="{:.2f}x",
+                reason=lambda d: f"sigma {min(d['regime']['fig4']['sigma_sweep']):g}",
                 **kw))
     return rows
 
@@ -1108,7 +1115,7 @@ def _dp_rows() -> list[Row]:
             "poisson", None, f"{s} Fig. 4 (d)", below(0.0, "< 0"),
             paper_text="private \"significantly better than the non-private k-means\"",
             results=syn, ours=_private_minus_kmeans(LS), reason=_claim(c["4d"]),
-            fmt="{:+.4f}"),
+            fmt="{:+.4f}", control=PROTOTYPE_CONTROL),
         Row("003", "Fig. 4 (d) / Fig. 5", "max RMSE spread over epsilon / Full's, k = 100",
             "poisson", None, f"{s} Fig. 4 (d), Fig. 5", below(0.01, "< 1%"),
             paper_text="0.01-DP instead of 0.5-DP \"with a minimal drop in RMSE\"",
@@ -1354,7 +1361,7 @@ def _mvmf_rows() -> list[Row]:
     rows.append(Row(
         "004", "Table 5", "PrivMVMF / FedMVMF time per epoch", "ML-1M", PAPER_EPOCH_RATIO,
         f"{DIG['004']} §5.4 Table 5 (aggregation + decryption + server update)",
-        Rule("none: not comparable", lambda o, p: True), results=res, ours=("epoch_ratio",),
+        NOT_COMPARED, results=res, ours=("epoch_ratio",),
         our_dataset=ours_ds, regime=MVMF_USERS if ml1m else None,
         incomparable=lambda d: "the paper's PrivMVMF runs Paillier, ours CKKS (TenSEAL): "
                                "different cryptosystems",
