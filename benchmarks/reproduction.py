@@ -68,8 +68,8 @@ class Rule:
     edge: float | None = None
 
 
-def within_abs(tol: float) -> Rule:
-    return Rule(f"within {tol:g} absolute of the paper",
+def within_abs(tol: float, why: str = "") -> Rule:
+    return Rule(f"within {tol:g} absolute of the paper" + (f" ({why})" if why else ""),
                 lambda ours, paper: abs(ours - paper) <= tol + 1e-12)
 
 
@@ -297,6 +297,10 @@ DIG = {p: f"digest {p}" for p in PAPERS}
 
 # 000 PriviRec ------------------------------------------------------------------------
 
+#: The paper's Priv. and Centr. columns differ by up to 0.001 (Table 3), its reading of
+#: "comparable": the same tolerance judges ours against its Priv.
+TABLE3_TOL = within_abs(0.001, "chosen: Table 3's own Priv. - Centr. gaps reach 0.001")
+
 TABLE3 = {  # model: (Gowalla Priv., Yelp Priv., Amazon Priv.), digest 000 §3.4 Table 3
     "gf-cf": ("GF-CF", 0.1528, 0.0561, 0.0584),
     "turbo-cf": ("Turbo-CF", 0.1531, 0.0574, 0.0611),
@@ -328,7 +332,7 @@ def _privirec_rows() -> list[Row]:
         for model, (label, *priv) in TABLE3.items():
             rows.append(Row(
                 "000", "Table 3", f"{label} NDCG@20 (Priv.)", name, priv[ds_index],
-                f"{DIG['000']} §3.4 Table 3, {name} Priv.", within_abs(0.001),
+                f"{DIG['000']} §3.4 Table 3, {name} Priv.", TABLE3_TOL,
                 results=f"results/privirec/{ds}.json", ours=("federated", model, "ndcg20"),
                 reason=_privirec_reason(ds_index, model),
                 # Turbo-CF uses the exact P~ only: L cannot move it
@@ -336,13 +340,13 @@ def _privirec_rows() -> list[Row]:
     for model, (label, *priv) in TABLE3.items():
         rows.append(Row(
             "000", "Table 3", f"{label} NDCG@20 (Priv.)", "Amazon-Book", priv[2],
-            f"{DIG['000']} §3.4 Table 3, Amazon Priv.", within_abs(0.001), status=NO_DATA,
+            f"{DIG['000']} §3.4 Table 3, Amazon Priv.", TABLE3_TOL, status=NO_DATA,
             status_reason="Amazon-Book's LightGCN train split cannot be obtained here"))
     rows += _l_sweep_rows()
     rows.append(Row(
         "000", "Table 3", "Turbo-CF NDCG@20 (Centr.), best over its settings", "Gowalla",
         TABLE3_CENTR["turbo-cf"][0], f"{DIG['000']} §3.4 Table 3, Gowalla Centr.",
-        within_abs(0.001), results="results/privirec/turbo_cf_gowalla.json",
+        TABLE3_TOL, results="results/privirec/turbo_cf_gowalla.json",
         ours=_turbo_best, reason=_turbo_reason, differs=_turbo_tuned))
     return rows + _table1_rows()
 
@@ -394,7 +398,7 @@ def _l_sweep_rows() -> list[Row]:
             if model == "turbo-cf":
                 continue  # uses the exact P~ only: L and p cannot move it
             common = ("000", "Table 3", f"{label} NDCG@20 (Priv.) at L = 2, best over p", name,
-                      priv[ds_index], f"{DIG['000']} §3.4 Table 3 (L = 2)", within_abs(0.001))
+                      priv[ds_index], f"{DIG['000']} §3.4 Table 3 (L = 2)", TABLE3_TOL)
             if not ran:
                 rows.append(Row(*common, status=NOT_RUN, status_reason=_l2_missing(name)))
                 continue
@@ -545,6 +549,10 @@ TABLE4_LPGCN = {  # digest 001 §4 Table 4: (R@20, N@20) per dataset
 }
 
 
+#: C grows with k, and our greedy cover's smallest k is within 10% of the paper's.
+EQ30_TOL = within_rel(0.10, "chosen: our smallest k is within 10% of the paper's")
+
+
 def _lpgcn_rows() -> list[Row]:
     rows = [
         Row("001", "Fig. 10 (RQ1)", f"{label}: max |federated - centralized|{how}",
@@ -570,11 +578,11 @@ def _lpgcn_rows() -> list[Row]:
         rows.append(Row(
             "001", "Eq. 30 (RQ5)", "per-client communication C per iteration (KB)",
             ds, paper_kb, f"{DIG['001']} §4 'Communication and computation', Eq. 30",
-            within_rel(0.10), results="results/lpgcn/comm.json", ours=_comm_kb(ds),
+            EQ30_TOL, results="results/lpgcn/comm.json", ours=_comm_kb(ds),
             our_dataset=ds, reason=_comm_reason(ds), fmt="{:.1f}"))
     rows.append(Row(
         "001", "Eq. 30 (RQ5)", "per-client communication C per iteration (KB)", "Amazon-Book",
-        33.5, f"{DIG['001']} §4 Eq. 30", within_rel(0.10), status=NO_DATA,
+        33.5, f"{DIG['001']} §4 Eq. 30", EQ30_TOL, status=NO_DATA,
         status_reason="Amazon-Book's LightGCN train split cannot be obtained here", fmt="{:.1f}"))
     rows += _table4_rows() + _pgcn_rows() + _fig11_12_rows() + _fig13_rows()
     return rows
@@ -673,7 +681,8 @@ def _table4_rows() -> list[Row]:
             key, rec = _table4_job(norm_dataset(ds), backbone)
             for metric, value in (("Recall@20", recall), ("NDCG@20", ndcg)):
                 common = ("001", "Table 4", f"{method} {metric}", ds, value,
-                          f"{DIG['001']} §4 Table 4", within_abs(0.002))
+                          f"{DIG['001']} §4 Table 4",
+                          within_abs(0.002, "chosen: 4x the paper's largest seed std, 0.0005"))
                 if ds == "Amazon-Book":
                     rows.append(Row(*common, status=NO_DATA, status_reason="Amazon-Book's "
                                     "LightGCN train split cannot be obtained here"))
@@ -885,7 +894,8 @@ def _fedsvd_rows() -> list[Row]:
 def _fig2_row() -> Row:
     """Fig. 2: T by the 1% rule over 200 rounds of Alg. 1, in the paper's pilot setting."""
     common = ("002", "Fig. 2", "T chosen by the 1% rule (FedPower, 200 rounds)", "pilot", 92,
-              f"{DIG['002']} §3.1 pilot", within_rel(0.10))
+              f"{DIG['002']} §3.1 pilot",
+              within_rel(0.10, "chosen: the 1% rule's pick moves by rounds, not tens"))
     path = REPO / FEDSVD_PILOT
     pilot = json.loads(path.read_text()) if path.is_file() else {}
     if "fig2" in pilot.get("regime", {}):
@@ -921,7 +931,8 @@ def _fedsvd_regime_rows(res: str, fig4: bool = False) -> list[Row]:
             fmt="{:.2f}x", **kw),
         Row("002", "Fig. 3 / abstract", "privacy scheme's final distance reduction vs FedPower",
             "Netflix", 1 - 13.94 / 18.42, f"{src} (1 - 13.94 / 18.42; abstract: \"more than 25%\")",
-            at_least(0.20, ">= 20%"), ours=_privacy_reduction, reason=_privacy_reason,
+            at_least(0.20, ">= 20% (chosen: the paper's own figures give 24%, under its "
+                     "abstract's 25%)"), ours=_privacy_reduction, reason=_privacy_reason,
             fmt="{:.1%}", **kw),
         Row("002", "Fig. 3 (§6)", "rounds to FedPower's final distance: FedPower's / utility's",
             "Netflix", 92 / 32, f"{src} (\"almost three times (2.88x) faster\": round 32 vs 92)",
@@ -1117,7 +1128,8 @@ def _dp_rows() -> list[Row]:
             results=syn, ours=_private_minus_kmeans(LS), reason=_claim(c["4d"]),
             fmt="{:+.4f}", control=PROTOTYPE_CONTROL),
         Row("003", "Fig. 4 (d) / Fig. 5", "max RMSE spread over epsilon / Full's, k = 100",
-            "poisson", None, f"{s} Fig. 4 (d), Fig. 5", below(0.01, "< 1%"),
+            "poisson", None, f"{s} Fig. 4 (d), Fig. 5",
+            below(0.01, "< 1% (chosen: 'a minimal drop' read as under 1% of Full's RMSE)"),
             paper_text="0.01-DP instead of 0.5-DP \"with a minimal drop in RMSE\"",
             results=syn, ours=_spread_k100, reason=_claim(c["flat"]), fmt="{:.2%}",
             control=PROTOTYPE_CONTROL),
@@ -1316,7 +1328,9 @@ def _mvmf_rows() -> list[Row]:
             ours_key = metric if metric.startswith("ndcg") or not has_all else f"{metric}-all"
             rows.append(Row(
                 "004", "Table 4", f"{label} {metric} (PrivMVMF)", paper_ds, value,
-                f"{DIG['004']} §5.4 Table 4", within_abs(0.01), results=res,
+                f"{DIG['004']} §5.4 Table 4",
+                within_abs(0.01, "chosen: below the paper's own PrivMVMF - FedMVMF gaps, "
+                                 "Diff% up to 8.69"), results=res,
                 ours=("table4", key, ours_key, "privmvmf", "mean"), our_dataset=ours_ds,
                 regime=MVMF_USERS if ml1m else None,
                 reason=(lambda k, m: lambda d: _mvmf_t4_reason(d, k, m))(key, ours_key)))
