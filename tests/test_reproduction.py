@@ -292,3 +292,33 @@ def test_missing_key_or_non_number_fails_clearly(tmp_path, monkeypatch) -> None:
         rep.evaluate(row)
     with pytest.raises(rep.ReportError, match="'y'"):
         rep.evaluate(dataclasses.replace(row, ours=("y",)))
+
+
+def test_fig13_trend_rows_fail_on_a_flat_sweep(tmp_path, monkeypatch) -> None:
+    row = _real("001", "Fig. 13 (RQ5)", "rise of C")
+    flat = [{"k_percent": k, "C_bytes": 2e4, "R_reuse": 0.1} for k in (7.0, 10.0, 20.0)]
+    payload = {"datasets": {"gowalla": {"seeds": [{"rows": flat}]}}}
+    res = _on(tmp_path, monkeypatch, row, payload)
+    assert res.verdict == rep.FAILS and res.ours == 0.0
+    rising = [{**r, "C_bytes": 2e4 + 100 * i} for i, r in enumerate(flat)]
+    payload["datasets"]["gowalla"]["seeds"] = [{"rows": rising}]
+    assert _on(tmp_path, monkeypatch, row, payload).verdict == rep.HOLDS
+
+
+def test_fedsvd_speed_row_fails_when_fedpower_is_as_fast(tmp_path, monkeypatch) -> None:
+    """The 2.88x speed-up against a FedPower that reaches its final at the same round."""
+    row = dataclasses.replace(_real("002", "Fig. 3 (§6)", "FedPower's / utility's"),
+                              reason=None)
+    payload = {"dataset": "pilot", "params": {"T": 92}, "rows_per_node": {"mean": 3245.0},
+               "rounds_to_fedpower_final": {"fedpower": 61, "fedsvd-utility": 61}}
+    assert _on(tmp_path, monkeypatch, row, payload).verdict == rep.FAILS
+    payload["rounds_to_fedpower_final"] = {"fedpower": 92, "fedsvd-utility": 32}
+    assert _on(tmp_path, monkeypatch, row, payload).verdict == rep.HOLDS
+
+
+def test_table1_row_fails_off_the_paper_count(tmp_path, monkeypatch) -> None:
+    row = dataclasses.replace(_real("000", "Table 1 (§3.6)", "PriviRec: |I|^2"), reason=None)
+    payload = {"dataset": "gowalla", "paper_floats_per_client": {"privirec": 1.70e9}}
+    assert _on(tmp_path, monkeypatch, row, payload).verdict == rep.FAILS
+    payload["paper_floats_per_client"]["privirec"] = 40_981.0 ** 2
+    assert _on(tmp_path, monkeypatch, row, payload).verdict == rep.HOLDS
