@@ -18,7 +18,13 @@ default cells take about an hour on 2 cores.
     python benchmarks/leaderboard.py                       # ML-100K and ML-1M, every protocol
     python benchmarks/leaderboard.py --resume              # only the cells not yet in the file
     python benchmarks/leaderboard.py --datasets ml-100k --protocols fedmf privirec
+    python benchmarks/leaderboard.py --datasets my-data --data-dir /path  # /path/my-data/
     python benchmarks/leaderboard.py --markdown-only
+
+``--datasets`` takes what ``run_simulation.py --dataset`` takes: a built-in name or the
+folder of your own split, ``<data-dir>/<name>/`` with ``train.npz`` + ``test.npz`` or
+``train.txt`` + ``test.txt`` (docs/datasets.md). Every dataset is loaded by the project's
+loader before the first cell runs, so a missing or malformed split fails at once.
 """
 
 from __future__ import annotations
@@ -93,13 +99,34 @@ ORDER = ["fedmf", "privirec", "privirec-k", "lpgcn", "fedpower", "fedsvd-utility
          "fedsvd-privacy", "dp-prototypes", "fedmvmf", "privmvmf"]
 
 
-def cells(datasets: list[str], protocols: list[str]) -> list[Cell]:
+def label(dataset: str) -> str:
+    """The board's heading for ``dataset``: a user's split keeps its folder name."""
+    from datasets.spec import display_name
+
+    return LABEL.get(dataset, display_name(dataset))
+
+
+def check_datasets(datasets: list[str], data_dir: str = "") -> None:
+    """Load every dataset the way a run will (the project's loader: built-in names and any
+    folder split), so a bad name or split stops the board before its first cell."""
+    from datasets import DatasetSpec, load_dataset
+
+    for ds in datasets:
+        try:
+            load_dataset(DatasetSpec(name=ds, data_dir=data_dir))
+        except (ValueError, FileNotFoundError) as exc:  # DataError is a ValueError
+            raise SystemExit(f"error: --datasets {ds}: {exc}") from None
+
+
+def cells(datasets: list[str], protocols: list[str], data_dir: str = "") -> list[Cell]:
     out = []
     for ds in datasets:
         for proto in protocols:
             # a generous per-request timeout: a board runs for an hour on a shared machine
             cfg = {"protocol": proto, "dataset": ds, "seed": 0, "timeout": 900.0,
                    **SETTINGS[proto]}
+            if data_dir:
+                cfg["data-dir"] = data_dir
             if proto == "dp-prototypes" and ds == "ml-1m":
                 cfg["dpp-k"] = 50  # Fig. 3's k on ML-1M
             out.append(Cell(proto, ds, NODES.get(proto, {}).get(ds, 8), cfg,
@@ -217,12 +244,12 @@ def markdown(result: dict[str, Any]) -> str:
              "without a training interaction (`drop-cold-items`; LP-GCN refuses them), its "
              "reference on the same. Command: `python benchmarks/leaderboard.py --resume`.",
              ""]
-    for ds in LABEL:
+    for ds in _datasets(result):
         rs = rows(result, ds)
         if not rs:
             continue
         pop = next(iter(r["cell"]["popularity"] for r in rs))
-        lines += [f"## {LABEL[ds]}", "",
+        lines += [f"## {label(ds)}", "",
                   f"Item popularity: NDCG@20 {_f(pop.get('ndcg@20'))}, Recall@20 "
                   f"{_f(pop.get('recall@20'))}.", "",
                   "| protocol | NDCG@20 | centralized | fed / cen | Recall@20 | vs popularity "
@@ -257,13 +284,19 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _datasets(result: dict[str, Any]) -> list[str]:
+    """The built-in datasets in their order, then a user's splits by name."""
+    seen = {cell["dataset"] for cell in result["cells"].values()}
+    return [ds for ds in LABEL if ds in seen] + sorted(seen - set(LABEL))
+
+
 def plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    datasets = [ds for ds in LABEL if rows(result, ds)]
+    datasets = [ds for ds in _datasets(result) if rows(result, ds)]
     if not datasets:
         return
     fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.5), squeeze=False)
@@ -274,7 +307,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
                    s=200, label="centralized", zorder=3)
         ax.axvline(rs[0]["cell"]["popularity"]["ndcg@20"], color="grey", ls=":",
                    label="popularity")
-        ax.set_title(f"{LABEL[ds]}: NDCG@20")
+        ax.set_title(f"{label(ds)}: NDCG@20")
         ax.tick_params(axis="y", labelsize=7)
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -294,14 +327,19 @@ def refresh_from_runs(result: dict[str, Any], runs: Path) -> None:
             cell["epsilon_not_valid"] = _epsilon(dp, valid=False)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--datasets", nargs="+", default=["ml-100k", "ml-1m"], choices=list(LABEL))
+    ap.add_argument("--datasets", nargs="+", default=["ml-100k", "ml-1m"],
+                    help="built-in names (" + ", ".join(LABEL) + ") or the folder of your "
+                         "own split in <data-dir>/<name>/ (train.npz + test.npz or train.txt "
+                         "+ test.txt; docs/datasets.md)")
+    ap.add_argument("--data-dir", default="", help="where real data lives (default: "
+                    "$FEDREC_DATA or ../shared/data), as run_simulation.py --data-dir")
     ap.add_argument("--protocols", nargs="+", default=ORDER, choices=ORDER)
     ap.add_argument("--resume", action="store_true", help="skip cells already in the file")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--markdown-only", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.markdown_only:
         result = stored_result(args.out)
         if result is None:
@@ -311,8 +349,10 @@ def main() -> None:
         plot(result, args.out.with_suffix(".png"))
         return
     logging.getLogger("flwr").setLevel(logging.WARNING)
+    check_datasets(args.datasets, args.data_dir)
     result = (stored_result(args.out) if args.resume else None) or {"cells": {}}
-    todo = [c for c in cells(args.datasets, args.protocols) if c.key not in result["cells"]]
+    todo = [c for c in cells(args.datasets, args.protocols, args.data_dir)
+            if c.key not in result["cells"]]
     for i, cell in enumerate(todo, 1):
         log(f"[{i}/{len(todo)}] {cell.key}: {cell.nodes} nodes")
         try:

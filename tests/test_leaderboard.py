@@ -4,6 +4,8 @@ with its reason, and every cell of the default board is declared with its node p
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks import leaderboard as lb
 
 
@@ -58,3 +60,56 @@ def test_every_default_cell_is_declared_with_its_policy() -> None:
     assert by["ml-100k/lpgcn"].config["drop-cold-items"] is True
     assert by["ml-100k/privmvmf"].policy == {"allow-ckks": True}
     assert by["ml-100k/fedmf"].policy == {}  # the safe default: SecAgg+, nothing opted in
+
+
+def _tiny_split(folder, fmt: str) -> None:
+    """Four users over five items, every item trained: the smallest split a board reads."""
+    folder.mkdir(parents=True)
+    train = {0: [0, 1, 2], 1: [1, 3], 2: [2, 4, 0], 3: [3, 4, 1]}
+    test = {0: [3], 1: [4], 2: [1], 3: [0]}
+    if fmt == "txt":
+        for name, rows in (("train", train), ("test", test)):
+            (folder / f"{name}.txt").write_text(
+                "".join(f"{u} {' '.join(map(str, items))}\n" for u, items in rows.items()))
+        return
+    import numpy as np
+    import scipy.sparse as sp
+
+    for name, rows in (("train", train), ("test", test)):
+        m = sp.lil_matrix((4, 5))
+        for u, items in rows.items():
+            m[u, items] = 1.0
+        sp.save_npz(folder / f"{name}.npz", sp.csr_matrix(m, dtype=np.float64))
+
+
+@pytest.mark.parametrize("fmt", ["txt", "npz"])
+def test_a_users_own_split_runs_on_the_board(tmp_path, monkeypatch, fmt) -> None:
+    """--datasets takes any folder name and --data-dir, as run_simulation.py does; the
+    cell's run config carries both, and the board is headed by the folder's name."""
+    _tiny_split(tmp_path / "data" / "my-split", fmt)
+    seen = []
+
+    def fake_run(cell: lb.Cell) -> dict:
+        seen.append(cell.config)
+        return {**_cell(cell.protocol, {"ndcg@20": 0.3, "recall@20": 0.2}),
+                "dataset": cell.dataset}
+
+    monkeypatch.setattr(lb, "run_cell", fake_run)
+    monkeypatch.setattr(lb, "plot", lambda result, path: None)
+    out = tmp_path / "board.json"
+    lb.main(["--datasets", "my-split", "--data-dir", str(tmp_path / "data"),
+             "--protocols", "fedmf", "--out", str(out)])
+    assert seen and seen[0]["dataset"] == "my-split"
+    assert seen[0]["data-dir"] == str(tmp_path / "data")
+    assert "## my-split" in out.with_suffix(".md").read_text()
+
+
+def test_a_missing_split_stops_the_board_before_any_cell(tmp_path, monkeypatch) -> None:
+    (tmp_path / "data").mkdir()
+    monkeypatch.setattr(lb, "run_cell", lambda cell: pytest.fail("a cell ran"))
+    with pytest.raises(SystemExit, match="--datasets no-such-split: .*no-such-split"):
+        lb.main(["--datasets", "no-such-split", "--data-dir", str(tmp_path / "data"),
+                 "--protocols", "fedmf", "--out", str(tmp_path / "board.json")])
+    with pytest.raises(SystemExit, match="--datasets ../x: .*no path separators"):
+        lb.main(["--datasets", "../x", "--data-dir", str(tmp_path / "data"),
+                 "--protocols", "fedmf", "--out", str(tmp_path / "board.json")])
