@@ -33,7 +33,16 @@ from flwr.serverapp.strategy import Strategy
 
 from fedrec.config import ConfigError, Key
 from fedrec.recsys.metrics import evaluate_ranking
-from fedrec.recsys.mf import BPRMF, Adam, init_item_factors, item_gradient
+from fedrec.recsys.mf import (
+    MAX_ROUND_FACTOR,
+    PATIENCE,
+    VALID_FRACTION,
+    BPRMF,
+    Adam,
+    fit_early_stopped,
+    init_item_factors,
+    item_gradient,
+)
 from fedrec.transport.ledger import PROGRESS_SECONDS
 from fedrec.transport.messenger import Messenger
 from strategies.base import Federation, ProtocolStrategy, RunOutcome, data_config, handshake
@@ -117,9 +126,7 @@ class FedMF(ProtocolStrategy):
         """The centralized BPR-MF with this run's budget: the same training code the nodes
         call (local mode) or centralized gradient descent (exact mode), on all users.
         ``progress``: a console line per round (at most every few seconds)."""
-        model = BPRMF(dim=self.dim, lr=self.lr, reg=self.reg, negatives=self.negatives,
-                      seed=self.seed, mode=self.mode, epochs=self.epochs,
-                      batch_size=self.batch_size)
+        model = self._untrained()
         if progress:
             budget = (f"{self.rounds} round(s) x {self.epochs} epoch(s) of mini-batch BPR with "
                       "Adam" if self.mode == "local" else
@@ -130,9 +137,27 @@ class FedMF(ProtocolStrategy):
                          on_round=_RoundLines("fedmf reference: round") if progress else None)
 
     def reference(self, data: Any) -> dict[str, float]:
-        """Ranking metrics of :meth:`reference_model` (keys as the federated run's)."""
-        model = self.reference_model(data.train, progress=True)
-        return evaluate_ranking(model.score, data.train, data.test, k=self.top_k).means()
+        """The centralized ceiling: this run's model and hyperparameters trained centrally
+        to convergence, the round count chosen by early stopping on a validation split
+        carved from train (``fit_early_stopped``: never the test split), up to
+        MAX_ROUND_FACTOR x this run's rounds. Ranking metrics keyed as the federated run's,
+        plus ``tuned-rounds`` (rounds chosen) and ``tuned-valid`` (its validation NDCG)."""
+        log.info("fedmf reference: centralized BPR-MF to convergence (early stopping on a "
+                 "%.0f%% validation split of train, patience %d, at most %d rounds)",
+                 100 * VALID_FRACTION, PATIENCE, MAX_ROUND_FACTOR * self.rounds)
+        tuned = fit_early_stopped(lambda: self._untrained(), data.train,
+                                  MAX_ROUND_FACTOR * self.rounds, seed=self.seed,
+                                  top_k=self.top_k)
+        log.info("fedmf reference: %d rounds chosen (validation NDCG@%d %.4f)", tuned.rounds,
+                 self.top_k, max(tuned.curve))
+        return {**evaluate_ranking(tuned.model.score, data.train, data.test,
+                                   k=self.top_k).means(),
+                "tuned-rounds": float(tuned.rounds), "tuned-valid": max(tuned.curve)}
+
+    def _untrained(self) -> BPRMF:
+        return BPRMF(dim=self.dim, lr=self.lr, reg=self.reg, negatives=self.negatives,
+                     seed=self.seed, mode=self.mode, epochs=self.epochs,
+                     batch_size=self.batch_size)
 
     def node_config(self, round_: int) -> dict[str, Any]:
         """What every node needs for one round (public hyperparameters only)."""
