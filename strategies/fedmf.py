@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,7 +40,7 @@ from fedrec.recsys.mf import (
     VALID_FRACTION,
     BPRMF,
     Adam,
-    fit_early_stopped,
+    tune_early_stopped,
     init_item_factors,
     item_gradient,
 )
@@ -77,6 +78,12 @@ FEDMF_KEYS: tuple[Key, ...] = (
         "exceeds this; it bounds the summed gradients (max users x bound)", min=1e-9,
         used_by="fedmf"),
 )
+
+
+#: The reference's candidates as (lr, reg) multiples of the run's: the run's step and 1/3,
+#: 1/10, 1/30 of it (one Adam on all users takes ~nodes times the item steps a federated
+#: round averages), each at the run's L2 weight and three times it.
+REFERENCE_GRID = tuple((a, b) for b in (1.0, 3.0) for a in (1.0, 1 / 3, 0.1, 1 / 30))
 
 
 class _RoundLines:
@@ -137,25 +144,33 @@ class FedMF(ProtocolStrategy):
                          on_round=_RoundLines("fedmf reference: round") if progress else None)
 
     def reference(self, data: Any) -> dict[str, float]:
-        """The centralized ceiling: this run's model and hyperparameters trained centrally
-        to convergence, the round count chosen by early stopping on a validation split
-        carved from train (``fit_early_stopped``: never the test split), up to
-        MAX_ROUND_FACTOR x this run's rounds. Ranking metrics keyed as the federated run's,
-        plus ``tuned-rounds`` (rounds chosen) and ``tuned-valid`` (its validation NDCG)."""
+        """The centralized ceiling: this run's model trained centrally to convergence, its
+        round count chosen by early stopping on a validation split carved from train and its
+        step size and L2 weight from REFERENCE_GRID around this run's (the federated run's
+        values came from a handful of trials; docs/protocols/fedmf.md), all on validation,
+        never the test split (``tune_early_stopped``), up to MAX_ROUND_FACTOR x this run's
+        rounds. Ranking metrics keyed as the federated run's, plus ``tuned-rounds``,
+        ``tuned-lr``, ``tuned-reg`` and ``tuned-valid`` (the chosen validation NDCG)."""
         log.info("fedmf reference: centralized BPR-MF to convergence (early stopping on a "
-                 "%.0f%% validation split of train, patience %d, at most %d rounds)",
-                 100 * VALID_FRACTION, PATIENCE, MAX_ROUND_FACTOR * self.rounds)
-        tuned = fit_early_stopped(lambda: self._untrained(), data.train,
-                                  MAX_ROUND_FACTOR * self.rounds, seed=self.seed,
-                                  top_k=self.top_k)
-        log.info("fedmf reference: %d rounds chosen (validation NDCG@%d %.4f)", tuned.rounds,
-                 self.top_k, max(tuned.curve))
+                 "%.0f%% validation split of train, patience %d, at most %d rounds; %d "
+                 "(lr, reg) candidates)", 100 * VALID_FRACTION, PATIENCE,
+                 MAX_ROUND_FACTOR * self.rounds, len(REFERENCE_GRID))
+        makers = {f"{self.lr * a:g},{self.reg * b:g}": partial(self._untrained, self.lr * a,
+                                                               self.reg * b)
+                  for a, b in REFERENCE_GRID}
+        tuned = tune_early_stopped(makers, data.train, MAX_ROUND_FACTOR * self.rounds,
+                                   seed=self.seed, top_k=self.top_k)
+        log.info("fedmf reference: lr, reg = %s, %d rounds chosen (validation NDCG@%d %.4f)",
+                 tuned.label, tuned.rounds, self.top_k, max(tuned.curve))
+        lr, reg = (float(x) for x in tuned.label.split(","))
         return {**evaluate_ranking(tuned.model.score, data.train, data.test,
                                    k=self.top_k).means(),
-                "tuned-rounds": float(tuned.rounds), "tuned-valid": max(tuned.curve)}
+                "tuned-rounds": float(tuned.rounds), "tuned-lr": lr, "tuned-reg": reg,
+                "tuned-valid": max(tuned.curve)}
 
-    def _untrained(self) -> BPRMF:
-        return BPRMF(dim=self.dim, lr=self.lr, reg=self.reg, negatives=self.negatives,
+    def _untrained(self, lr: float | None = None, reg: float | None = None) -> BPRMF:
+        return BPRMF(dim=self.dim, lr=self.lr if lr is None else lr,
+                     reg=self.reg if reg is None else reg, negatives=self.negatives,
                      seed=self.seed, mode=self.mode, epochs=self.epochs,
                      batch_size=self.batch_size)
 

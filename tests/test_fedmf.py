@@ -153,13 +153,13 @@ def test_validation_split_is_carved_from_train_only() -> None:
 
 
 def test_fedmf_ceiling_is_early_stopped_on_validation_and_not_beaten() -> None:
-    """The centralized reference picks its rounds from the validation split alone (the round
-    of the best validation NDCG, then retrained on train for that many rounds), and on a
-    small split the federated run with the same hyperparameters does not beat it."""
+    """The centralized reference picks its rounds, step size and L2 weight from the validation
+    split alone (the best validation NDCG, then retrained on train for that many rounds), and
+    on a small split the federated run does not beat it."""
     from fedrec.protocols import resolve_config
     from fedrec.recsys.metrics import evaluate_ranking
-    from fedrec.recsys.mf import fit_early_stopped, validation_split
-    from strategies.fedmf import FedMF
+    from fedrec.recsys.mf import fit_early_stopped, tune_early_stopped, validation_split
+    from strategies.fedmf import REFERENCE_GRID, FedMF
 
     cfg = resolve_config({**LOCAL, "rounds": 3, "aggregator": "plain",
                           "synthetic-users": 80, "synthetic-items": 100})
@@ -177,5 +177,12 @@ def test_fedmf_ceiling_is_early_stopped_on_validation_and_not_beaten() -> None:
     record = run_in_process(cfg, num_nodes=4, quiet=True, node_policy=PLAIN_OK)
     ceiling = strategy.reference(data)
     assert ceiling["tuned-rounds"] >= 1
+    grid = {(cfg["mf-lr"] * a, cfg["mf-reg"] * b) for a, b in REFERENCE_GRID}
+    assert any(ceiling["tuned-lr"] == pytest.approx(lr) and ceiling["tuned-reg"] ==
+               pytest.approx(reg) for lr, reg in grid)
+    picked = tune_early_stopped({"run": strategy._untrained,
+                                 "slow": lambda: strategy._untrained(cfg["mf-lr"] / 10)},
+                                data.train, 12, patience=3, seed=cfg["seed"])
+    assert picked.tried[picked.label] == max(picked.tried.values()) == max(picked.curve)
     assert record["metrics"]["ndcg@20"] <= ceiling["ndcg@20"] + 1e-9, (
         record["metrics"]["ndcg@20"], ceiling)

@@ -28,6 +28,7 @@ Two ways to train it, both used federated and centralized:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -321,6 +322,8 @@ class EarlyStopped:
     model: BPRMF
     rounds: int
     curve: list[float]
+    label: str = ""
+    tried: dict[str, float] = field(default_factory=dict)  # label -> best validation NDCG
 
 
 def fit_early_stopped(make: Callable[[], BPRMF], train: sp.csr_matrix, max_rounds: int, *,
@@ -346,3 +349,20 @@ def fit_early_stopped(make: Callable[[], BPRMF], train: sp.csr_matrix, max_round
     model.fit(fit, max_rounds, on_round=on_round)
     best = int(np.argmax(curve)) + 1
     return EarlyStopped(make().fit(train, best), best, curve)
+
+
+def tune_early_stopped(makers: dict[str, Callable[[], BPRMF]], train: sp.csr_matrix,
+                       max_rounds: int, **kw: Any) -> EarlyStopped:
+    """:func:`fit_early_stopped` for every candidate (label -> untrained model), keeping the
+    one with the best validation NDCG (the test split is never read)."""
+    best: EarlyStopped | None = None
+    tried: dict[str, float] = {}
+    for label, make in makers.items():
+        out = fit_early_stopped(make, train, max_rounds, **kw)
+        tried[label] = max(out.curve)
+        if best is None or tried[label] > max(best.curve):
+            best, best.label = out, label
+    if best is None:
+        raise ValueError("tune_early_stopped needs at least one candidate")
+    best.tried = tried
+    return best
