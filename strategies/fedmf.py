@@ -158,8 +158,13 @@ class FedMF(ProtocolStrategy):
         makers = {f"{self.lr * a:g},{self.reg * b:g}": partial(self._untrained, self.lr * a,
                                                                self.reg * b)
                   for a, b in REFERENCE_GRID}
+        def shown(k: int, n: int, label: str, out: Any) -> None:
+            log.info("fedmf reference: candidate %d of %d (lr, reg = %s) done, %d rounds, "
+                     "validation NDCG@%d %.4f", k, n, label, out.rounds, self.top_k,
+                     max(out.curve))
+
         tuned = tune_early_stopped(makers, data.train, MAX_ROUND_FACTOR * self.rounds,
-                                   seed=self.seed, top_k=self.top_k)
+                                   seed=self.seed, top_k=self.top_k, on_candidate=shown)
         log.info("fedmf reference: lr, reg = %s, %d rounds chosen (validation NDCG@%d %.4f)",
                  tuned.label, tuned.rounds, self.top_k, max(tuned.curve))
         lr, reg = (float(x) for x in tuned.label.split(","))

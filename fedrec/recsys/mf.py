@@ -352,14 +352,19 @@ def fit_early_stopped(make: Callable[[], BPRMF], train: sp.csr_matrix, max_round
 
 
 def tune_early_stopped(makers: dict[str, Callable[[], BPRMF]], train: sp.csr_matrix,
-                       max_rounds: int, **kw: Any) -> EarlyStopped:
+                       max_rounds: int, *,
+                       on_candidate: Callable[[int, int, str, EarlyStopped], None] | None = None,
+                       **kw: Any) -> EarlyStopped:
     """:func:`fit_early_stopped` for every candidate (label -> untrained model), keeping the
-    one with the best validation NDCG (the test split is never read)."""
+    one with the best validation NDCG (the test split is never read). ``on_candidate(k, n,
+    label, result)`` is called after each, e.g. to show progress."""
     best: EarlyStopped | None = None
     tried: dict[str, float] = {}
-    for label, make in makers.items():
+    for k, (label, make) in enumerate(makers.items(), start=1):
         out = fit_early_stopped(make, train, max_rounds, **kw)
         tried[label] = max(out.curve)
+        if on_candidate is not None:
+            on_candidate(k, len(makers), label, out)
         if best is None or tried[label] > max(best.curve):
             best, best.label = out, label
     if best is None:
