@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,7 +34,16 @@ from flwr.serverapp.strategy import Strategy
 
 from fedrec.config import ConfigError, Key
 from fedrec.recsys.metrics import evaluate_ranking
-from fedrec.recsys.mf import BPRMF, Adam, init_item_factors, item_gradient
+from fedrec.recsys.mf import (
+    MAX_ROUND_FACTOR,
+    PATIENCE,
+    VALID_FRACTION,
+    BPRMF,
+    Adam,
+    tune_early_stopped,
+    init_item_factors,
+    item_gradient,
+)
 from fedrec.transport.ledger import PROGRESS_SECONDS
 from fedrec.transport.messenger import Messenger
 from strategies.base import Federation, ProtocolStrategy, RunOutcome, data_config, handshake
@@ -69,6 +79,12 @@ FEDMF_KEYS: tuple[Key, ...] = (
         "exceeds this; it bounds the summed gradients (max users x bound)", min=1e-9,
         used_by="fedmf"),
 )
+
+
+#: The reference's candidates as (lr, reg) multiples of the run's: the run's step and 1/3,
+#: 1/10, 1/30 of it (one Adam on all users takes ~nodes times the item steps a federated
+#: round averages), each at the run's L2 weight and three times it.
+REFERENCE_GRID = tuple((a, b) for b in (1.0, 3.0) for a in (1.0, 1 / 3, 0.1, 1 / 30))
 
 
 class _RoundLines:
@@ -121,9 +137,7 @@ class FedMF(ProtocolStrategy):
         """The centralized BPR-MF with this run's budget: the same training code the nodes
         call (local mode) or centralized gradient descent (exact mode), on all users.
         ``progress``: a console line per round (at most every few seconds)."""
-        model = BPRMF(dim=self.dim, lr=self.lr, reg=self.reg, negatives=self.negatives,
-                      seed=self.seed, mode=self.mode, epochs=self.epochs,
-                      batch_size=self.batch_size)
+        model = self._untrained()
         if progress:
             budget = (f"{self.rounds} round(s) x {self.epochs} epoch(s) of mini-batch BPR with "
                       "Adam" if self.mode == "local" else
@@ -134,9 +148,40 @@ class FedMF(ProtocolStrategy):
                          on_round=_RoundLines("fedmf reference: round") if progress else None)
 
     def reference(self, data: Any) -> dict[str, float]:
-        """Ranking metrics of :meth:`reference_model` (keys as the federated run's)."""
-        model = self.reference_model(data.train, progress=True)
-        return evaluate_ranking(model.score, data.train, data.test, k=self.top_k).means()
+        """The centralized ceiling: this run's model trained centrally to convergence, its
+        round count chosen by early stopping on a validation split carved from train and its
+        step size and L2 weight from REFERENCE_GRID around this run's (the federated run's
+        values came from a handful of trials; docs/protocols/fedmf.md), all on validation,
+        never the test split (``tune_early_stopped``), up to MAX_ROUND_FACTOR x this run's
+        rounds. Ranking metrics keyed as the federated run's, plus ``tuned-rounds``,
+        ``tuned-lr``, ``tuned-reg`` and ``tuned-valid`` (the chosen validation NDCG)."""
+        log.info("fedmf reference: centralized BPR-MF to convergence (early stopping on a "
+                 "%.0f%% validation split of train, patience %d, at most %d rounds; %d "
+                 "(lr, reg) candidates)", 100 * VALID_FRACTION, PATIENCE,
+                 MAX_ROUND_FACTOR * self.rounds, len(REFERENCE_GRID))
+        makers = {f"{self.lr * a:g},{self.reg * b:g}": partial(self._untrained, self.lr * a,
+                                                               self.reg * b)
+                  for a, b in REFERENCE_GRID}
+        def shown(k: int, n: int, label: str, out: Any) -> None:
+            log.info("fedmf reference: candidate %d of %d (lr, reg = %s) done, %d rounds, "
+                     "validation NDCG@%d %.4f", k, n, label, out.rounds, self.top_k,
+                     max(out.curve))
+
+        tuned = tune_early_stopped(makers, data.train, MAX_ROUND_FACTOR * self.rounds,
+                                   seed=self.seed, top_k=self.top_k, on_candidate=shown)
+        log.info("fedmf reference: lr, reg = %s, %d rounds chosen (validation NDCG@%d %.4f)",
+                 tuned.label, tuned.rounds, self.top_k, max(tuned.curve))
+        lr, reg = (float(x) for x in tuned.label.split(","))
+        return {**evaluate_ranking(tuned.model.score, data.train, data.test,
+                                   k=self.top_k).means(),
+                "tuned-rounds": float(tuned.rounds), "tuned-lr": lr, "tuned-reg": reg,
+                "tuned-valid": max(tuned.curve)}
+
+    def _untrained(self, lr: float | None = None, reg: float | None = None) -> BPRMF:
+        return BPRMF(dim=self.dim, lr=self.lr if lr is None else lr,
+                     reg=self.reg if reg is None else reg, negatives=self.negatives,
+                     seed=self.seed, mode=self.mode, epochs=self.epochs,
+                     batch_size=self.batch_size)
 
     def node_config(self, round_: int) -> dict[str, Any]:
         """What every node needs for one round (public hyperparameters only)."""

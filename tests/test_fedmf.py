@@ -138,3 +138,51 @@ def test_centralized_reference_is_fedmf_with_one_node() -> None:
                                atol=1e-12)
     assert record["metrics"]["train-loss"] == pytest.approx(ref.losses[-1], abs=1e-12)
     assert record["history"][-1]["clipped-fraction"] == 0.0
+
+
+def test_validation_split_is_carved_from_train_only() -> None:
+    from fedrec.recsys.mf import validation_split
+
+    data = load_dataset(DatasetSpec(name="synthetic", synthetic_users=60, synthetic_items=80))
+    fit, valid = validation_split(data.train, 0.2, seed=1)
+    assert (fit + valid != data.train).nnz == 0
+    assert fit.multiply(valid).nnz == 0
+    n = np.diff(data.train.indptr)
+    assert np.all(np.diff(valid.indptr)[n >= 2] >= 1)
+    assert np.all(np.diff(fit.indptr)[n >= 1] >= 1)
+
+
+def test_fedmf_ceiling_is_early_stopped_on_validation_and_not_beaten() -> None:
+    """The centralized reference picks its rounds, step size and L2 weight from the validation
+    split alone (the best validation NDCG, then retrained on train for that many rounds), and
+    on a small split the federated run does not beat it."""
+    from fedrec.protocols import resolve_config
+    from fedrec.recsys.metrics import evaluate_ranking
+    from fedrec.recsys.mf import fit_early_stopped, tune_early_stopped, validation_split
+    from strategies.fedmf import REFERENCE_GRID, FedMF
+
+    cfg = resolve_config({**LOCAL, "rounds": 3, "aggregator": "plain",
+                          "synthetic-users": 80, "synthetic-items": 100})
+    data = load_dataset(DatasetSpec.from_config(cfg))
+    strategy = FedMF.from_run_config(cfg)
+    tuned = fit_early_stopped(strategy._untrained, data.train, 12, patience=3,
+                              seed=cfg["seed"])
+    assert tuned.rounds == int(np.argmax(tuned.curve)) + 1
+    fit, valid = validation_split(data.train, seed=cfg["seed"])
+    check = strategy._untrained().fit(fit, tuned.rounds)
+    assert evaluate_ranking(check.score, fit, valid).means()["ndcg@20"] == pytest.approx(
+        max(tuned.curve), abs=1e-12)
+    again = strategy._untrained().fit(data.train, tuned.rounds)
+    np.testing.assert_array_equal(again.item_factors, tuned.model.item_factors)
+    record = run_in_process(cfg, num_nodes=4, quiet=True, node_policy=PLAIN_OK)
+    ceiling = strategy.reference(data)
+    assert ceiling["tuned-rounds"] >= 1
+    grid = {(cfg["mf-lr"] * a, cfg["mf-reg"] * b) for a, b in REFERENCE_GRID}
+    assert any(ceiling["tuned-lr"] == pytest.approx(lr) and ceiling["tuned-reg"] ==
+               pytest.approx(reg) for lr, reg in grid)
+    picked = tune_early_stopped({"run": strategy._untrained,
+                                 "slow": lambda: strategy._untrained(cfg["mf-lr"] / 10)},
+                                data.train, 12, patience=3, seed=cfg["seed"])
+    assert picked.tried[picked.label] == max(picked.tried.values()) == max(picked.curve)
+    assert record["metrics"]["ndcg@20"] <= ceiling["ndcg@20"] + 1e-9, (
+        record["metrics"]["ndcg@20"], ceiling)

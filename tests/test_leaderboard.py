@@ -113,3 +113,18 @@ def test_a_missing_split_stops_the_board_before_any_cell(tmp_path, monkeypatch) 
     with pytest.raises(SystemExit, match="--datasets ../x: .*no path separators"):
         lb.main(["--datasets", "../x", "--data-dir", str(tmp_path / "data"),
                  "--protocols", "fedmf", "--out", str(tmp_path / "board.json")])
+
+
+def test_the_board_says_how_each_ceiling_was_obtained() -> None:
+    """A FedMF cell whose reference recorded early stopping shows the rounds chosen; one
+    without (an old fixed-budget reference) is named as not a tuned ceiling."""
+    tuned = _cell("fedmf", {"ndcg@20": 0.40}, centralized={"ndcg@20": 0.42,
+                                                          "tuned-rounds": 37.0})
+    old = {**_cell("fedmf", {"ndcg@20": 0.35}, centralized={"ndcg@20": 0.27}),
+           "dataset": "ml-1m"}
+    text = lb.markdown({"cells": {"ml-100k/fedmf": tuned, "ml-1m/fedmf": old}})
+    line = next(x for x in text.splitlines() if x.startswith("- fedmf:"))
+    assert "early stopping on a 10% validation split" in line and "8 candidates" in line
+    assert "chosen: ML-100K 37 rounds" in line
+    assert "ML-1M (users 1-2999): still the fixed budget" in line
+    assert set(lb.ORDER) <= set(lb.CEILING)

@@ -18,7 +18,9 @@ from fedrec.recsys.linalg import (
     randomized_power_iteration,
     top_eigvecs_exact,
 )
+from fedrec.protocols import resolve_config
 from fedrec.recsys.metrics import ranking_sums
+from strategies.privirec import PriviRec
 from tests.simutil import run_in_process as _run_in_process
 
 #: These runs ask for seeded Omega (comparisons with the reference), plain sums and sparse
@@ -106,6 +108,22 @@ def test_full_rank_iteration_gives_exact_truncated_projector() -> None:
     vecs, _ = top_eigvecs_exact(item_item_matrix(R_tilde), 6)
     S = record["extra"]["S"][:, :6]
     np.testing.assert_allclose(_projector(S), _projector(vecs), atol=1e-6)
+
+
+def test_auto_ritz_turns_on_when_the_iteration_rank_oversamples() -> None:
+    """An iteration rank above the filters' rank helps only through Rayleigh-Ritz (the leading
+    QR columns of the p-block are no better than p = r; ML-1M: docs/protocols/privirec.md), so
+    ``auto`` runs it: the full-rank iteration then gives the exact top-6 projector."""
+    cfg = {**BASE, "protocol": "privirec", "aggregator": "plain", "privirec-rank": 40,
+           "privirec-filter-rank": 6, "privirec-ritz": "auto", "privirec-filters": "gf-cf",
+           "run-name": "test-privirec-auto-ritz"}
+    record = run_in_process(cfg, num_nodes=3, quiet=True)
+    R_tilde, _, _ = normalize_interactions(_binary_train(cfg), 0.5)
+    vecs, _ = top_eigvecs_exact(item_item_matrix(R_tilde), 6)
+    np.testing.assert_allclose(_projector(record["extra"]["S"][:, :6]), _projector(vecs),
+                               atol=1e-6)
+    same = PriviRec.from_run_config(resolve_config({**cfg, "privirec-rank": 0}))
+    assert not same._use_ritz()  # p = the filters' one rank: nothing to pick from
 
 
 def test_privirec_k_runs_and_rejects_bad_rank() -> None:

@@ -28,6 +28,7 @@ Two ways to train it, both used federated and centralized:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -247,9 +248,10 @@ class BPRMF:
     losses: list[float] = field(default_factory=list, repr=False)
 
     def fit(self, train: sp.csr_matrix, rounds: int,
-            on_round: Callable[[int, int, float], None] | None = None) -> BPRMF:
+            on_round: Callable[[int, int, float], bool | None] | None = None) -> BPRMF:
         """Train for ``rounds`` rounds (local mode: ``epochs`` epochs each);
-        ``on_round(r, rounds, loss)`` is called after each, e.g. to show progress."""
+        ``on_round(r, rounds, loss)`` is called after each (the factors are then the model's),
+        e.g. to show progress or to score a validation split; a true return stops training."""
         if self.mode not in ("exact", "local"):
             raise ValueError(f"BPRMF mode must be 'exact' or 'local', got {self.mode!r}")
         n_users, n_items = train.shape
@@ -271,12 +273,101 @@ class BPRMF:
                                       user_opt=user_opt, item_opt=item_opt)
                 U, V = out.user_factors, out.item_factors
                 self.losses.append(out.loss)
-            if on_round is not None:
-                on_round(r, rounds, self.losses[-1])
-        self.user_factors, self.item_factors = U, V
+            self.user_factors, self.item_factors = U, V  # so on_round can score the model
+            if on_round is not None and on_round(r, rounds, self.losses[-1]):
+                break  # the callback asked to stop (early stopping)
         return self
 
     def score(self, users: np.ndarray) -> np.ndarray:
         if self.user_factors is None or self.item_factors is None:
             raise RuntimeError("BPRMF.score called before fit")
         return self.user_factors[users] @ self.item_factors.T
+
+
+# ----------------------------------------------------------------------------- a ceiling
+#: Early stopping of the centralized reference: validation share carved from each user's
+#: training interactions, rounds without a better validation NDCG@20 before stopping, and the
+#: cap (a multiple of the federated run's rounds, so "to convergence" has a bound).
+VALID_FRACTION, PATIENCE, MAX_ROUND_FACTOR = 0.1, 5, 10
+
+
+def validation_split(train: sp.csr_matrix, fraction: float = VALID_FRACTION,
+                     seed: int = 0) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """(fit, valid): of every user with >= 2 training items, round(fraction x n_u) (at least
+    1) items drawn at random go to ``valid``, the rest stay in ``fit``; users with one item
+    keep it. Disjoint, and their sum is ``train``: the test split is never touched."""
+    train = sp.csr_matrix(train)
+    rng = np.random.default_rng([seed, 23])
+    keep = np.ones(train.nnz, dtype=bool)
+    for u in range(train.shape[0]):
+        lo, hi = train.indptr[u], train.indptr[u + 1]
+        n = hi - lo
+        if n >= 2:
+            out = rng.choice(n, size=max(1, int(round(fraction * n))), replace=False)
+            keep[lo + out] = False
+    rows = np.repeat(np.arange(train.shape[0]), np.diff(train.indptr))
+
+    def part(mask: np.ndarray) -> sp.csr_matrix:
+        return sp.csr_matrix((train.data[mask], (rows[mask], train.indices[mask])),
+                             shape=train.shape)
+
+    return part(keep), part(~keep)
+
+
+@dataclass
+class EarlyStopped:
+    """The tuned ceiling: the model retrained on all of train for the chosen rounds, the
+    validation NDCG@20 after every round of the selection run, and the rounds chosen."""
+
+    model: BPRMF
+    rounds: int
+    curve: list[float]
+    label: str = ""
+    tried: dict[str, float] = field(default_factory=dict)  # label -> best validation NDCG
+
+
+def fit_early_stopped(make: Callable[[], BPRMF], train: sp.csr_matrix, max_rounds: int, *,
+                      patience: int = PATIENCE, fraction: float = VALID_FRACTION,
+                      seed: int = 0, top_k: int = 20) -> EarlyStopped:
+    """A centralized reference trained to convergence without looking at the test split.
+
+    ``make()`` builds an untrained model (fixed hyperparameters, as the federated run's). It
+    trains on ``fit`` (``validation_split``), scores NDCG@top_k on ``valid`` after every
+    round, stops after ``patience`` rounds without a better score or at ``max_rounds``, then
+    retrains ``make()`` on all of ``train`` for the best round count (same seeds, so the
+    same draws as the selection run up to the held-out items)."""
+    from fedrec.recsys.metrics import evaluate_ranking
+
+    fit, valid = validation_split(train, fraction, seed)
+    model, curve = make(), []
+
+    def on_round(r: int, rounds: int, loss: float) -> bool:
+        curve.append(float(evaluate_ranking(model.score, fit, valid, k=top_k)
+                           .means()[f"ndcg@{top_k}"]))
+        return r - (int(np.argmax(curve)) + 1) >= patience
+
+    model.fit(fit, max_rounds, on_round=on_round)
+    best = int(np.argmax(curve)) + 1
+    return EarlyStopped(make().fit(train, best), best, curve)
+
+
+def tune_early_stopped(makers: dict[str, Callable[[], BPRMF]], train: sp.csr_matrix,
+                       max_rounds: int, *,
+                       on_candidate: Callable[[int, int, str, EarlyStopped], None] | None = None,
+                       **kw: Any) -> EarlyStopped:
+    """:func:`fit_early_stopped` for every candidate (label -> untrained model), keeping the
+    one with the best validation NDCG (the test split is never read). ``on_candidate(k, n,
+    label, result)`` is called after each, e.g. to show progress."""
+    best: EarlyStopped | None = None
+    tried: dict[str, float] = {}
+    for k, (label, make) in enumerate(makers.items(), start=1):
+        out = fit_early_stopped(make, train, max_rounds, **kw)
+        tried[label] = max(out.curve)
+        if on_candidate is not None:
+            on_candidate(k, len(makers), label, out)
+        if best is None or tried[label] > max(best.curve):
+            best, best.label = out, label
+    if best is None:
+        raise ValueError("tune_early_stopped needs at least one candidate")
+    best.tried = tried
+    return best
