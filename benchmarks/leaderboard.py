@@ -261,13 +261,13 @@ def ceiling_lines(result: dict[str, Any]) -> list[str]:
     lines = ["## How each centralized column was obtained", ""]
     present = {c["protocol"] for c in result["cells"].values()}
     for proto in [p for p in ORDER if p in present]:
-        tuned = [f"{LABEL[c['dataset']]} {int(c['centralized']['tuned-rounds'])} rounds"
+        tuned = [f"{label(c['dataset'])} {int(c['centralized']['tuned-rounds'])} rounds"
                  + (f" at lr {c['centralized']['tuned-lr']:g}, reg "
                     f"{c['centralized']['tuned-reg']:g}" if "tuned-lr" in c["centralized"]
                     else "")
                  for c in result["cells"].values()
                  if c["protocol"] == proto and "tuned-rounds" in c["centralized"]]
-        untuned = [LABEL[c["dataset"]] for c in result["cells"].values()
+        untuned = [label(c["dataset"]) for c in result["cells"].values()
                    if c["protocol"] == proto and proto == "fedmf"
                    and "tuned-rounds" not in c["centralized"]]
         extra = (f" (chosen: {', '.join(tuned)})" if tuned else "") + (

@@ -62,6 +62,8 @@ def nodeset_commit(content: RecordDict, node: NodeContext) -> RecordDict:
     if cfg is None or "members" not in cfg:
         raise AggregationError(f"{node.who}: node-set request lacks field "
                                f"'{NODESET_KEY}.members'")
+    # The list's length is the server's choice: its copies are reserved before they exist.
+    node.reserve(64.0 * len(cfg["members"]), "the node set")
     members = commit(node, [int(v) for v in cfg["members"]], "the node set")
     return RecordDict({NODESET_KEY: ConfigRecord({"signed": sign(node, members)})})
 

@@ -100,3 +100,21 @@ class MaliciousGrid(LocalGrid):
         """The requests of ``action`` (``query.<action>`` or a message type), as delivered."""
         wanted = {action, f"query.{action}"}
         return [req for req, _ in self.log if req.metadata.message_type in wanted]
+
+
+def production_handlers() -> tuple[list[str], list[str], list[str]]:
+    """(query actions, train protocols, evaluate protocols) of a production ClientApp: the
+    handlers the project's own ``clients`` package registers once every registered
+    protocol's modules are imported. Handlers that tests or examples registered in the same
+    process (a test worker runs several files) are not the project's, so harnesses that
+    must cover every handler enumerate these."""
+    from clients.handlers import EVALUATE_HANDLERS, QUERY_HANDLERS, TRAIN_HANDLERS
+    from fl_app.client_app import load_client_plugins
+
+    load_client_plugins()
+
+    def ours(table: dict) -> list[str]:
+        return sorted(name for name, fn in table.items()
+                      if fn.__module__.split(".")[0] == "clients")
+
+    return ours(QUERY_HANDLERS), ours(TRAIN_HANDLERS), ours(EVALUATE_HANDLERS)

@@ -28,11 +28,10 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clients.handlers import EVALUATE_HANDLERS, QUERY_HANDLERS, TRAIN_HANDLERS
 from fedrec.protocols import builtin_keys
 from fedrec.records import to_array_record
-from fl_app.client_app import build_client_app, load_client_plugins
-from tests.malicious import MaliciousGrid, Refused
+from fl_app.client_app import build_client_app
+from tests.malicious import MaliciousGrid, Refused, production_handlers
 
 BUDGET_MB = 4
 MAX_ITERATIONS = 40
@@ -209,8 +208,17 @@ def _no_sizes(draw: Any) -> Request:
     return ("query", _content({"secagg": ConfigRecord(record)}), {})
 
 
+@st.composite
+def _nodeset(draw: Any) -> Request:
+    """The run's node set, as long as the server likes (ids from 1: the tiny grid's nodes)."""
+    n = draw(st.one_of(st.integers(1, 40), st.integers(1, 10**6)))
+    return ("query", _content({"nodeset": ConfigRecord({"members": list(range(1, n + 1))})}),
+            {})
+
+
 REQUESTS: dict[str, Callable[[], st.SearchStrategy[Request]]] = {
     "hello": _hello,
+    "nodeset_commit": _nodeset,
     "fedsvd_sync": lambda: _fedsvd_block(False),
     "fedsvd_output": lambda: _fedsvd_block(True),
     "fedsvd_evaluate": _fedsvd_evaluate,
@@ -238,9 +246,9 @@ ROLES = {"mvmf_item_gradient": "item-server", "mvmf_item_cold": "item-server",
 
 
 def all_actions() -> list[str]:
-    load_client_plugins()
-    return sorted([*QUERY_HANDLERS, *(f"train.{p}" for p in TRAIN_HANDLERS),
-                   *(f"evaluate.{p}" for p in EVALUATE_HANDLERS)])
+    query, train, evaluate = production_handlers()
+    return sorted([*query, *(f"train.{p}" for p in train),
+                   *(f"evaluate.{p}" for p in evaluate)])
 
 
 def test_every_handler_has_a_bounds_case() -> None:
@@ -384,7 +392,11 @@ def _float_fields(content: RecordDict) -> list[tuple[str, str]]:
     return out
 
 
-@pytest.mark.parametrize("action", sorted(a for a in REQUESTS if a != "hello"))
+#: Requests that carry no float the server chooses (only sizes and ids).
+NO_FLOATS = ("hello", "nodeset_commit")
+
+
+@pytest.mark.parametrize("action", sorted(a for a in REQUESTS if a not in NO_FLOATS))
 @settings(max_examples=2, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from clients.handlers import EVALUATE_HANDLERS, QUERY_HANDLERS, TRAIN_HANDLERS
 from fedrec.protocols import client_module, protocols, resolve_config
 from tests.differential import DOC, DataHook, Finding, TwinGrid, learns_by_design
+from tests.malicious import production_handlers
 
 NODES = 3
 #: How the twin's rows differ (tests/differential.py ``neighbour``): one user's rows
@@ -71,16 +71,9 @@ CASES: dict[str, Case] = {
 
 
 def _all_handlers() -> set[str]:
-    """Every registered action of a production ClientApp: each protocol's client module and
-    the mechanisms every protocol uses, imported (they register at import)."""
-    import importlib
-
-    from fedrec.protocols import MECHANISM_CLIENTS
-
-    for module in [*MECHANISM_CLIENTS, *(r.clients for r in protocols().values())]:
-        importlib.import_module(module)
-    return set(QUERY_HANDLERS) | ({"train"} if TRAIN_HANDLERS else set()) | \
-        ({"evaluate"} if EVALUATE_HANDLERS else set())
+    """Every registered action of a production ClientApp (:func:`production_handlers`)."""
+    query, train, evaluate = production_handlers()
+    return set(query) | ({"train"} if train else set()) | ({"evaluate"} if evaluate else set())
 
 
 @lru_cache(maxsize=None)
