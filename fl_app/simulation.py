@@ -26,6 +26,7 @@ from fedrec.protocols import client_module, load_strategy_class, resolve_config
 from fedrec.results import print_run_table, write_run
 from fedrec.transport.messenger import STOP
 from fl_app.quiet import quiet_flower_noise
+from strategies.base import check_roles
 from strategies.policy_needs import PolicyNeed, unmet
 
 #: One CPU per simulated node's worker: with 2 cores, two ClientApps run at once.
@@ -146,6 +147,23 @@ def check_node_policy(cfg: Mapping[str, Any], protocol_cls: type, policy: NodePo
     missing = unmet(policy_needs_of(cfg, protocol_cls), config)
     if missing:
         raise PolicyNotAllowed(missing, config)
+
+
+def check_simulated_roles(cfg: Mapping[str, Any], protocol_cls: type, num_nodes: int) -> None:
+    """Refuse, before Flower starts, a federation the protocol cannot run on: a simulation
+    assigns the roles itself (the last ``item-servers`` partitions are item servers, the
+    others users: ``NodeContext.role``), so the handshake's role check can run here first."""
+    needs = getattr(protocol_cls, "federation", None)
+    if cfg.get("strategy") or needs is None:
+        return
+    k = int(cfg["item-servers"])
+    roles = {p: "item-server" if p >= num_nodes - k else "user" for p in range(num_nodes)}
+    try:
+        check_roles(roles, tuple(needs), lambda p: f"simulated node {p}",
+                    str(cfg["protocol"]))
+    except ValueError as exc:
+        raise ConfigError(f"{exc}; set the run config 'item-servers' (--set item-servers=N) "
+                          "or --nodes") from None
 
 
 def check_partitions(cfg: Mapping[str, Any], num_nodes: int, policy: NodePolicy) -> None:
@@ -297,10 +315,8 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
     cfg = resolve_config(overrides)  # unknown keys and protocols fail before Ray starts
     policy = resolve_node_policy(node_policy)
     check_federation_size(cfg, num_nodes, policy)
-    from fl_app.server_app import RunFailedError
-
     from fl_app.client_app import build_client_app
-    from fl_app.server_app import make_server_app
+    from fl_app.server_app import RunFailedError, make_server_app
 
     # Fail fast, before Ray starts: missing or malformed data files. In a local simulation the
     # data is on this machine, and loading it here also fills the disk cache the node
@@ -312,6 +328,7 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
         if not cfg.get("strategy") and hasattr(protocol_cls, "from_run_config"):
             protocol_cls.from_run_config(cfg)
         check_node_policy(cfg, protocol_cls, policy)
+        check_simulated_roles(cfg, protocol_cls, num_nodes)
     except ConfigError:
         raise
     except ValueError as exc:

@@ -86,24 +86,36 @@ class RoleNeed:
 USER_NODES: tuple[RoleNeed, ...] = (RoleNeed(("user", "silo"), min=1, holds=("rows",)),)
 
 
+def check_roles(roles: Mapping[int, str], needs: tuple[RoleNeed, ...],
+                label: Callable[[int], str], protocol: str) -> list[tuple[RoleNeed, list[int]]]:
+    """Fail with an error naming the node unless every node's role is covered by a need and
+    each need's node count is in range; return each need with its nodes. This much the
+    roles alone decide, so a simulation checks it before Flower starts (it assigns them)."""
+    covered = {role for need in needs for role in need.roles}
+    for node, role in sorted(roles.items()):
+        if role not in covered:
+            raise ValueError(f"{label(node)} has role {role!r}, but protocol {protocol!r} "
+                             f"takes only {' / '.join(n.describe() for n in needs)}")
+    out = []
+    for need in needs:
+        members = sorted(n for n, r in roles.items() if r in need.roles)
+        if len(members) < need.min or (need.max is not None and len(members) > need.max):
+            listed = ", ".join(f"{label(n)}: {r}" for n, r in sorted(roles.items()))
+            raise ValueError(f"protocol {protocol!r} needs {need.describe()}; the federation "
+                             f"has {len(members)} ({listed})")
+        out.append((need, members))
+    return out
+
+
 def check_federation(infos: Mapping[int, NodeInfo], needs: tuple[RoleNeed, ...],
                      label: Callable[[int], str], protocol: str) -> None:
     """Fail with an error naming the node and what was expected unless the federation fits.
 
-    Every node's role must be covered by a need; each need's node count must be in range and
-    each of its nodes must hold what it asks for.
+    Every node's role must be covered by a need and each need's node count in range
+    (:func:`check_roles`); each of a need's nodes must hold what it asks for.
     """
-    covered = {role for need in needs for role in need.roles}
-    for node, info in sorted(infos.items()):
-        if info.role not in covered:
-            raise ValueError(f"{label(node)} has role {info.role!r}, but protocol {protocol!r} "
-                             f"takes only {' / '.join(n.describe() for n in needs)}")
-    for need in needs:
-        members = sorted(n for n, i in infos.items() if i.role in need.roles)
-        if len(members) < need.min or (need.max is not None and len(members) > need.max):
-            roles = ", ".join(f"{label(n)}: {i.role}" for n, i in sorted(infos.items()))
-            raise ValueError(f"protocol {protocol!r} needs {need.describe()}; the federation "
-                             f"has {len(members)} ({roles})")
+    for need, members in check_roles({n: i.role for n, i in infos.items()}, needs, label,
+                                     protocol):
         for node in members:
             held = list(infos[node].holds) or "nothing"
             lacking = [h for h in need.holds if h not in infos[node].holds]

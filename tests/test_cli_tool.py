@@ -351,3 +351,11 @@ def test_only_the_nodes_that_sum_are_held_to_the_aggregators_needs() -> None:
         with pytest.raises(PolicyRefusal, match=r"^node 1003 \(item server\) would refuse"):
             handshake(Messenger(grid, timeout=30), cfg, needs=needs,
                       policy_needs=aggregator_needs("ckks"))
+
+
+def test_a_federation_the_protocol_cannot_run_on_is_refused_before_flower(
+        tmp_path: Path) -> None:
+    """A simulation assigns the roles itself, so a protocol's role needs (FedMVMF's one item
+    server) are checked before Flower starts, in one line naming the setting."""
+    refused_early(cli("--protocol", "fedmvmf", "--set", "implicit=false", tmp_path=tmp_path),
+                  "needs 1..1 node(s) of role item-server", "item-servers")
