@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -133,3 +133,23 @@ def _load_files_cached(key_path: str, _key_stamp: tuple[int, int], roster_path: 
     # errors name the node config keys, never the paths (they reach the server)
     return (SigningIdentity.load(key_path, f"node config '{IDENTITY_KEY}'"),
             Roster.load(roster_path, f"node config '{ROSTER_KEY}'"))
+
+
+def signers_of(signatures: Iterable[tuple[int, bytes]], digest: bytes,
+               check: Callable[[int, bytes], tuple[int, bytes]], refuse: str, what: str,
+               error: type[Exception]) -> set[int]:
+    """The roster partitions of the nodes that each signed exactly ``digest``: ``check(v,
+    blob)`` gives node ``v``'s ``(partition, signed digest)``. Refuses (``error``, starting
+    ``refuse``) a signature that fails the roster, one over another digest (the node was
+    shown ``what`` differently), or a second one from the same partition (a reused one)."""
+    partitions: set[int] = set()
+    for v, blob in signatures:
+        try:
+            partition, signed = check(v, blob)
+        except PermissionError as exc:
+            raise error(f"{refuse}: {exc}") from None
+        if signed != digest or partition in partitions:
+            raise error(f"{refuse}: node {v} did not sign {what} (another was shown to it, "
+                        "or its signature is reused)")
+        partitions.add(partition)
+    return partitions

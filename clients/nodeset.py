@@ -17,6 +17,7 @@ from __future__ import annotations
 from flwr.app import ConfigRecord, RecordDict
 
 from clients.handlers import handler
+from clients.identity_node import signers_of
 from clients.node import NodeContext
 from fedrec.records import config_record
 from fedrec.wire.sums import (
@@ -89,22 +90,17 @@ def signed_set_digest(node: NodeContext, request: RecordDict, what: str) -> byte
     if bool(record["confirmed"]):
         return digest
     signatures = config_record(request, NODESET_SIGNED_KEY) or ConfigRecord()
-    partitions: set[int] = set()
+    signed = []
     for v in members:
         blob = signatures.get(str(v))
         if not isinstance(blob, bytes):
             raise AggregationError(f"{refuse}: the request lacks node {v}'s signature on the "
                                    "node set this node committed to")
-        try:
-            partition, signed = node.identity.check_once(
-                node.state, NODESET_PURPOSE, node.context.run_id, v, blob)
-        except PermissionError as exc:
-            raise AggregationError(f"{refuse}: {exc}") from None
-        if signed != digest or partition in partitions:
-            raise AggregationError(f"{refuse}: node {v} did not sign the node set this node "
-                                   "committed to (it was shown another set, or a signature "
-                                   "is reused)")
-        partitions.add(partition)
+        signed.append((v, blob))
+    partitions = signers_of(
+        signed, digest, lambda v, blob: node.identity.check_once(
+            node.state, NODESET_PURPOSE, node.context.run_id, v, blob),
+        refuse, "the node set this node committed to", AggregationError)
     _hold_across_runs(node, sorted(partitions), refuse)
     record["confirmed"] = True
     return digest

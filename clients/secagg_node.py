@@ -13,6 +13,7 @@ import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
 from clients.handlers import handler
+from clients.identity_node import signers_of
 from clients.node import NodeContext
 from clients.nodeset import commit as commit_node_set
 from clients.nodeset import sign as sign_node_set
@@ -399,18 +400,10 @@ def _check_confirmations(node: NodeContext, cfg: ConfigRecord, sum_id: int,
         raise SecAggError(f"{refuse}: a sum with dropouts needs every survivor's signature on "
                           f"the lists (field '{SUM_KEY}.confirmations')")
     digest = survivors_digest(sum_id, survivors, dropped)
-    partitions: set[int] = set()
-    for v, blob in zip(survivors, signatures):
-        try:
-            partition, signed = node.identity.check(SURVIVORS_PURPOSE, node.context.run_id, v,
-                                                    bytes(blob))
-        except PermissionError as exc:
-            raise SecAggError(f"{refuse}: {exc}") from None
-        if signed != digest or partition in partitions:
-            raise SecAggError(f"{refuse}: node {v} did not sign these survivor and dropped "
-                              "lists (another split was shown to it, or its signature is "
-                              "reused)")
-        partitions.add(partition)
+    signers_of(((v, bytes(blob)) for v, blob in zip(survivors, signatures)), digest,
+               lambda v, blob: node.identity.check(SURVIVORS_PURPOSE, node.context.run_id, v,
+                                                   blob),
+               refuse, "these survivor and dropped lists", SecAggError)
 
 
 @handler("secagg_unmask")
