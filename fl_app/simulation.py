@@ -48,6 +48,7 @@ def backend_config_for(client_cpus: int) -> dict[str, Any]:
 #: or config, a roster that does not fit), not bugs: the ServerApp reports each in one line
 #: naming the node, so Flower's copy of the node's traceback is dropped from the console.
 REFUSALS = ("clients.policy.PolicyError", "fedrec.secure.secagg.SecAggError",
+            "fedrec.wire.sums.AggregationError",
             "fedrec.secure.identity.IdentityError", "datasets.errors.DataError",
             "fedrec.config.ConfigError", "clients.boundary.NonFiniteRequest")
 #: Flower's header before each ClientApp traceback; the traceback itself says the same.

@@ -170,5 +170,7 @@ def test_flower_copies_of_node_refusals_are_dropped_but_bugs_keep_theirs() -> No
     assert not keep(record("An exception was raised when processing a message by RayBackend"))
     assert not keep(record("Traceback ...\nclients.policy.PolicyError: node 1 refuses ..."))
     assert not keep(record("ray::ClientAppActor.run()\nfedrec.secure.secagg.SecAggError: x"))
+    # a node's refusal of a sum or node set it was not committed to (clients/nodeset.py)
+    assert not keep(record("Traceback ...\nfedrec.wire.sums.AggregationError: node 1 refuses"))
     assert keep(record("Traceback ...\nZeroDivisionError: division by zero"))  # user's code
     assert keep(record("clients.policy.PolicyError: x", logging.WARNING))
