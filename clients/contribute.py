@@ -77,7 +77,7 @@ def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
         reply[VALUES_KEY] = to_array_record({"v": values})
     elif mode == "secagg+":  # fixed-point encoding needs float64 precision
         from clients.secagg_node import mask_values
-        from fedrec.secure.secagg import BOUND_KEY
+        from fedrec.wire.secagg import BOUND_KEY
 
         bound = request_digest(node)
         values = mask_values(node, vec.astype(np.float64, copy=False), bound)
