@@ -27,6 +27,7 @@ from fedrec.wire.sums import (
     SIGNED_KEY,
     SUM_KEY,
     VALUES_KEY,
+    Action,
     AggregationError,
     contribution_digest,
     contribution_purpose,
@@ -249,7 +250,7 @@ def _check_contributors(node: NodeContext, senders: list[int], refuse: str) -> N
                                "differenced; a CKKS sum is abandoned when a node drops out)")
 
 
-@handler("aggregate_decrypt")
+@handler(Action.DECRYPT)
 def decrypt(content: RecordDict, node: NodeContext) -> RecordDict:
     """The CKKS decrypter: open a sum this node contributed to, summed by itself.
 
