@@ -7,9 +7,10 @@ from flwr.app import ConfigRecord, RecordDict
 from clients.handlers import handler
 from clients.node import NodeContext
 from clients.sealed_node import new_mail_key
-from fedrec.secure.sealed import MAIL_KEY_REPLY
 from fedrec.wire import handshake as handshake_wire
 from fedrec.wire.handshake import Info
+from fedrec.wire.mail import MAIL_KEY_REPLY
+from fedrec.wire.mail import Action as MailAction
 
 
 @handler(handshake_wire.Action.HELLO)
@@ -37,7 +38,7 @@ def hello(content: RecordDict, node: NodeContext) -> RecordDict:
     }), handshake_wire.POLICY: ConfigRecord(node.policy.as_config())})
 
 
-@handler("relay_keys")
+@handler(MailAction.RELAY_KEYS)
 def relay_keys(content: RecordDict, node: NodeContext) -> RecordDict:
     """Make this run's mail key pair (kept in state) and publish the public key, signed with
     this node's identity (``clients/identity_node.py``) so the server cannot substitute it."""

@@ -107,7 +107,7 @@ def request_digest(node: NodeContext) -> bytes:
     """Digest of the request this node answers, less the per-node records (the sum record
     with its alive list, relayed mail): what its masked or encrypted contribution is bound
     to, so that nodes sent different models cannot be summed (``fedrec.records``)."""
-    from fedrec.secure.sealed import MAIL_DIRECTORY, MAIL_IN, MAIL_ROUND
+    from fedrec.wire.mail import MAIL_DIRECTORY, MAIL_IN, MAIL_ROUND
 
     return content_digest(node.request, skip=(SUM_KEY, MAIL_IN, MAIL_DIRECTORY, MAIL_ROUND))
 

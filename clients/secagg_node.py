@@ -23,7 +23,6 @@ from fedrec.records import config_record
 from fedrec.secure.fixedpoint import FixedPoint
 from fedrec.secure.keys import NodeKeys, split_secrets
 from fedrec.secure.masks import expand_mask
-from fedrec.secure.sealed import MAIL_KEY_REPLY, MAIL_KEYGEN
 from fedrec.secure.secagg import (
     SHARES_PURPOSE,
     SURVIVORS_PURPOSE,
@@ -40,6 +39,7 @@ from fedrec.secure.secagg import (
     threshold_for,
 )
 from fedrec.wire import secagg as secagg_wire
+from fedrec.wire.mail import MAIL_KEY_REPLY, MAIL_KEYGEN
 from fedrec.wire.secagg import Action
 from fedrec.wire.sums import NODESET_KEY, SUM_KEY
 

@@ -17,7 +17,6 @@ from fedrec.secure.fixedpoint import FixedPoint
 from fedrec.secure.identity import SIGNED_KEY_BYTES
 from fedrec.secure.keys import combine_secret
 from fedrec.secure.masks import expand_mask
-from fedrec.secure.sealed import MAIL_KEYGEN
 from fedrec.secure.secagg import (
     COMPLETE_GRAPH,
     SecAggError,
@@ -29,6 +28,7 @@ from fedrec.transport.aggregators import Aggregator, Reply
 from fedrec.transport.mailroom import prepare_mailroom, take_mail_keys
 from fedrec.transport.messenger import Messenger
 from fedrec.wire import secagg as secagg_wire
+from fedrec.wire.mail import MAIL_KEYGEN
 from fedrec.wire.secagg import BOUND_KEY, Action
 from fedrec.wire.sums import (
     NODESET_SIGNED_KEY,
