@@ -29,7 +29,8 @@ from clients.contribute import sum_reply
 from clients.handlers import diagnostic
 from clients.keyrelay import get_shared_context, get_shared_secret
 from clients.node import NodeContext
-from fedrec.secure.relay import RELAY_KEY, RelayError
+from fedrec.secure.relay import RelayError
+from fedrec.wire.keyrelay import RELAY_KEY
 
 
 def diagnostic_vector(seed: int, partition_id: int, shape: tuple[int, ...]) -> np.ndarray:
