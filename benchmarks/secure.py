@@ -49,9 +49,10 @@ from fedrec.transport.aggregators import Aggregator, PlainAggregator  # noqa: E4
 from fedrec.transport.factory import auto_degree  # noqa: E402
 from fedrec.transport.messenger import Messenger  # noqa: E402
 from fedrec.transport.secagg_server import SecureAggregator  # noqa: E402
+from fedrec.wire.diagnostics import DIAG, Action  # noqa: E402
 from fl_app.simulation import simulate  # noqa: E402
 
-ACTION = "diag_secure_sum"
+ACTION = Action.SECURE_SUM
 TIMED_ACTION = "bench_secure_sum_timed"
 MAX_ABS = 10.0
 SEED = 7
@@ -117,7 +118,7 @@ class MemoryWatch:
 
 
 def _request(floats: int) -> RecordDict:
-    return RecordDict({"diag": ConfigRecord({"seed": SEED, "v": [int(floats)]})})
+    return RecordDict({DIAG: ConfigRecord({"seed": SEED, "v": [int(floats)]})})
 
 
 def _phase_cost(messenger: Messenger, phase: str) -> tuple[int, float]:
