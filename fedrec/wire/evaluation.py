@@ -15,3 +15,6 @@ from __future__ import annotations
 TOP_K = "top-k"
 #: Array of a sum reply: the node's ranking metric sums (``RankingSums.to_vector``).
 RANKING = "ranking"
+#: Array of a sum reply of rating protocols (DP prototypes): the node's squared-error and
+#: mean-rank sums (``fedrec/recsys/prototypes.py``: ``silo_metric_sums``).
+RATING = "rating"
