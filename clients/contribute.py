@@ -19,6 +19,7 @@ from clients.handlers import handler
 from clients.node import NodeContext
 from clients.nodeset import committed_members, signed_set_digest
 from fedrec.records import config_record, content_digest, state_record, to_array_record
+from fedrec.wire import evaluation as evaluation_wire
 from fedrec.wire.sums import (
     CIPHER_KEY,
     CLIPPED_KEY,
@@ -167,12 +168,12 @@ def ranking_reply(node: NodeContext, score: Callable[[sp.csr_matrix], np.ndarray
     from fedrec.recsys.metrics import evaluate_ranking
 
     data = node.data()
-    k = node.size(node.config(), "top-k", default=20)
+    k = node.size(node.config(), evaluation_wire.TOP_K, default=20)
     node.reserve(ranking_bytes(data.n_items, min(batch_size, data.test.shape[0]), k),
                  f"ranking {batch_size} users at a time (top-k={k})")
     sums = evaluate_ranking(lambda rows: score(data.train[rows]), data.train, data.test, k=k,
                             batch_size=batch_size)
-    return sum_reply(node, {"ranking": sums.to_vector()})
+    return sum_reply(node, {evaluation_wire.RANKING: sums.to_vector()})
 
 
 def _encrypt(node: NodeContext, vec: np.ndarray, cfg: ConfigRecord) -> list[bytes]:
