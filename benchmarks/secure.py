@@ -49,9 +49,11 @@ from fedrec.transport.aggregators import Aggregator, PlainAggregator  # noqa: E4
 from fedrec.transport.factory import auto_degree  # noqa: E402
 from fedrec.transport.messenger import Messenger  # noqa: E402
 from fedrec.transport.secagg_server import SecureAggregator  # noqa: E402
+from fedrec.wire.diagnostics import DIAG, Action  # noqa: E402
+from fedrec.wire.mail import Action as MailAction  # noqa: E402
 from fl_app.simulation import simulate  # noqa: E402
 
-ACTION = "diag_secure_sum"
+ACTION = Action.SECURE_SUM
 TIMED_ACTION = "bench_secure_sum_timed"
 MAX_ABS = 10.0
 SEED = 7
@@ -117,7 +119,7 @@ class MemoryWatch:
 
 
 def _request(floats: int) -> RecordDict:
-    return RecordDict({"diag": ConfigRecord({"seed": SEED, "v": [int(floats)]})})
+    return RecordDict({DIAG: ConfigRecord({"seed": SEED, "v": [int(floats)]})})
 
 
 def _phase_cost(messenger: Messenger, phase: str) -> tuple[int, float]:
@@ -158,7 +160,7 @@ def measure(messenger: Messenger, num_nodes: int, floats_list: list[int], repeat
     t0 = time.perf_counter()
     secure.setup()
     setup_seconds = time.perf_counter() - t0
-    setup_phases = [messenger.ledger.phases[p] for p in ("relay_keys", "secagg_setup")
+    setup_phases = [messenger.ledger.phases[p] for p in (MailAction.RELAY_KEYS, "secagg_setup")
                     if p in messenger.ledger.phases]
     setup_bytes = sum(st.bytes_up + st.bytes_down for st in setup_phases)
     setup_rounds = sum(st.rounds for st in setup_phases)

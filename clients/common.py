@@ -6,12 +6,14 @@ from flwr.app import ConfigRecord, RecordDict
 
 from clients.handlers import handler
 from clients.node import NodeContext
-from clients.policy import POLICY_RECORD
 from clients.sealed_node import new_mail_key
-from fedrec.secure.sealed import MAIL_KEY_REPLY
+from fedrec.wire import handshake as handshake_wire
+from fedrec.wire.handshake import Info
+from fedrec.wire.mail import MAIL_KEY_REPLY
+from fedrec.wire.mail import Action as MailAction
 
 
-@handler("hello")
+@handler(handshake_wire.Action.HELLO)
 def hello(content: RecordDict, node: NodeContext) -> RecordDict:
     """Load this node's data and report public facts: role, partition, what it holds, sizes,
     and the node's privacy policy (what it will accept; recorded in the results).
@@ -24,19 +26,19 @@ def hello(content: RecordDict, node: NodeContext) -> RecordDict:
     pid = node.partition_id if role != "item-server" or "partition-id" in \
         node.context.node_config else -1
     data = node.data()
-    return RecordDict({"info": ConfigRecord({
-        "role": role,
-        "partition-id": pid,
-        "holds": list(data.holds),
-        "n-items": int(data.n_items),
-        "n-users": int(len(data.user_ids)),
-        "n-train-users": int((data.train.getnnz(axis=1) > 0).sum()),
+    return RecordDict({handshake_wire.INFO: ConfigRecord({
+        Info.ROLE: role,
+        Info.PARTITION: pid,
+        Info.HOLDS: list(data.holds),
+        Info.N_ITEMS: int(data.n_items),
+        Info.N_USERS: int(len(data.user_ids)),
+        Info.N_TRAIN_USERS: int((data.train.getnnz(axis=1) > 0).sum()),
         # where the keys this node signs with come from (simulated ones authenticate nothing)
-        "identity": "simulated" if node.identity.simulated else "roster",
-    }), POLICY_RECORD: ConfigRecord(node.policy.as_config())})
+        Info.IDENTITY: "simulated" if node.identity.simulated else "roster",
+    }), handshake_wire.POLICY: ConfigRecord(node.policy.as_config())})
 
 
-@handler("relay_keys")
+@handler(MailAction.RELAY_KEYS)
 def relay_keys(content: RecordDict, node: NodeContext) -> RecordDict:
     """Make this run's mail key pair (kept in state) and publish the public key, signed with
     this node's identity (``clients/identity_node.py``) so the server cannot substitute it."""

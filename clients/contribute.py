@@ -19,6 +19,7 @@ from clients.handlers import handler
 from clients.node import NodeContext
 from clients.nodeset import committed_members, signed_set_digest
 from fedrec.records import config_record, content_digest, state_record, to_array_record
+from fedrec.wire import evaluation as evaluation_wire
 from fedrec.wire.sums import (
     CIPHER_KEY,
     CLIPPED_KEY,
@@ -27,6 +28,7 @@ from fedrec.wire.sums import (
     SIGNED_KEY,
     SUM_KEY,
     VALUES_KEY,
+    Action,
     AggregationError,
     contribution_digest,
     contribution_purpose,
@@ -77,7 +79,7 @@ def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
         reply[VALUES_KEY] = to_array_record({"v": values})
     elif mode == "secagg+":  # fixed-point encoding needs float64 precision
         from clients.secagg_node import mask_values
-        from fedrec.secure.secagg import BOUND_KEY
+        from fedrec.wire.secagg import BOUND_KEY
 
         bound = request_digest(node)
         values = mask_values(node, vec.astype(np.float64, copy=False), bound)
@@ -106,7 +108,7 @@ def request_digest(node: NodeContext) -> bytes:
     """Digest of the request this node answers, less the per-node records (the sum record
     with its alive list, relayed mail): what its masked or encrypted contribution is bound
     to, so that nodes sent different models cannot be summed (``fedrec.records``)."""
-    from fedrec.secure.sealed import MAIL_DIRECTORY, MAIL_IN, MAIL_ROUND
+    from fedrec.wire.mail import MAIL_DIRECTORY, MAIL_IN, MAIL_ROUND
 
     return content_digest(node.request, skip=(SUM_KEY, MAIL_IN, MAIL_DIRECTORY, MAIL_ROUND))
 
@@ -166,12 +168,12 @@ def ranking_reply(node: NodeContext, score: Callable[[sp.csr_matrix], np.ndarray
     from fedrec.recsys.metrics import evaluate_ranking
 
     data = node.data()
-    k = node.size(node.config(), "top-k", default=20)
+    k = node.size(node.config(), evaluation_wire.TOP_K, default=20)
     node.reserve(ranking_bytes(data.n_items, min(batch_size, data.test.shape[0]), k),
                  f"ranking {batch_size} users at a time (top-k={k})")
     sums = evaluate_ranking(lambda rows: score(data.train[rows]), data.train, data.test, k=k,
                             batch_size=batch_size)
-    return sum_reply(node, {"ranking": sums.to_vector()})
+    return sum_reply(node, {evaluation_wire.RANKING: sums.to_vector()})
 
 
 def _encrypt(node: NodeContext, vec: np.ndarray, cfg: ConfigRecord) -> list[bytes]:
@@ -249,7 +251,7 @@ def _check_contributors(node: NodeContext, senders: list[int], refuse: str) -> N
                                "differenced; a CKKS sum is abandoned when a node drops out)")
 
 
-@handler("aggregate_decrypt")
+@handler(Action.DECRYPT)
 def decrypt(content: RecordDict, node: NodeContext) -> RecordDict:
     """The CKKS decrypter: open a sum this node contributed to, summed by itself.
 

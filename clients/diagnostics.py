@@ -29,7 +29,10 @@ from clients.contribute import sum_reply
 from clients.handlers import diagnostic
 from clients.keyrelay import get_shared_context, get_shared_secret
 from clients.node import NodeContext
-from fedrec.secure.relay import RELAY_KEY, RelayError
+from fedrec.secure.relay import RelayError
+from fedrec.wire import diagnostics as diag_wire
+from fedrec.wire.diagnostics import Action
+from fedrec.wire.keyrelay import RELAY_KEY
 
 
 def diagnostic_vector(seed: int, partition_id: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -37,15 +40,15 @@ def diagnostic_vector(seed: int, partition_id: int, shape: tuple[int, ...]) -> n
     return np.random.default_rng([seed, 99, partition_id]).standard_normal(shape)
 
 
-@diagnostic("diag_secure_sum")
+@diagnostic(Action.SECURE_SUM)
 def diag_secure_sum(content: RecordDict, node: NodeContext) -> RecordDict:
     """A sum contribution with known values (see :func:`diagnostic_vector`)."""
-    cfg = content.config_records["diag"]
+    cfg = content.config_records[diag_wire.DIAG]
     shapes = {name: tuple(int(x) for x in dims) for name, dims in cfg.items() if name != "seed"}
     arrays = {name: diagnostic_vector(int(cfg["seed"]) + i, node.partition_id, shape)
               for i, (name, shape) in enumerate(sorted(shapes.items()))}
     return sum_reply(node, arrays,
-                     extra={"who": ConfigRecord({"partition-id": node.partition_id})})
+                     extra={diag_wire.WHO: ConfigRecord({"partition-id": node.partition_id})})
 
 
 def _relay_cfg(content: RecordDict) -> ConfigRecord:
@@ -54,16 +57,16 @@ def _relay_cfg(content: RecordDict) -> ConfigRecord:
     return content.config_records[RELAY_KEY]
 
 
-@diagnostic("keys_prove")
+@diagnostic(Action.PROVE)
 def prove(content: RecordDict, node: NodeContext) -> RecordDict:
     """HMAC-SHA256(secret, challenge): equal across nodes iff they hold the same secret."""
     cfg = _relay_cfg(content)
     secret = get_shared_secret(node.state, str(cfg["purpose"]))
     mac = hmac.new(secret, bytes(cfg["challenge"]), hashlib.sha256).digest()
-    return RecordDict({"relay-proof": ConfigRecord({"mac": mac})})
+    return RecordDict({diag_wire.PROOF: ConfigRecord({"mac": mac})})
 
 
-@diagnostic("keys_ckks_selftest")
+@diagnostic(Action.CKKS_SELFTEST)
 def ckks_selftest(content: RecordDict, node: NodeContext) -> RecordDict:
     """CKKS round trip with the relayed context (``encrypt`` or ``decrypt``)."""
     from fedrec.secure.he import decrypt_packed, encrypt_packed
@@ -73,8 +76,9 @@ def ckks_selftest(content: RecordDict, node: NodeContext) -> RecordDict:
     mode = str(cfg["mode"])
     if mode == "encrypt":
         chunks = encrypt_packed(ctx, np.asarray(list(cfg["values"]), dtype=np.float64))
-        return RecordDict({"ckks": ConfigRecord({"chunks": chunks})})
+        return RecordDict({diag_wire.CKKS: ConfigRecord({"chunks": chunks})})
     if mode == "decrypt":
         values = decrypt_packed(ctx, [bytes(b) for b in cfg["chunks"]], int(cfg["n"]))
-        return RecordDict({"ckks": ConfigRecord({"values": [float(v) for v in values]})})
-    raise RelayError(f"keys_ckks_selftest: unknown mode {mode!r} (encrypt or decrypt)")
+        return RecordDict({diag_wire.CKKS: ConfigRecord({"values": [float(v)
+                                                                    for v in values]})})
+    raise RelayError(f"{Action.CKKS_SELFTEST}: unknown mode {mode!r} (encrypt or decrypt)")

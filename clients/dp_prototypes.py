@@ -29,6 +29,8 @@ from fedrec.recsys.prototypes import (
     release_ledger,
     silo_metric_sums,
 )
+from fedrec.wire import evaluation as evaluation_wire
+from fedrec.wire.dp_prototypes import LEDGER_RECORD, PROTOTYPES_RECORD, Action
 
 _USER_FACTORS = "dpp.users"
 _SILO_ROLES = ("silo", "user")
@@ -65,7 +67,7 @@ def _evaluate_bytes(n_users: int, n_items: int, rank: int) -> float:
                   + 6.0 * n_users * n_items)
 
 
-@handler("dpp_prototypes")
+@handler(Action.PROTOTYPES)
 def dpp_prototypes(content: RecordDict, node: NodeContext) -> RecordDict:
     """Release this silo's epsilon-DP prototypes and the ledger of their releases."""
     who = node.who
@@ -94,12 +96,12 @@ def dpp_prototypes(content: RecordDict, node: NodeContext) -> RecordDict:
     if ledger.to_table_rows() != release.to_table_rows():  # released only what was charged
         raise RuntimeError(f"{who}: the release's DP ledger differs from the one charged")
     return RecordDict({
-        "prototypes": to_array_record({"P": P}),
-        "dp-ledger": ConfigRecord({"rows": json.dumps(release.to_table_rows())}),
+        PROTOTYPES_RECORD: to_array_record({"P": P}),
+        LEDGER_RECORD: ConfigRecord({"rows": json.dumps(release.to_table_rows())}),
     })
 
 
-@handler("dpp_evaluate")
+@handler(Action.EVALUATE)
 def dpp_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Fit U >= 0 against the broadcast item factors; reply metric sums only."""
     cfg = node.config()
@@ -109,7 +111,7 @@ def dpp_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
         raise ValueError(f"{node.who}: the item factors V have shape {V.shape}, expected "
                          f"({data.n_items}, rank >= 1) for {data.n_items} items")
     iters = node.iterations(cfg, "nmf-iters")
-    top_k = node.size(cfg, "top-k", default=20)
+    top_k = node.size(cfg, evaluation_wire.TOP_K, default=20)
     node.reserve(_evaluate_bytes(len(data.user_ids), data.n_items, V.shape[1]),
                  f"dp-prototypes evaluation with item factors of rank {V.shape[1]}")
     U = fit_user_factors(data.train, V, float(cfg["reg"]), iters)

@@ -21,6 +21,9 @@ from clients.handlers import evaluate_handler, handler, train_handler
 from clients.node import NodeContext
 from fedrec.recsys.metrics import RankingSums, evaluate_ranking
 from fedrec.recsys.mf import Adam, bpr_step, bpr_train_local, init_user_factors, item_gradient
+from fedrec.wire import evaluation as evaluation_wire
+from fedrec.wire import request as request_wire
+from fedrec.wire.fedmf import Action
 
 _STATE = "fedmf.users"
 
@@ -118,7 +121,7 @@ def _reserve_training(node: NodeContext, V: np.ndarray, cfg: dict[str, Any], mod
     node.reserve(n_bytes, f"FedMF {mode} training (mf-dim={dim}, negatives, batch size)")
 
 
-@handler("fedmf_train")
+@handler(Action.TRAIN)
 def fedmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
     """Train this node's users on the broadcast V; reply this node's share of the item sum."""
     cfg = node.config()
@@ -137,13 +140,13 @@ def fedmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
     return sum_reply(node, share)
 
 
-@handler("fedmf_evaluate")
+@handler(Action.EVALUATE)
 def fedmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Recall/NDCG sums of this node's users with the final V, as its share of a sum."""
     cfg = node.config()
     V = _checked_V(node, node.arrays()["V"])
-    sums = _ranking(node, V, int(cfg["seed"]), node.size(cfg, "top-k", default=20))
-    return sum_reply(node, {"ranking": sums.to_vector()})
+    sums = _ranking(node, V, int(cfg["seed"]), node.size(cfg, evaluation_wire.TOP_K, default=20))
+    return sum_reply(node, {evaluation_wire.RANKING: sums.to_vector()})
 
 
 # -- Flower's stock train / evaluate messages (a stock strategy drives the nodes) -------------
@@ -157,8 +160,8 @@ def fedmf_stock_train(content: RecordDict, node: NodeContext) -> RecordDict:
     """
     node.policy.require("allow-plain", "Flower's stock train round (the server would see this "
                         "node's updated item factors in clear)", f"partition {node.partition_id}")
-    cfg = content.config_records["config"]
-    V = _checked_V(node, content.array_records["arrays"].to_numpy_ndarrays()[0])
+    cfg = content.config_records[request_wire.STOCK_CONFIG]
+    V = _checked_V(node, content.array_records[request_wire.ARRAYS].to_numpy_ndarrays()[0])
     _reserve_training(node, V, {"negatives": cfg["mf-negatives"]}, "exact")
     data = node.data()
     seed = int(cfg["seed"])
@@ -170,8 +173,9 @@ def fedmf_stock_train(content: RecordDict, node: NodeContext) -> RecordDict:
     node.store_arrays(_STATE, {"U": step.user_factors})
     V_new = V - lr * item_gradient(V, step.item_grad_sum, step.n_users, reg)
     return RecordDict({
-        "arrays": ArrayRecord([V_new]),
-        "metrics": MetricRecord({"num-examples": step.n_users, "train-loss": step.loss}),
+        request_wire.ARRAYS: ArrayRecord([V_new]),
+        request_wire.METRICS: MetricRecord({"num-examples": step.n_users,
+                                            "train-loss": step.loss}),
     })
 
 
@@ -184,8 +188,9 @@ def fedmf_stock_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     for the stock train round. The protocol's own evaluation is a secure sum."""
     node.policy.require("allow-plain", "Flower's stock evaluate round (the server would see "
                         "this node's metrics in clear for a model it chose)", node.who)
-    cfg = content.config_records["config"]
-    V = _checked_V(node, content.array_records["arrays"].to_numpy_ndarrays()[0])
-    sums = _ranking(node, V, int(cfg["seed"]), node.size(cfg, "top-k", default=20))
+    cfg = content.config_records[request_wire.STOCK_CONFIG]
+    V = _checked_V(node, content.array_records[request_wire.ARRAYS].to_numpy_ndarrays()[0])
+    sums = _ranking(node, V, int(cfg["seed"]), node.size(cfg, evaluation_wire.TOP_K, default=20))
     metrics = {name: float(value) for name, value in sums.means().items()}
-    return RecordDict({"metrics": MetricRecord({"num-examples": sums.n_users, **metrics})})
+    return RecordDict({request_wire.METRICS: MetricRecord({"num-examples": sums.n_users,
+                                                           **metrics})})

@@ -26,6 +26,8 @@ from clients.handlers import handler
 from clients.node import NodeContext
 from fedrec.records import config_record
 from fedrec.recsys import power_svd as svd
+from fedrec.wire import fedsvd as fedsvd_wire
+from fedrec.wire.fedsvd import Action
 from fedrec.wire.sums import SUM_KEY
 
 _NOISE = "fedsvd.noise"  # arrays in node state: this node's weighted noise of the last sync
@@ -136,14 +138,14 @@ def _work(node: NodeContext) -> tuple[_Block, svd.SyncContribution | np.ndarray]
                                  block.params, block.sigma, block.weight, _noise)
 
 
-@handler("fedsvd_sync")
+@handler(Action.SYNC)
 def sync(content: RecordDict, node: NodeContext) -> RecordDict:
     """Local iterations t_from+1 .. t_to-1 from the common basis, then this node's weighted
     noisy update of synchronization t_to as its share of the sum."""
     block, out = _work(node)
     if not isinstance(out, svd.SyncContribution):
-        raise ValueError(f"{node.who} refuses fedsvd_sync: t-to = {block.t_to} is not a "
-                         "synchronization (the output rule is 'fedsvd_output')")
+        raise ValueError(f"{node.who} refuses {Action.SYNC}: t-to = {block.t_to} is not a "
+                         f"synchronization (the output rule is '{Action.OUTPUT}')")
     arrays = {"Y": out.update}
     if block.scheme == "fedpower":  # Alg. 1's noise scale, inside the sum (power_svd)
         arrays["z-above"] = svd.z_max_indicator(out.z_max, block.rows.shape[1])
@@ -154,7 +156,7 @@ def sync(content: RecordDict, node: NodeContext) -> RecordDict:
     return sum_reply(node, arrays)
 
 
-@handler("fedsvd_noise_product")
+@handler(Action.NOISE_PRODUCT)
 def noise_product(content: RecordDict, node: NodeContext) -> RecordDict:
     """Alg. 2 step 10: Enc(b_i) x (w_i N_i), re-randomized with a fresh Enc(0) and
     statistically flooded (``fedrec/secure/selection.py``).
@@ -166,9 +168,9 @@ def noise_product(content: RecordDict, node: NodeContext) -> RecordDict:
 
     node.policy.require("allow-noise-removal", "fedsvd-utility's noise removal (the server "
                         "learns this node's noise unless the node is the one kept)", node.who)
-    if "fedsvd-he" not in content.config_records:
-        raise ValueError(f"{node.who}: noise-removal request has no 'fedsvd-he' record")
-    req = content.config_records["fedsvd-he"]
+    if fedsvd_wire.HE not in content.config_records:
+        raise ValueError(f"{node.who}: noise-removal request has no '{fedsvd_wire.HE}' record")
+    req = content.config_records[fedsvd_wire.HE]
     info = config_record(node.state, _NOISE_INFO)
     stored = node.load_arrays(_NOISE)
     if info is None or stored is None or int(info["t"]) != int(req["t"]):
@@ -186,7 +188,7 @@ def noise_product(content: RecordDict, node: NodeContext) -> RecordDict:
     weighted = np.clip(stored["N"], -weight * VALUE_BOUND, weight * VALUE_BOUND)
     ctx = _selection_context(node, bytes(req["public-context"]))
     products = ctx.product(bytes(req["selection"]), weighted)
-    return RecordDict({"fedsvd-he": ConfigRecord({"products": products})})
+    return RecordDict({fedsvd_wire.HE: ConfigRecord({"products": products})})
 
 
 #: Checked public selection contexts, keyed by (run, SHA-256 of the context bytes): a node
@@ -217,25 +219,25 @@ def _selection_context(node: NodeContext, public: bytes):
     return hit
 
 
-@handler("fedsvd_output")
+@handler(Action.OUTPUT)
 def output(content: RecordDict, node: NodeContext) -> RecordDict:
     """The output rule when T is not a synchronization: the last local iterations, then
     w_i Z_T^(i) D_{T+1}^(i) as this node's share of a sum."""
     block, Z = _work(node)
     if isinstance(Z, svd.SyncContribution):
-        raise ValueError(f"{node.who} refuses fedsvd_output: t-to = {block.t_to} is a "
-                         "synchronization (its request is 'fedsvd_sync')")
+        raise ValueError(f"{node.who} refuses {Action.OUTPUT}: t-to = {block.t_to} is a "
+                         f"synchronization (its request is '{Action.SYNC}')")
     return sum_reply(node, {"Z": np.asarray(Z)})
 
 
-@handler("fedsvd_evaluate")
+@handler(Action.EVALUATE)
 def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Recall/NDCG sums of this node's users scored r_u Z Z^T (the subspace as a low-pass
     filter), as its share of a sum."""
     Z = node.arrays()["Z"]
     n_cols = node.data().n_items
     if Z.ndim != 2 or Z.shape[0] != n_cols or Z.shape[1] < 1:
-        raise ValueError(f"{node.who} refuses fedsvd_evaluate: the basis Z has shape "
+        raise ValueError(f"{node.who} refuses {Action.EVALUATE}: the basis Z has shape "
                          f"{Z.shape}, expected ({n_cols}, r) with r >= 1")
     batch = 512
     node.reserve(8.0 * (batch * Z.shape[1] + n_cols * Z.shape[1]),

@@ -24,7 +24,9 @@ from flwr.app import ConfigRecord, RecordDict
 from clients.handlers import handler
 from clients.node import NodeContext
 from fedrec.records import config_record
-from fedrec.secure.relay import MAKES, RELAY_KEY, RelayError, secret_mail_purpose
+from fedrec.secure.relay import MAKES, RelayError, secret_mail_purpose
+from fedrec.wire import keyrelay as relay_wire
+from fedrec.wire.keyrelay import RELAY_KEY, Action
 
 __all__ = ["get_shared_secret", "get_shared_context", "secret_fingerprint"]
 
@@ -102,7 +104,7 @@ def _make_secret(make: str) -> tuple[bytes, bytes | None]:
     raise RelayError(f"unknown secret kind {make!r}; expected one of {MAKES}")
 
 
-@handler("keys_create_secret")
+@handler(Action.CREATE)
 def create_secret(content: RecordDict, node: NodeContext) -> RecordDict:
     """Round 2 (owner only): create the secret, keep it, mail a sealed copy to every peer."""
     cfg = _cfg(content)
@@ -115,10 +117,10 @@ def create_secret(content: RecordDict, node: NodeContext) -> RecordDict:
     created: dict = {"fingerprint": fp}
     if public_ctx is not None:
         created["public-context"] = public_ctx
-    return RecordDict({"relay-created": ConfigRecord(created)})
+    return RecordDict({relay_wire.CREATED: ConfigRecord(created)})
 
 
-@handler("keys_receive_secret")
+@handler(Action.RECEIVE)
 def receive_secret(content: RecordDict, node: NodeContext) -> RecordDict:
     """Round 3: open the owner's sealed secret, keep it, acknowledge its fingerprint."""
     cfg = _cfg(content)
@@ -128,4 +130,4 @@ def receive_secret(content: RecordDict, node: NodeContext) -> RecordDict:
         raise RelayError(f"node {node.context.node_id} received no secret '{purpose}' from its "
                          f"owner, node {owner} (mail from: {sorted(mail) or 'nobody'})")
     fp = _store_secret(node, purpose, make, owner, mail[owner])
-    return RecordDict({"relay-ack": ConfigRecord({"fingerprint": fp})})
+    return RecordDict({relay_wire.ACK: ConfigRecord({"fingerprint": fp})})

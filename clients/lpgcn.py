@@ -51,7 +51,9 @@ from fedrec.recsys.metrics import evaluate_ranking
 from fedrec.recsys.mf import Adam
 from fedrec.secure.pseudonyms import HOLDINGS, item_pseudonyms, keyed_normal, virtual_items
 from fedrec.secure.randomness import csprng_uniform
+from fedrec.wire import evaluation as evaluation_wire
 from fedrec.wire import lpgcn as wire
+from fedrec.wire import request as request_wire
 from fedrec.wire.lpgcn import Action, Part
 
 SECRET = "lpgcn-S"  # the relay purpose of the shared key S
@@ -286,7 +288,7 @@ def holdings(content: RecordDict, node: NodeContext) -> RecordDict:
                    "cover": np.array([alpha, float(hp["mask-scale"]),
                                       float(HOLDINGS.index(mode))])})
     setup.flush()
-    return RecordDict({"arrays": to_array_record({"held": pseudo_all[held_real]})})
+    return RecordDict({request_wire.ARRAYS: to_array_record({"held": pseudo_all[held_real]})})
 
 
 @handler(Action.ASSIGN)
@@ -847,7 +849,7 @@ def lpgcn_round(content: RecordDict, node: NodeContext) -> RecordDict:
     s = Session(node)
     cfg = s.hp
     step, train = int(cfg["step"]), bool(cfg["train"])
-    got = node.arrays() if "arrays" in node.request.array_records else {}
+    got = node.arrays() if request_wire.ARRAYS in node.request.array_records else {}
     s.absorb_degrees()
     current = int(s.flags["step"])
     if step == current + 1:
@@ -866,10 +868,10 @@ def lpgcn_round(content: RecordDict, node: NodeContext) -> RecordDict:
     s.absorb(got)
     s.advance()
     s.save()
-    reply = RecordDict({"lpgcn-status": ConfigRecord({"step": step,
-                                                      "forward-done": s.forward_done()})})
+    reply = RecordDict({wire.STATUS: ConfigRecord({"step": step,
+                                                   "forward-done": s.forward_done()})})
     if s.out:
-        reply["arrays"] = to_array_record(s.out)
+        reply[request_wire.ARRAYS] = to_array_record(s.out)
     return reply
 
 
@@ -890,14 +892,14 @@ def lpgcn_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     if table.shape != (len(pseudo), node.size(cfg, "dim")):
         raise LosslessnessError(f"{node.who}: the item table V has shape {table.shape}, "
                                 f"expected ({len(pseudo)}, lpgcn-dim)")
-    k = node.size(cfg, "top-k", default=20)
+    k = node.size(cfg, evaluation_wire.TOP_K, default=20)
     node.reserve(ranking_bytes(len(pseudo), 1024, k) + 8.0 * table.size,
                  f"LP-GCN evaluation (top-k={k})")
     V = table[np.searchsorted(np.sort(pseudo), pseudo)]
     U = layer_mean([cur[f"eu{layer}"] for layer in range(layers + 1)])
     data = _data(node)
     sums = evaluate_ranking(lambda rows: U[rows] @ V.T, data.train, data.test, k=k)
-    return sum_reply(node, {"ranking": sums.to_vector()})
+    return sum_reply(node, {evaluation_wire.RANKING: sums.to_vector()})
 
 
 @handler(Action.LOSSES)

@@ -31,6 +31,10 @@ from fedrec.recsys.multiview import (
     user_scores,
     users_step,
 )
+from fedrec.wire import evaluation as evaluation_wire
+from fedrec.wire import mvmf as mvmf_wire
+from fedrec.wire import request as request_wire
+from fedrec.wire.mvmf import Action
 
 _FACTORS = "mvmf.factors"  # node state: SGD users' ids and factors
 
@@ -80,10 +84,10 @@ def _factors(node: NodeContext) -> dict[int, np.ndarray]:
     return {int(u): p for u, p in zip(stored["ids"], stored["P"])}
 
 
-@handler("mvmf_train")
+@handler(Action.TRAIN)
 def mvmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
     """One epoch of this node's users; their summed gradients as a share of a sum."""
-    _require(node, "user", "mvmf_train")
+    _require(node, "user", Action.TRAIN)
     cfg = node.config()
     model = _model(node)
     data, X, Q, U = _user_inputs(node, model)
@@ -99,14 +103,14 @@ def mvmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
                             "users": np.array([float(step.n_users)])})
 
 
-@handler("mvmf_evaluate")
+@handler(Action.EVALUATE)
 def mvmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Ranking sums of this node's users (new users' p from eq. 15) as a share of a sum."""
-    _require(node, "user", "mvmf_evaluate")
+    _require(node, "user", Action.EVALUATE)
     cfg = node.config()
     model = _model(node)
     data, X, Q, U = _user_inputs(node, model)
-    top_k = node.size(cfg, "top-k")
+    top_k = node.size(cfg, evaluation_wire.TOP_K)
     # every user's scores P Q^T and the ranked copies of them the metric sums make
     node.reserve(8.0 * len(data.user_ids) * (6.0 * data.n_items + 2.0 * model.dim),
                  f"MVMF evaluation (dim={model.dim})")
@@ -115,7 +119,7 @@ def mvmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     sums = rating_ranking_sums(user_scores(P, Q), data.train, data.test,
                                top_k, float(cfg["threshold"]),
                                _new_items(node, data.n_items))
-    return sum_reply(node, {"ranking": sums})
+    return sum_reply(node, {evaluation_wire.RANKING: sums})
 
 
 def _new_items(node: NodeContext, n_items: int) -> np.ndarray | None:
@@ -123,7 +127,7 @@ def _new_items(node: NodeContext, n_items: int) -> np.ndarray | None:
     split; absent or empty: every item. Server-named like Q itself, which already decides
     every item's score; what a chosen list reveals is a per-item count over the node set
     (docs/threat-model.md, FedMVMF / PrivMVMF)."""
-    raw = node.arrays().get("new-items")
+    raw = node.arrays().get(mvmf_wire.NEW_ITEMS)
     if raw is None or raw.size == 0:
         return None
     items = np.asarray(raw, dtype=np.float64).ravel()
@@ -131,8 +135,8 @@ def _new_items(node: NodeContext, n_items: int) -> np.ndarray | None:
               and items.min() >= 0 and items.max() < n_items
               and np.unique(items).size == items.size)
     if not ok:
-        raise ValueError(f"{node.who}: the request's 'new-items' must be distinct integer "
-                         f"item indices in [0, {n_items}); its {items.size} values are not")
+        raise ValueError(f"{node.who}: the request's '{mvmf_wire.NEW_ITEMS}' must be distinct "
+                         f"integer item indices in [0, {n_items}); its {items.size} values are not")
     return items.astype(np.int64)
 
 
@@ -151,24 +155,24 @@ def _item_inputs(node: NodeContext, action: str) -> tuple[Any, np.ndarray, np.nd
     return data, Y, Q
 
 
-@handler("mvmf_item_gradient")
+@handler(Action.ITEM_GRADIENT)
 def mvmf_item_gradient(content: RecordDict, node: NodeContext) -> RecordDict:
     """The item server: V (eq. 11) for the broadcast Q, and sum_d f(j,d) in clear."""
     model = _model(node)
-    _, Y, Q = _item_inputs(node, "mvmf_item_gradient")
+    _, Y, Q = _item_inputs(node, Action.ITEM_GRADIENT)
     _, term, loss = item_server_step(Y, Q, model.lam1, model.lam2)
-    return RecordDict({"arrays": to_array_record({"item-term": term,
-                                                  "loss": np.array([loss])})})
+    return RecordDict({request_wire.ARRAYS: to_array_record({mvmf_wire.ITEM_TERM: term,
+                                                            "loss": np.array([loss])})})
 
 
-@handler("mvmf_item_cold")
+@handler(Action.ITEM_COLD)
 def mvmf_item_cold(content: RecordDict, node: NodeContext) -> RecordDict:
     """The item server: its new items and their factors from eq. 17 (V from the final Q)."""
     model = _model(node)
-    data, Y, Q = _item_inputs(node, "mvmf_item_cold")
+    data, Y, Q = _item_inputs(node, Action.ITEM_COLD)
     V, _, _ = item_server_step(Y, Q, model.lam1, model.lam2)
     cold = np.asarray(data.cold_items, dtype=np.int64)
     rows = cold_item_factors(Y[cold], V, model.lam1, model.lam2) if cold.size else \
         np.zeros((0, Q.shape[1]))
-    return RecordDict({"arrays": to_array_record({"cold-items": cold.astype(np.float64),
-                                                  "cold-factors": rows})})
+    return RecordDict({request_wire.ARRAYS: to_array_record({
+        mvmf_wire.COLD_ITEMS: cold.astype(np.float64), mvmf_wire.COLD_FACTORS: rows})})

@@ -19,6 +19,8 @@ from flwr.app import ConfigRecord, Context, RecordDict
 from datasets import DatasetSpec, NodeData, PartitionSpec, load_item_server_data, load_node_data
 from datasets.synthetic import footprint_bytes as synthetic_bytes
 from fedrec.records import array_record, config_record, from_array_record, to_array_record
+from fedrec.wire import request as wire_request
+from fedrec.wire.handshake import DATA as DATA_KEY  # the data config's record, for fl_app
 
 if TYPE_CHECKING:
     from clients.identity_node import NodeIdentity
@@ -26,8 +28,6 @@ if TYPE_CHECKING:
     from clients.sealed_node import Mailbox
     from fedrec.dp import PrivacyLedger
 
-#: RecordDict key under which strategies send the dataset/partition config.
-DATA_KEY = "data"
 #: Roles a node can declare (node config ``role``): user rows (cross-device or shards), a silo
 #: (many users, cross-silo protocols), an item server (item features, no user rows).
 ROLES = ("user", "silo", "item-server")
@@ -165,8 +165,9 @@ class NodeContext:
         holder knows where its files are.
         """
         records = self.request.config_records
+        stock = wire_request.STOCK_CONFIG
         source = DATA_KEY if DATA_KEY in records else (
-            "config" if "config" in records and "dataset" in records["config"] else None)
+            stock if stock in records and "dataset" in records[stock] else None)
         if source is not None:
             cfg = dict(records[source])
             self.state[STATE_DATA_KEY] = ConfigRecord(cfg)
@@ -203,7 +204,7 @@ class NodeContext:
         return _cached_node_data(spec, part, self.partition_id)
 
     # -- the request ---------------------------------------------------------------------
-    def arrays(self, key: str = "arrays") -> dict[str, np.ndarray]:
+    def arrays(self, key: str = wire_request.ARRAYS) -> dict[str, np.ndarray]:
         """The named arrays the request carries (``Federation.request`` puts them here)."""
         if key not in self.request.array_records:
             raise KeyError(f"request has no ArrayRecord '{key}' "
@@ -214,7 +215,7 @@ class NodeContext:
                      f"the request's arrays '{key}' ({', '.join(record)})")
         return from_array_record(record)
 
-    def config(self, name: str = "protocol") -> dict[str, Any]:
+    def config(self, name: str = wire_request.CONFIG) -> dict[str, Any]:
         """The request's ConfigRecord ``name`` as a dict (empty if absent)."""
         record = self.request.config_records.get(name)
         return dict(record) if record is not None else {}

@@ -24,6 +24,7 @@ from fedrec.wire.sums import (
     NODESET_KEY,
     NODESET_PURPOSE,
     NODESET_SIGNED_KEY,
+    Action,
     AggregationError,
     node_set_digest,
 )
@@ -55,7 +56,7 @@ def commit(node: NodeContext, members: list[int], what: str) -> list[int]:
     return members
 
 
-@handler("nodeset_commit")
+@handler(Action.NODESET)
 def nodeset_commit(content: RecordDict, node: NodeContext) -> RecordDict:
     """Key setup: commit to the run's node set and sign it (once per run: the same set
     again gets the same answer, another set is refused)."""

@@ -100,8 +100,6 @@ if TYPE_CHECKING:
 
 #: Environment variable read by ``build_client_app`` (comma-separated ``key=value``).
 POLICY_ENV = "FEDREC_NODE_POLICY"
-#: Record in the handshake reply: the node's policy, acknowledged for the results.
-POLICY_RECORD = "policy"
 #: Node state record of the DP budget this run spent (``epsilon``) and the ledger's total
 #: after the last charge (``total``); the ledger file is what enforces the budget.
 _DP_SPENT = "policy.dp-spent"

@@ -36,6 +36,9 @@ from fedrec.recsys.linalg import (
     user_gram_weight,
 )
 from fedrec.recsys.metrics import evaluate_ranking
+from fedrec.wire import evaluation as evaluation_wire
+from fedrec.wire import privirec as privirec_wire
+from fedrec.wire.privirec import Action
 
 #: Gaussian start rows are clipped to +-OMEGA_CLIP so their secure sum has a declared range
 #: (P(|z| > 8) ~ 1e-15 per draw; the distribution is otherwise unchanged).
@@ -71,17 +74,17 @@ def omega_rows(user_ids: np.ndarray, p: int, mode: str, seed: int) -> np.ndarray
     return np.clip(rows, -OMEGA_CLIP, OMEGA_CLIP)
 
 
-@handler("privirec_degrees")
+@handler(Action.DEGREES)
 def degrees(content: RecordDict, node: NodeContext) -> RecordDict:
     """Secure sum #1 (Eq. 6): this node's item degree counts."""
     deg = np.asarray(_binary_rows(node).sum(axis=0)).ravel()
     return sum_reply(node, {"deg": deg})
 
 
-@handler("privirec_gram")
+@handler(Action.GRAM)
 def gram(content: RecordDict, node: NodeContext) -> RecordDict:
     """Secure sum #2 (Theorem 3.1): sum over this node's users of d_u^{-2 alpha} R_u^T R_u."""
-    cfg = content.config_records["privirec"]
+    cfg = content.config_records[privirec_wire.CONFIG_KEY]
     train = _binary_rows(node)
     weights = user_gram_weight(np.asarray(train.sum(axis=1)).ravel(), float(cfg["alpha"]))
     G = upper_triangle(train.T @ sp.diags(weights) @ train)
@@ -95,7 +98,7 @@ def gram(content: RecordDict, node: NodeContext) -> RecordDict:
                             "of R^T R unmasked)", node.who)
         node.policy.require("allow-plain", "PriviRec transport 'sparse' (a plain sum)",
                             node.who)
-        reply = RecordDict({"gram": to_array_record(csr_to_arrays(G, "G"))})
+        reply = RecordDict({privirec_wire.GRAM: to_array_record(csr_to_arrays(G, "G"))})
         return reply
     if n * (n + 1) // 2 * 8 > MAX_DENSE_GRAM_BYTES:
         raise MemoryError(
@@ -105,10 +108,10 @@ def gram(content: RecordDict, node: NodeContext) -> RecordDict:
     node.reserve(24.0 * (n * (n + 1) // 2), f"PriviRec's dense item-item sum ({n} items)")
     rows, cols = np.triu_indices(n)
     dense = np.asarray(G[rows, cols]).ravel()
-    return sum_reply(node, {"gram": dense})
+    return sum_reply(node, {privirec_wire.GRAM: dense})
 
 
-@handler("privirec_power")
+@handler(Action.POWER)
 def power_step(content: RecordDict, node: NodeContext) -> RecordDict:
     """Algorithm 1, one secure-sum round.
 
@@ -116,7 +119,7 @@ def power_step(content: RecordDict, node: NodeContext) -> RecordDict:
     Omega rows. Later rounds: Y = R~_node^T (R~_node X). With ``ritz`` set, the k x k
     Rayleigh-Ritz sum H = (R~_node X)^T (R~_node X) instead.
     """
-    cfg = content.config_records["privirec"]
+    cfg = content.config_records[privirec_wire.CONFIG_KEY]
     arrays = arrays_of(content)
     data = node.data()
     if "X" not in arrays:
@@ -152,16 +155,16 @@ def _checked_X(node: NodeContext, X: np.ndarray, n_items: int, n_users: int) -> 
     return X
 
 
-@handler("privirec_evaluate")
+@handler(Action.EVALUATE)
 def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Build every requested filter from the broadcast pieces and score this node's users.
 
     Replies (through the secure sum) the Recall/NDCG sums per filter, so the server learns
     only totals over all nodes.
     """
-    cfg = content.config_records["privirec"]
+    cfg = content.config_records[privirec_wire.CONFIG_KEY]
     arrays = pop_arrays(content)
-    filters = content.config_records["filters"]
+    filters = content.config_records[privirec_wire.FILTERS]
     data = node.data()
     train = _binary_rows(node)
     dtype = str(cfg.get("score-dtype", "float64"))
@@ -171,7 +174,7 @@ def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     # One operator per alpha, shared by every filter that uses it (BSPM-LM and -EM then share
     # the blocked kernel); the broadcast upper triangles are dropped once expanded, because
     # at Yelp2018 scale each P~ is ~0.8 GB on a node.
-    k = node.size(cfg, "top-k", default=20)
+    k = node.size(cfg, evaluation_wire.TOP_K, default=20)
     ranks = [node.size(cfg, key, minimum=0, default=0)
              for key in ("filter-rank", "max-filter-rank")]
     # each broadcast upper triangle expanded to the symmetric operator (values and indices,

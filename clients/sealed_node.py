@@ -27,23 +27,20 @@ from fedrec.records import config_record, state_record
 from fedrec.secure.identity import SIGNED_KEY_BYTES, SignedKey
 from fedrec.secure.keys import AuthenticationError, NodeKeys, open_sealed, seal
 from fedrec.secure.sealed import (
-    MAIL_DIRECTORY,
-    MAIL_IN,
-    MAIL_OUT,
     MAIL_PURPOSE,
-    MAIL_ROUND,
     RelayError,
     mail_aad,
     mail_context,
     out_key,
     parse_in_key,
 )
+from fedrec.wire.mail import MAIL_DIRECTORY, MAIL_IN, MAIL_OUT, MAIL_ROUND
 
 if TYPE_CHECKING:
     from clients.identity_node import NodeIdentity
 
 KEY_STATE = "relay.key"  # ConfigRecord in node state: this node's mail private key
-_DIRECTORY = "relay.directory"  # ConfigRecord in node state: {"keys": _pack(node -> key)}
+_DIRECTORY = "relay.known-keys"  # ConfigRecord in node state: {"keys": _pack(node -> key)}
 SEEN_STATE = "relay.seen"  # ConfigRecord in node state: mail already opened (replay guard)
 _INBOX = "relay.inbox"  # ConfigRecord in node state: mail delivered but not opened yet
 _PAIRWISE = "relay.pairwise"  # ConfigRecord in node state: peer's signed key digest -> mail key

@@ -23,7 +23,6 @@ from fedrec.records import config_record
 from fedrec.secure.fixedpoint import FixedPoint
 from fedrec.secure.keys import NodeKeys, split_secrets
 from fedrec.secure.masks import expand_mask
-from fedrec.secure.sealed import MAIL_KEY_REPLY, MAIL_KEYGEN
 from fedrec.secure.secagg import (
     SHARES_PURPOSE,
     SURVIVORS_PURPOSE,
@@ -39,6 +38,9 @@ from fedrec.secure.secagg import (
     survivors_digest,
     threshold_for,
 )
+from fedrec.wire import secagg as secagg_wire
+from fedrec.wire.mail import MAIL_KEY_REPLY, MAIL_KEYGEN
+from fedrec.wire.secagg import Action
 from fedrec.wire.sums import NODESET_KEY, SUM_KEY
 
 _STATE = "secagg.state"  # ConfigRecord with this node's secrets and bookkeeping
@@ -80,7 +82,7 @@ def _record(state: RecordDict, key: str) -> ConfigRecord:
     return record
 
 
-@handler("secagg_advertise")
+@handler(Action.ADVERTISE)
 def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
     """Round 1: make the s (pairwise mask agreement) key pair; publish its public key, signed
     with this node's identity so that the server cannot substitute it.
@@ -89,7 +91,7 @@ def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
     makes its mail key in the same round (``clients/sealed_node.py``): one round less of key
     setup, the same fresh signed key as ``relay_keys``."""
     cfg = _fields(content, ("run-tag", "members", "degree", "graph-seed"), node,
-                  "secagg_advertise")
+                  Action.ADVERTISE)
     members = _commit_members(node, [int(v) for v in cfg["members"]])
     run_tag = bytes(cfg["run-tag"])
     commit = commitment(run_tag, members, int(cfg["degree"]), int(cfg["graph-seed"]))
@@ -114,7 +116,7 @@ def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
             state[key] = ConfigRecord()
     signed = node.identity.sign(mask_key_purpose(commit), node.context.run_id,
                                 node.context.node_id, s_keys.public_bytes())
-    reply = RecordDict({"keys": ConfigRecord({"s-pk": signed}),
+    reply = RecordDict({secagg_wire.KEYS: ConfigRecord({"s-pk": signed}),
                         NODESET_KEY: ConfigRecord({"signed": sign_node_set(node, members)})})
     if config_record(content, MAIL_KEYGEN) is not None:
         reply[MAIL_KEY_REPLY] = ConfigRecord({"pk": new_mail_key(
@@ -160,13 +162,13 @@ def _committed(node: NodeContext, before: int | None = None) -> tuple[list[int],
     return [int(v) for v in record["members"]], gone
 
 
-@handler("secagg_share")
+@handler(Action.SHARE)
 def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     """Round 2: draw one self-mask seed per upcoming sum, Shamir-share each, mail each holder
     its shares through the sealed relay."""
     st = _state(node.state)
     cfg = _fields(content, ("neighbours", "threshold", "first-sum", "batch", "s-pks"), node,
-                  "secagg_share")
+                  Action.SHARE)
     me = node.context.node_id
     members, _ = _committed(node)
     # every member signed this node's set (no member was shown another), across runs too
@@ -371,12 +373,12 @@ def _spend(node: NodeContext, record: str, sum_id: int, what: str) -> None:
     done[str(sum_id)] = True
 
 
-@handler("secagg_confirm")
+@handler(Action.CONFIRM)
 def confirm(content: RecordDict, node: NodeContext) -> RecordDict:
     """The consistency round of a sum with dropouts: sign the survivor and dropped lists,
     once per sum. The dropped nodes leave this node's committed set for the rest of the run
     (a dropped node never comes back, so the server cannot alternate sets)."""
-    cfg = _fields(content, ("sum-id", "survivors", "dropped"), node, "secagg_confirm")
+    cfg = _fields(content, ("sum-id", "survivors", "dropped"), node, Action.CONFIRM)
     sum_id = int(cfg["sum-id"])
     _spend(node, _CONFIRMED, sum_id, "confirm")
     survivors, dropped = _split(node, cfg, sum_id, "confirm")
@@ -387,7 +389,7 @@ def confirm(content: RecordDict, node: NodeContext) -> RecordDict:
     record["dropped-at"] = [*record["dropped-at"], *[sum_id] * len(dropped)]
     signed = node.identity.sign(SURVIVORS_PURPOSE, node.context.run_id, node.context.node_id,
                                 survivors_digest(sum_id, survivors, dropped))
-    return RecordDict({"confirm": ConfigRecord({"signed": signed})})
+    return RecordDict({secagg_wire.CONFIRMATION: ConfigRecord({"signed": signed})})
 
 
 def _check_confirmations(node: NodeContext, cfg: ConfigRecord, sum_id: int,
@@ -406,7 +408,7 @@ def _check_confirmations(node: NodeContext, cfg: ConfigRecord, sum_id: int,
                refuse, "these survivor and dropped lists", SecAggError)
 
 
-@handler("secagg_unmask")
+@handler(Action.UNMASK)
 def unmask(content: RecordDict, node: NodeContext) -> RecordDict:
     """Reveal what the server needs to finish sum t, under the refusal rules.
 
@@ -419,7 +421,7 @@ def unmask(content: RecordDict, node: NodeContext) -> RecordDict:
     """
     me = node.context.node_id
     st = _state(node.state)
-    cfg = _fields(content, ("sum-id", "survivors", "dropped"), node, "secagg_unmask")
+    cfg = _fields(content, ("sum-id", "survivors", "dropped"), node, Action.UNMASK)
     sum_id = int(cfg["sum-id"])
     _spend(node, _REVEALED, sum_id, "unmask")
     survivors, dropped = _split(node, cfg, sum_id, "unmask")
@@ -448,4 +450,4 @@ def unmask(content: RecordDict, node: NodeContext) -> RecordDict:
     keys = _pairwise_keys(st, me, sum_id, bytes(_record(node.state, _BOUNDS)[str(sum_id)]))
     for owner in sorted(neighbours & set(dropped)):
         out[f"k:{owner}"] = keys[owner]
-    return RecordDict({"revealed": ConfigRecord(out)})
+    return RecordDict({secagg_wire.REVEALED: ConfigRecord(out)})

@@ -8,6 +8,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from datasets.csr import csr_from_arrays, csr_to_arrays
+from fedrec.wire.request import ARRAYS
 
 __all__ = ["to_array_record", "from_array_record", "arrays_of", "pop_arrays", "csr_to_arrays",
            "csr_from_arrays", "config_record", "state_record"]
@@ -23,7 +24,7 @@ def from_array_record(record: ArrayRecord) -> dict[str, np.ndarray]:
     return {k: v.numpy() for k, v in record.items()}
 
 
-def arrays_of(content: RecordDict, key: str = "arrays") -> dict[str, np.ndarray]:
+def arrays_of(content: RecordDict, key: str = ARRAYS) -> dict[str, np.ndarray]:
     """The named arrays of ``content[key]``, with a clear error when the record is missing."""
     if key not in content.array_records:
         raise KeyError(
@@ -34,7 +35,7 @@ def arrays_of(content: RecordDict, key: str = "arrays") -> dict[str, np.ndarray]
 
 
 
-def pop_arrays(content: RecordDict, key: str = "arrays") -> dict[str, np.ndarray]:
+def pop_arrays(content: RecordDict, key: str = ARRAYS) -> dict[str, np.ndarray]:
     """Like :func:`arrays_of`, and removes the record from ``content`` so its serialized bytes
     can be freed while the handler works (a broadcast P~ is ~0.8 GB at Yelp2018 scale)."""
     arrays = arrays_of(content, key)

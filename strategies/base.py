@@ -19,6 +19,10 @@ from fedrec.recsys.metrics import RankingSums
 from fedrec.transport.aggregators import Aggregator
 from fedrec.transport.factory import make_aggregator
 from fedrec.transport.messenger import Messenger
+from fedrec.wire import evaluation as evaluation_wire
+from fedrec.wire import handshake as handshake_wire
+from fedrec.wire import request as request_wire
+from fedrec.wire.handshake import Info
 from strategies.policy_needs import PolicyNeed, aggregator_needs, check_node_policies
 
 
@@ -154,27 +158,28 @@ def handshake(messenger: Messenger, cfg: Mapping[str, Any], min_nodes: int = 1,
     logging.getLogger("fedrec").info("handshake: contacting %d node(s) (each loads its data; "
                                      "a simulation first starts its workers)", len(nodes))
     replies = messenger.broadcast(
-        "hello", RecordDict({"data": ConfigRecord(data_config(cfg))}), nodes, phase="handshake",
-        timeout=startup, timeout_key="startup-timeout")
+        handshake_wire.Action.HELLO,
+        RecordDict({handshake_wire.DATA: ConfigRecord(data_config(cfg))}), nodes,
+        phase="handshake", timeout=startup, timeout_key="startup-timeout")
     infos = {}
     policies: dict[int, dict[str, Any]] = {}
     for node, reply in replies.items():
-        if "info" not in reply.config_records:
+        if handshake_wire.INFO not in reply.config_records:
             raise ValueError(f"{messenger.label(node)} answered the handshake without its "
-                             "'info' record")
-        info = reply.config_records["info"]
-        infos[node] = NodeInfo(node, int(info["partition-id"]), int(info["n-items"]),
-                               int(info["n-users"]), int(info["n-train-users"]),
-                               role=str(info.get("role", "user")),
-                               holds=tuple(str(h) for h in info.get("holds", ["rows"])))
+                             f"'{handshake_wire.INFO}' record")
+        info = reply.config_records[handshake_wire.INFO]
+        infos[node] = NodeInfo(node, int(info[Info.PARTITION]), int(info[Info.N_ITEMS]),
+                               int(info[Info.N_USERS]), int(info[Info.N_TRAIN_USERS]),
+                               role=str(info.get(Info.ROLE, "user")),
+                               holds=tuple(str(h) for h in info.get(Info.HOLDS, ["rows"])))
         where = (f"partition {infos[node].partition_id}" if infos[node].role != "item-server"
                  else "item server")
         messenger.report.name_node(node, where, infos[node].partition_id, infos[node].role)
-        if "policy" in reply.config_records:  # what the node accepts, for the results
-            messenger.report.add_policy(node, reply.config_records["policy"])
-            policies[node] = dict(reply.config_records["policy"])
-        if "identity" in info:
-            messenger.report.add_identity(node, str(info["identity"]))
+        if handshake_wire.POLICY in reply.config_records:  # what it accepts, for the results
+            messenger.report.add_policy(node, reply.config_records[handshake_wire.POLICY])
+            policies[node] = dict(reply.config_records[handshake_wire.POLICY])
+        if Info.IDENTITY in info:
+            messenger.report.add_identity(node, str(info[Info.IDENTITY]))
     item_counts = {i.n_items for i in infos.values()}
     if len(item_counts) != 1:
         detail = ", ".join(f"{messenger.label(n)}: {i.n_items}" for n, i in sorted(infos.items()))
@@ -203,7 +208,7 @@ class Federation:
     cfg: Mapping[str, Any]
     infos: dict[int, NodeInfo]
     aggregator: Aggregator
-    config_name: str = "protocol"
+    config_name: str = request_wire.CONFIG
 
     @property
     def nodes(self) -> list[int]:
@@ -228,7 +233,7 @@ class Federation:
         """A request carrying ``arrays`` (record ``arrays``) and ``config``."""
         content = RecordDict()
         if arrays:
-            content["arrays"] = to_array_record(arrays)
+            content[request_wire.ARRAYS] = to_array_record(arrays)
         if config:
             content[self.config_name] = ConfigRecord(dict(config))
         return content
@@ -255,9 +260,9 @@ class Federation:
         Nodes answer with ``clients.contribute.ranking_reply``; the result is
         ``{"recall@20": ..., "ndcg@20": ..., ...}``.
         """
-        total = self.sum(action, arrays, {**dict(config or {}), "top-k": k},
+        total = self.sum(action, arrays, {**dict(config or {}), evaluation_wire.TOP_K: k},
                          max_abs=float(self.max_users) + 1.0, phase=phase)
-        return RankingSums.from_vector(k, total["ranking"]).means()
+        return RankingSums.from_vector(k, total[evaluation_wire.RANKING]).means()
 
 
 class ProtocolStrategy(Strategy):
@@ -324,7 +329,7 @@ class ProtocolStrategy(Strategy):
         return {"metrics": metrics, "history": history}
 
     def federate(self, messenger: Messenger, cfg: Mapping[str, Any],
-                 config_name: str = "protocol") -> Federation:
+                 config_name: str = request_wire.CONFIG) -> Federation:
         """Every protocol's one setup path: the handshake (roles checked against
         :attr:`federation`, nodes named, identities and policies reported), then the run's
         aggregator (:meth:`sum_aggregator`) over the nodes of :attr:`sum_roles`, set up."""

@@ -35,13 +35,13 @@ from fedrec.dp import PrivacyLedger
 from fedrec.recsys.nmf import nmf
 from fedrec.recsys.prototypes import ACCOUNTINGS, PrototypeParams, metric_means
 from fedrec.transport.messenger import Messenger
+from fedrec.wire import evaluation as evaluation_wire
+from fedrec.wire.dp_prototypes import LEDGER_RECORD, PROTOTYPES_RECORD, Action
 from strategies.base import Federation, ProtocolStrategy, RoleNeed, RunOutcome
 from strategies.policy_needs import PolicyNeed
 
 log = logging.getLogger("fedrec")
 
-#: Reply records of the prototype round.
-PROTOTYPES_RECORD, LEDGER_RECORD = "prototypes", "dp-ledger"
 #: The roles that take part: declared silos, and user nodes holding many users (simulation).
 SILO_ROLES = ("silo", "user")
 
@@ -136,7 +136,8 @@ class DPPrototypes(ProtocolStrategy):
         V = nmf(data.train, self.rank, self.reg, self.nmf_iters).V
         U = fit_user_factors(data.train, V, self.reg, self.nmf_iters)
         sums = silo_metric_sums(U @ V.T, data.train, data.test, self.params.value_max, self.top_k)
-        return metric_means(self.top_k, sums["ranking"], sums["rating"])
+        return metric_means(self.top_k, sums[evaluation_wire.RANKING],
+                            sums[evaluation_wire.RATING])
 
     def check_silo_sizes(self, fed: Federation) -> None:
         """Refuse the run before any release if a silo holds fewer than k users (the
@@ -214,18 +215,19 @@ class DPPrototypes(ProtocolStrategy):
         silos = fed.of_role(*SILO_ROLES)
         log.info("dp-prototypes: %d silos release %d prototypes each at epsilon %g",
                  len(silos), self.params.k, self.params.epsilon)
-        replies = fed.broadcast("dpp_prototypes", config=self.prototype_config(), nodes=silos,
+        replies = fed.broadcast(Action.PROTOTYPES, config=self.prototype_config(), nodes=silos,
                                 phase="prototypes")
         messenger.ledger.mark("prototypes", PROTOTYPES_RECORD, "noised")
         P, ledgers = self.collect(fed, replies)
         fit = nmf(P, self.rank, self.reg, self.nmf_iters)
         log.info("dp-prototypes: NMF of the %d x %d prototypes, rank %d: objective %.4g after "
                  "%d sweeps", *P.shape, self.rank, fit.objective[-1], len(fit.objective) - 1)
-        total = fed.sum("dpp_evaluate", {"V": fit.V},
+        total = fed.sum(Action.EVALUATE, {"V": fit.V},
                         {"reg": self.reg, "nmf-iters": self.nmf_iters,
-                         "value-max": self.params.value_max, "top-k": self.top_k},
+                         "value-max": self.params.value_max, evaluation_wire.TOP_K: self.top_k},
                         max_abs=self.max_abs(fed), phase="evaluate")
-        metrics = metric_means(self.top_k, total["ranking"], total["rating"])
+        metrics = metric_means(self.top_k, total[evaluation_wire.RANKING],
+                               total[evaluation_wire.RATING])
         return RunOutcome(metrics=metrics,
                           history=[{"nmf-objective": v} for v in fit.objective],
                           extra={"item_factors": fit.V, "prototypes": P},

@@ -46,6 +46,7 @@ from fedrec.recsys.mf import (
 )
 from fedrec.transport.ledger import PROGRESS_SECONDS
 from fedrec.transport.messenger import Messenger
+from fedrec.wire.fedmf import Action
 from strategies.base import Federation, ProtocolStrategy, RunOutcome, data_config, handshake
 from strategies.policy_needs import PolicyNeed
 
@@ -209,7 +210,7 @@ class FedMF(ProtocolStrategy):
         history = self.new_history()
         progress = _RoundLines("fedmf: train round")
         for r in range(1, self.rounds + 1):
-            total = fed.sum("fedmf_train", {"V": V}, self.node_config(r), max_abs=max_abs,
+            total = fed.sum(Action.TRAIN, {"V": V}, self.node_config(r), max_abs=max_abs,
                             phase="train")
             n = float(total["weight"][0])
             if n <= 0:
@@ -225,7 +226,7 @@ class FedMF(ProtocolStrategy):
             history.append(row)
             progress(r, self.rounds, row["train-loss"])
         metrics = {"train-loss": history[-1]["train-loss"],
-                   **fed.evaluate("fedmf_evaluate", {"V": V}, {"seed": self.seed},
+                   **fed.evaluate(Action.EVALUATE, {"V": V}, {"seed": self.seed},
                                                k=self.top_k)}
         return RunOutcome(metrics=metrics, history=history, extra={"item_factors": V})
 

@@ -39,6 +39,8 @@ from fedrec.config import ConfigError, Key
 from fedrec.recsys import power_svd as svd
 from fedrec.recsys.metrics import evaluate_ranking
 from fedrec.transport.messenger import Messenger
+from fedrec.wire import fedsvd as fedsvd_wire
+from fedrec.wire.fedsvd import Action
 from strategies.base import Federation, ProtocolStrategy, RunOutcome
 from strategies.policy_needs import PolicyNeed
 
@@ -165,10 +167,10 @@ class FedSvd(ProtocolStrategy):
         for t_from, t_to in svd.block_ends(p):
             conf = self.node_config(fed, t_from, t_to)
             if not p.is_sync(t_to):  # the output rule's last block
-                Z_bar = fed.sum("fedsvd_output", {"Z": common}, conf, max_abs=1.0,
+                Z_bar = fed.sum(Action.OUTPUT, {"Z": common}, conf, max_abs=1.0,
                                 phase="output")["Z"]
                 break
-            sums = fed.aggregator.sum("fedsvd_sync", fed.request({"Z": common}, conf),
+            sums = fed.aggregator.sum(Action.SYNC, fed.request({"Z": common}, conf),
                                       max_abs=max_abs, phase="sync")
             total = sums["Y"]
             z_bound = svd.z_max_bound(sums["z-above"], fed.n_items) \
@@ -185,7 +187,7 @@ class FedSvd(ProtocolStrategy):
             log.info("%s: synchronization %d of %d (t = %d)", self.scheme, t_to // p.p,
                      p.syncs, t_to)
         basis = svd.leading_basis(Z_bar, p.k)
-        metrics = fed.evaluate("fedsvd_evaluate", {"Z": basis}, k=self.top_k)
+        metrics = fed.evaluate(Action.EVALUATE, {"Z": basis}, k=self.top_k)
         privacy = {"dp": svd.accounting(self.scheme, p, len(fed.nodes),
                                         min(i.n_users for i in fed.infos.values())),
                    "fedsvd": {"scheme": self.scheme, "synchronizations": p.syncs,
@@ -221,20 +223,20 @@ class _ServerHe:
 
         nodes = fed.nodes
         j = secrets.randbelow(len(nodes))
-        requests = {node: RecordDict({"fedsvd-he": ConfigRecord({
+        requests = {node: RecordDict({fedsvd_wire.HE: ConfigRecord({
             "t": t, "public-context": self.public,
             "selection": selection.selection_ciphertext(self.ctx, 0 if i == j else 1)})})
             for i, node in enumerate(nodes)}
         n_values = int(np.prod(shape))
         acc = selection.ProductSum(self.ctx, n_values)
-        for node, reply in fed.messenger.iter_replies("fedsvd_noise_product", requests,
+        for node, reply in fed.messenger.iter_replies(Action.NOISE_PRODUCT, requests,
                                                      phase="noise-removal"):
-            products = reply.config_records["fedsvd-he"]["products"]
+            products = reply.config_records[fedsvd_wire.HE]["products"]
             if not isinstance(products, list):
-                raise ValueError(f"{fed.messenger.label(node)}: field 'fedsvd-he.products' "
-                                 "must be a list of ciphertexts")
+                raise ValueError(f"{fed.messenger.label(node)}: field "
+                                 f"'{fedsvd_wire.HE}.products' must be a list of ciphertexts")
             acc.add([bytes(b) for b in products], fed.messenger.label(node))
-        fed.messenger.ledger.mark("noise-removal", "fedsvd-he", "encrypted")
+        fed.messenger.ledger.mark("noise-removal", fedsvd_wire.HE, "encrypted")
         values = acc.decrypt()
         self.view.append({"t": t, "nodes": len(nodes),
                           "ciphertexts_per_node": selection.chunks_for(n_values)})

@@ -43,6 +43,7 @@ from fedrec.secure.pseudonyms import HOLDINGS, is_pseudonym
 from fedrec.transport.messenger import Messenger, NodeTimeoutError
 from fedrec.transport.relay_server import relay_secret
 from fedrec.wire import lpgcn as wire
+from fedrec.wire import request as request_wire
 from fedrec.wire.lpgcn import Action, Part
 from strategies.base import Federation, ProtocolStrategy, RunOutcome
 from strategies.policy_needs import PolicyNeed
@@ -216,7 +217,7 @@ class _Run:
                             "lpgcn-setup")
         held = {}
         for n in self.nodes:
-            h = from_array_record(replies[n]["arrays"])["held"]
+            h = from_array_record(replies[n][request_wire.ARRAYS])["held"]
             if h.dtype != np.int64 or not is_pseudonym(h) or np.any(np.diff(h) <= 0):
                 raise LosslessRunError(f"{label(n)} sent an item set that is not a sorted "
                                        "list of distinct pseudonyms")
@@ -344,10 +345,10 @@ class _Run:
             pending = {n: {} for n in self.nodes}
             forward_done = True
             for n in self.nodes:
-                forward_done &= bool(replies[n]["lpgcn-status"]["forward-done"])
-                if "arrays" not in replies[n].array_records:
+                forward_done &= bool(replies[n][wire.STATUS]["forward-done"])
+                if request_wire.ARRAYS not in replies[n].array_records:
                     continue
-                for array_name, x in from_array_record(replies[n]["arrays"]).items():
+                for array_name, x in from_array_record(replies[n][request_wire.ARRAYS]).items():
                     try:
                         part, layer = wire.parse(array_name)
                     except wire.WireError as exc:

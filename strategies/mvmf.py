@@ -52,6 +52,10 @@ from fedrec.transport.aggregators import Aggregator, CkksAggregator
 from fedrec.transport.factory import make_aggregator
 from fedrec.transport.ledger import PROGRESS_SECONDS
 from fedrec.transport.messenger import Messenger
+from fedrec.wire import evaluation as evaluation_wire
+from fedrec.wire import mvmf as mvmf_wire
+from fedrec.wire import request as request_wire
+from fedrec.wire.mvmf import Action
 from strategies.base import Federation, ProtocolStrategy, RoleNeed, RunOutcome
 from strategies.policy_needs import PolicyNeed, aggregator_needs
 
@@ -98,7 +102,7 @@ def node_config(model: MVMFConfig, epoch: int, cfg: Mapping[str, Any]) -> dict[s
     return {"dim": model.dim, "lam1": model.lam1, "lam2": model.lam2, "alpha": model.alpha,
             "rho": model.rho, "weighting": model.weighting, "p-update": model.p_update,
             "lr": model.lr, "beta1": model.beta1, "beta2": model.beta2, "seed": model.seed,
-            "epoch": int(epoch), "top-k": int(cfg["mvmf-top-k"]),
+            "epoch": int(epoch), evaluation_wire.TOP_K: int(cfg["mvmf-top-k"]),
             "threshold": float(cfg["mvmf-threshold"])}
 
 
@@ -181,17 +185,17 @@ class FedMVMF(ProtocolStrategy):
         for epoch in range(1, self.epochs + 1):
             node_cfg = node_config(model, epoch, cfg)
             t0 = time.perf_counter()
-            reply = fed.broadcast("mvmf_item_gradient", {"Q": Q}, node_cfg,
+            reply = fed.broadcast(Action.ITEM_GRADIENT, {"Q": Q}, node_cfg,
                                   nodes=[item_server], phase="item-server")[item_server]
             item = _arrays(reply, messenger.label(item_server))
             seconds["item-server"] += time.perf_counter() - t0
-            total = self._sum(fed, "mvmf_train", {"Q": Q, "U": U}, node_cfg, max_abs, "train",
+            total = self._sum(fed, Action.TRAIN, {"Q": Q, "U": U}, node_cfg, max_abs, "train",
                               seconds)
             t1 = time.perf_counter()
             if total["users"][0] < 0.5:
                 raise ValueError(f"epoch {epoch}: no user node has a user with training "
                                  "ratings")
-            dQ, dU = server_gradients(Q, U, total["gQ"], total["gU"], item["item-term"],
+            dQ, dU = server_gradients(Q, U, total["gQ"], total["gU"], item[mvmf_wire.ITEM_TERM],
                                       model.lam1, model.lam2)
             Q, U = optQ.step(Q, dQ), optU.step(U, dU)
             seconds["server-update"] += time.perf_counter() - t1
@@ -204,20 +208,21 @@ class FedMVMF(ProtocolStrategy):
                 last_line = now
             messenger.ledger.summarize(force=False)
         node_cfg = node_config(model, self.epochs, cfg)
-        reply = fed.broadcast("mvmf_item_cold", {"Q": Q}, node_cfg, nodes=[item_server],
+        reply = fed.broadcast(Action.ITEM_COLD, {"Q": Q}, node_cfg, nodes=[item_server],
                               phase="cold-items")[item_server]
         cold = _arrays(reply, messenger.label(item_server))
         Q_eval = Q.copy()
-        idx = cold["cold-items"].astype(np.int64)
+        idx = cold[mvmf_wire.COLD_ITEMS].astype(np.int64)
         if idx.size and (idx.min() < 0 or idx.max() >= fed.n_items):
             raise ValueError(f"{messenger.label(item_server)} named cold items outside the "
                              f"catalogue of {fed.n_items}")
-        Q_eval[idx] = cold["cold-factors"]
+        Q_eval[idx] = cold[mvmf_wire.COLD_FACTORS]
         k = int(cfg["mvmf-top-k"])
-        sums = self._sum(fed, "mvmf_evaluate",
-                         {"Q": Q_eval, "U": U, "new-items": idx.astype(np.float64)}, node_cfg,
-                         float(fed.max_users) + 1.0, "evaluate", {})
-        metrics = {**rating_ranking_means(sums["ranking"], k), "train-loss": history[-1]["loss"]}
+        sums = self._sum(fed, Action.EVALUATE,
+                         {"Q": Q_eval, "U": U, mvmf_wire.NEW_ITEMS: idx.astype(np.float64)},
+                         node_cfg, float(fed.max_users) + 1.0, "evaluate", {})
+        metrics = {**rating_ranking_means(sums[evaluation_wire.RANKING], k),
+                   "train-loss": history[-1]["loss"]}
         epochs = max(self.epochs, 1)
         privacy = {"item-server": "sends sum_d f(j,d) (items x K) for the broadcast Q in clear "
                    "every epoch, and the eq. 17 factors of its new items (paper Alg. 2)",
@@ -256,6 +261,6 @@ def _arrays(reply: Any, label: str) -> dict[str, np.ndarray]:
     """The ``arrays`` record of an item-server reply; an error naming the node otherwise."""
     from fedrec.records import from_array_record
 
-    if "arrays" not in reply.array_records:
-        raise ValueError(f"{label} answered without its 'arrays' record")
-    return from_array_record(reply.array_records["arrays"])
+    if request_wire.ARRAYS not in reply.array_records:
+        raise ValueError(f"{label} answered without its '{request_wire.ARRAYS}' record")
+    return from_array_record(reply.array_records[request_wire.ARRAYS])

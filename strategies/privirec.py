@@ -55,6 +55,10 @@ from fedrec.recsys.metrics import RankingSums
 from fedrec.transport.aggregators import Aggregator, in_node_order
 from fedrec.transport.factory import make_aggregator
 from fedrec.transport.messenger import Messenger
+from fedrec.wire import evaluation as evaluation_wire
+from fedrec.wire import privirec as privirec_wire
+from fedrec.wire import request as request_wire
+from fedrec.wire.privirec import Action
 from fedrec.wire.sums import WIRE_DTYPES
 from strategies.base import ProtocolStrategy, RunOutcome, data_config
 from strategies.policy_needs import PolicyNeed
@@ -179,9 +183,10 @@ def check_fixed_node_set(agg: Aggregator) -> None:
 
 def _sparse_gram(reply: RecordDict, label: str, n_items: int) -> sp.csr_matrix:
     """A node's sparse item-item contribution, checked (record, parts, shape)."""
-    if "gram" not in reply.array_records:
-        raise ValueError(f"{label} answered the sparse item-item sum without record 'gram'")
-    arrays = {k: v.numpy() for k, v in reply.array_records["gram"].items()}
+    if privirec_wire.GRAM not in reply.array_records:
+        raise ValueError(f"{label} answered the sparse item-item sum without record "
+                         f"'{privirec_wire.GRAM}'")
+    arrays = {k: v.numpy() for k, v in reply.array_records[privirec_wire.GRAM].items()}
     missing = [f"gram.G.{p}" for p in ("data", "indices", "indptr", "shape")
                if f"G.{p}" not in arrays]
     if missing:
@@ -331,25 +336,26 @@ class PriviRec(ProtocolStrategy):
     # -- phases -----------------------------------------------------------------------------
     def sum_degrees(self, agg: Aggregator, max_users: int) -> np.ndarray:
         """Eq. 6: V' = SecAgg(R_u)."""
-        return agg.sum("privirec_degrees", RecordDict(), max_abs=float(max_users),
+        return agg.sum(Action.DEGREES, RecordDict(), max_abs=float(max_users),
                        phase="degrees")["deg"]
 
     def sum_gram(self, agg: Aggregator, messenger: Messenger, n_items: int,
                  max_users: int, alpha: float) -> sp.csr_matrix:
         """Theorem 3.1: P' (upper triangle) by secure sum, or sparse plain sum if labelled."""
-        req = RecordDict({"privirec": ConfigRecord({
+        req = RecordDict({privirec_wire.CONFIG_KEY: ConfigRecord({
             "alpha": alpha, "transport": "sparse" if self.aggregator == "plain" else "dense"})})
         phase = f"gram@{alpha:g}"
         if self.aggregator == "plain":  # sparse clear sum, in node order (reproducible)
             total = sp.csr_matrix((n_items, n_items))
-            replies = messenger.iter_replies("privirec_gram", dict.fromkeys(agg.nodes, req),
+            replies = messenger.iter_replies(Action.GRAM, dict.fromkeys(agg.nodes, req),
                                              phase=phase)
             for node, reply in in_node_order(replies, agg.nodes):
                 total = total + _sparse_gram(reply, messenger.label(node), n_items)
-            agg.record_sum(phase, "privirec_gram", [("gram", (n_items, n_items))],
+            agg.record_sum(phase, Action.GRAM, [(privirec_wire.GRAM, (n_items, n_items))],
                            len(agg.nodes), form="plain")  # labelled in the results like every plain sum
             return symmetric_from_upper(total)
-        dense = agg.sum("privirec_gram", req, max_abs=float(max_users), phase=phase)["gram"]
+        dense = agg.sum(Action.GRAM, req, max_abs=float(max_users),
+                        phase=phase)[privirec_wire.GRAM]
         rows, cols = np.triu_indices(n_items)
         keep = dense != 0.0
         upper = sp.csr_matrix((dense[keep], (rows[keep], cols[keep])), shape=(n_items, n_items))
@@ -365,8 +371,9 @@ class PriviRec(ProtocolStrategy):
         def power_sum(X: np.ndarray | None, config: ConfigRecord, max_abs: float,
                       phase: str) -> dict[str, np.ndarray]:
             arrays = deg_record if X is None else {**deg_record, "X": X.astype(wire, copy=False)}
-            return agg.sum("privirec_power", RecordDict({"arrays": to_array_record(arrays),
-                                                         "privirec": config}),
+            return agg.sum(Action.POWER,
+                           RecordDict({request_wire.ARRAYS: to_array_record(arrays),
+                                       privirec_wire.CONFIG_KEY: config}),
                            max_abs=max_abs, phase=phase, wire_dtype=self.wire_dtype)
 
         omega_max = 8.0 * float(max_users)  # |sum_u R~_ui Omega_ui| <= 8 * (users on a node)
@@ -399,14 +406,15 @@ class PriviRec(ProtocolStrategy):
         for alpha, Pt in P.items():
             arrays.update(csr_to_arrays(upper_triangle(Pt), f"P@{alpha:g}"))
         req = RecordDict({
-            "arrays": to_array_record(arrays),
-            "privirec": ConfigRecord({"dataset": self.dataset, "top-k": self.top_k,
-                                      "filter-rank": self.filter_rank,
-                                      "max-filter-rank": self.max_filter_rank,
-                                      "score-dtype": self.score_dtype}),
-            "filters": ConfigRecord(dict.fromkeys(self.filters, True)),
+            request_wire.ARRAYS: to_array_record(arrays),
+            privirec_wire.CONFIG_KEY: ConfigRecord({"dataset": self.dataset,
+                                                    evaluation_wire.TOP_K: self.top_k,
+                                                    "filter-rank": self.filter_rank,
+                                                    "max-filter-rank": self.max_filter_rank,
+                                                    "score-dtype": self.score_dtype}),
+            privirec_wire.FILTERS: ConfigRecord(dict.fromkeys(self.filters, True)),
         })
-        sums = agg.sum("privirec_evaluate", req, max_abs=float(max_users) + 1.0,
+        sums = agg.sum(Action.EVALUATE, req, max_abs=float(max_users) + 1.0,
                        phase="evaluate")
         return {name: RankingSums.from_vector(self.top_k, vec) for name, vec in sums.items()}
 

@@ -14,6 +14,7 @@ from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from fedrec.transport.messenger import Messenger
+from fedrec.wire.diagnostics import DIAG
 from fl_app.simulation import simulate
 
 #: What the diagnostic tests run with: the diagnostic actions, and plain and CKKS sums opted in
@@ -46,8 +47,8 @@ def run_on_simulated_nodes(fn: Callable[[Messenger], Any], num_nodes: int,
 
 def diag_request(seed: int, shapes: dict[str, tuple[int, ...]]) -> RecordDict:
     """A ``diag_secure_sum`` request: every node answers known vectors of these shapes."""
-    return RecordDict({"diag": ConfigRecord({"seed": seed,
-                                             **{k: list(v) for k, v in shapes.items()}})})
+    return RecordDict({DIAG: ConfigRecord({"seed": seed,
+                                           **{k: list(v) for k, v in shapes.items()}})})
 
 
 def diag_expected(seed: int, shapes: dict[str, tuple[int, ...]],

@@ -51,6 +51,7 @@ import scipy.sparse as sp
 from fedrec import dp
 from fedrec.recsys.kmeans import kmeans_loss, squared_distances
 from fedrec.recsys.metrics import RankingSums, average_rank_sums, ranking_sums
+from fedrec.wire import evaluation as evaluation_wire
 
 __all__ = ["TRIAL_SPLIT", "FINAL_SHARE", "MAX_JL_DIM", "PrototypeParams", "clip_rows",
            "jl_dimension", "project", "private_grid", "candidates", "localswap",
@@ -414,8 +415,9 @@ def silo_metric_sums(scores: np.ndarray, train: sp.csr_matrix, test: sp.csr_matr
     coo = sp.coo_matrix(test)
     pred = np.clip(scores[coo.row, coo.col], 0.0, value_max)
     truth = np.clip(coo.data, 0.0, value_max)
-    return {"ranking": ranking.to_vector(),
-            "rating": np.array([float(np.sum((pred - truth) ** 2)), float(coo.nnz), num, den])}
+    return {evaluation_wire.RANKING: ranking.to_vector(),
+            evaluation_wire.RATING: np.array([float(np.sum((pred - truth) ** 2)),
+                                              float(coo.nnz), num, den])}
 
 
 def metric_means(k: int, ranking: np.ndarray, rating: np.ndarray) -> dict[str, float]:

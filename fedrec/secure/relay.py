@@ -1,5 +1,5 @@
-"""What both sides of the shared-secret relay agree on: the kinds of secret, the request's
-record key and the sealed-mail purpose a secret travels under.
+"""What both sides of the shared-secret relay agree on: the kinds of secret and the
+sealed-mail purpose a secret travels under (its records: ``fedrec/wire/keyrelay.py``).
 
 The relay's rounds are in ``fedrec/transport/relay_server.py`` (server) and
 ``clients/keyrelay.py`` (node)."""
@@ -7,13 +7,12 @@ The relay's rounds are in ``fedrec/transport/relay_server.py`` (server) and
 from __future__ import annotations
 
 from fedrec.secure.sealed import RelayError
+from fedrec.wire.keyrelay import RELAY_KEY
 
 __all__ = ["MAKES", "RELAY_KEY", "RelayError", "secret_mail_purpose"]
 
 #: Kinds of secret the owner can create.
 MAKES = ("random-key", "ckks-context")
-#: ConfigRecord key of relay parameters inside relay messages.
-RELAY_KEY = "relay"
 
 
 def secret_mail_purpose(purpose: str) -> str:

@@ -15,22 +15,23 @@ run, relay round and purpose. A sender puts mail in its reply (``relay.out``); t
 queues it and attaches it to the recipient's next request (``relay.in``) with the round it
 was sealed in. A tampered, misrouted or replayed payload fails at the recipient with an error
 naming the sender. Node side: ``clients/sealed_node.py``; server side (the directory and the
-queues): ``fedrec/transport/mailroom.py``. This module holds what both sides agree on.
+queues): ``fedrec/transport/mailroom.py``; the records both sides name:
+``fedrec/wire/mail.py``. This module holds the sealing both sides agree on.
 """
 
 from __future__ import annotations
 
-#: RecordDict keys of the relay inside protocol messages.
-MAIL_OUT = "relay.out"  # ConfigRecord in replies: "<recipient>|<purpose>" -> sealed blob
-MAIL_IN = "relay.in"  # ConfigRecord in requests: "<sender>|<round>|<purpose>" -> sealed blob
-MAIL_DIRECTORY = "relay.directory"  # ConfigRecord in requests: "<node>" -> signed mail key
+from fedrec.wire.mail import (  # noqa: F401  (the relay's records, re-exported)
+    MAIL_DIRECTORY,
+    MAIL_IN,
+    MAIL_KEY_REPLY,
+    MAIL_KEYGEN,
+    MAIL_OUT,
+    MAIL_ROUND,
+)
+
 #: Purpose under which nodes sign their mail keys (``fedrec/secure/identity.py``).
 MAIL_PURPOSE = "mail"
-MAIL_ROUND = "relay.round"  # ConfigRecord in requests: the round this node seals mail in
-#: ConfigRecord in a protocol's request: "also make and publish your mail key" (so a
-#: protocol's first round can open the relay, without a ``relay_keys`` round of its own).
-MAIL_KEYGEN = "relay.keygen"
-MAIL_KEY_REPLY = "relay-key"  # ConfigRecord in replies: {"pk": the node's signed mail key}
 
 _KEY_CONTEXT = b"fedrec-mail|"
 

@@ -59,6 +59,7 @@ import random
 import numpy as np
 
 from fedrec.secure.masks import derive_sum_key, expand_mask
+from fedrec.wire.secagg import BOUND_KEY  # declared with SecAgg+'s wire
 from fedrec.wire.sums import AggregationError
 
 #: Sealed-relay purpose of a batch of self-mask seed shares (``<purpose>:<first sum>``).
@@ -137,9 +138,6 @@ def agreement_context(run_tag: bytes, purpose: bytes) -> bytes:
     return b"fedrec-secagg|" + run_tag + b"|" + purpose
 
 
-#: Record in a masked reply: the digest of the request the node answered (public: the server
-#: sent it), so the server sees at once when nodes were sent different requests.
-BOUND_KEY = "secagg.bound"
 #: Purpose under which a survivor signs the survivor set of a sum with dropouts.
 SURVIVORS_PURPOSE = "secagg-survivors"
 #: Wire value of ``degree`` for the complete graph.

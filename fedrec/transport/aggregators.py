@@ -48,10 +48,11 @@ from fedrec.wire.sums import (
     SUM_KEY,
     VALUES_KEY,
     WIRE_DTYPES,
+    Action,
     AggregationError,
     layout_of,
-    node_set_signature,
     layout_size,
+    node_set_signature,
     reply_values,
     unflatten,
 )
@@ -269,7 +270,7 @@ class CkksAggregator(Aggregator):
         # carries all the signatures, which each node checks before it encrypts or decrypts
         # (clients/nodeset.py), so no two nodes are shown different sets
         request = RecordDict({NODESET_KEY: ConfigRecord({"members": sorted(self.nodes)})})
-        replies = self.messenger.broadcast("nodeset_commit", request, self.nodes,
+        replies = self.messenger.broadcast(Action.NODESET, request, self.nodes,
                                            phase="ckks:node-set")
         self.node_set_signatures = {
             str(node): node_set_signature(reply, self.messenger.label(node))
@@ -341,7 +342,7 @@ class CkksAggregator(Aggregator):
             CONTRIB_KEY: ConfigRecord({str(u): c for u, (c, _) in contributions.items()}),
             SIGNED_KEY: ConfigRecord({str(u): sig for u, (_, sig) in contributions.items()}),
             NODESET_SIGNED_KEY: ConfigRecord(dict(self.node_set_signatures))})
-        reply = self.messenger.send("aggregate_decrypt", {self.decrypter: req},
+        reply = self.messenger.send(Action.DECRYPT, {self.decrypter: req},
                                     phase=f"{phase}:decrypt")[self.decrypter]
         self.messenger.ledger.mark(f"{phase}:decrypt", VALUES_KEY, "decrypted sum")
         values = reply_values(reply, self.messenger.label(self.decrypter), layout, ("float64",))

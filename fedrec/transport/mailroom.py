@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 
 from flwr.app import ConfigRecord, RecordDict
 
-from fedrec.secure.sealed import (
+from fedrec.secure.sealed import RelayError, in_key
+from fedrec.wire.mail import (
     MAIL_DIRECTORY,
     MAIL_IN,
     MAIL_KEY_REPLY,
     MAIL_OUT,
     MAIL_ROUND,
-    RelayError,
-    in_key,
+    Action,
 )
 
 
@@ -131,6 +131,7 @@ def open_mailroom(messenger, nodes: Iterable[int]) -> Mailroom:  # noqa: ANN001 
     node has none yet). Every later request through the messenger carries mail."""
     room, missing = prepare_mailroom(messenger, nodes)
     if missing:
-        replies = messenger.broadcast("relay_keys", RecordDict(), missing, phase="relay_keys")
+        replies = messenger.broadcast(Action.RELAY_KEYS, RecordDict(), missing,
+                                      phase=Action.RELAY_KEYS)
         take_mail_keys(messenger, room, missing, replies)
     return room

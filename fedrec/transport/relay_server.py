@@ -33,10 +33,12 @@ from dataclasses import dataclass
 
 from flwr.app import ConfigRecord, RecordDict
 
-from fedrec.secure.relay import MAKES, RELAY_KEY, secret_mail_purpose
+from fedrec.secure.relay import MAKES, secret_mail_purpose
 from fedrec.secure.sealed import RelayError
 from fedrec.transport.mailroom import open_mailroom
 from fedrec.transport.messenger import Messenger
+from fedrec.wire import keyrelay as relay_wire
+from fedrec.wire.keyrelay import RELAY_KEY, Action
 
 __all__ = ["RelayResult", "relay_secret"]
 
@@ -99,8 +101,8 @@ def relay_secret(messenger: Messenger, nodes: list[int], *, purpose: str,
     # 2. the owner creates the secret and mails one sealed copy per peer
     req = RecordDict({RELAY_KEY: ConfigRecord({"purpose": purpose, "make": make,
                                                "peers": peers})})
-    created = messenger.send("keys_create_secret", {owner: req}, phase=phase)[owner]
-    cfg = created.config_records["relay-created"]
+    created = messenger.send(Action.CREATE, {owner: req}, phase=phase)[owner]
+    cfg = created.config_records[relay_wire.CREATED]
     fingerprint = bytes(cfg["fingerprint"])
     public_ctx = bytes(cfg["public-context"]) if make == "ckks-context" else None
     room = messenger.mailroom
@@ -115,9 +117,9 @@ def relay_secret(messenger: Messenger, nodes: list[int], *, purpose: str,
     if peers:
         req = RecordDict({RELAY_KEY: ConfigRecord({"purpose": purpose, "make": make,
                                                    "owner": owner})})
-        acks = messenger.broadcast("keys_receive_secret", req, peers, phase=phase)
+        acks = messenger.broadcast(Action.RECEIVE, req, peers, phase=phase)
         bad = sorted(n for n, reply in acks.items()
-                     if bytes(reply.config_records["relay-ack"]["fingerprint"]) != fingerprint)
+                     if bytes(reply.config_records[relay_wire.ACK]["fingerprint"]) != fingerprint)
         if bad:
             raise RelayError(
                 f"relayed secret '{purpose}': fingerprint of "

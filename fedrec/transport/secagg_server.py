@@ -17,9 +17,7 @@ from fedrec.secure.fixedpoint import FixedPoint
 from fedrec.secure.identity import SIGNED_KEY_BYTES
 from fedrec.secure.keys import combine_secret
 from fedrec.secure.masks import expand_mask
-from fedrec.secure.sealed import MAIL_KEYGEN
 from fedrec.secure.secagg import (
-    BOUND_KEY,
     COMPLETE_GRAPH,
     SecAggError,
     neighbour_graph,
@@ -29,6 +27,9 @@ from fedrec.secure.secagg import (
 from fedrec.transport.aggregators import Aggregator, Reply
 from fedrec.transport.mailroom import prepare_mailroom, take_mail_keys
 from fedrec.transport.messenger import Messenger
+from fedrec.wire import secagg as secagg_wire
+from fedrec.wire.mail import MAIL_KEYGEN
+from fedrec.wire.secagg import BOUND_KEY, Action
 from fedrec.wire.sums import (
     NODESET_SIGNED_KEY,
     SUM_KEY,
@@ -87,7 +88,7 @@ class SecureAggregator(Aggregator):
             "graph-seed": int(self.seed)})})
         with_mail_key = RecordDict({**request, MAIL_KEYGEN: ConfigRecord({"make": True})})
         replies = self.messenger.send(
-            "secagg_advertise",
+            Action.ADVERTISE,
             {u: with_mail_key if u in keyless else request for u in self.nodes},
             phase="secagg_setup",
         )
@@ -97,7 +98,7 @@ class SecureAggregator(Aggregator):
         for node, reply in replies.items():
             self.node_set_signatures[str(node)] = node_set_signature(
                 reply, self.messenger.label(node))
-            keys = reply.config_records.get("keys")
+            keys = reply.config_records.get(secagg_wire.KEYS)
             pk = keys.get("s-pk") if keys is not None else None
             if not isinstance(pk, bytes) or len(pk) != SIGNED_KEY_BYTES:
                 raise SecAggError(f"{self.messenger.label(node)}: field 'keys.s-pk' is missing "
@@ -117,7 +118,7 @@ class SecureAggregator(Aggregator):
                 "first-sum": first_sum,
                 "batch": self.seed_batch,
             }), NODESET_SIGNED_KEY: ConfigRecord(dict(self.node_set_signatures))})
-        self.messenger.send("secagg_share", requests, phase="secagg_setup")
+        self.messenger.send(Action.SHARE, requests, phase="secagg_setup")
         self.seeds_until = first_sum + self.seed_batch - 1
 
     # -- one sum --------------------------------------------------------------------------
@@ -155,7 +156,7 @@ class SecureAggregator(Aggregator):
         total = self._unmask(total, set(arrived), dropped, phase, confirmations)
         self.record_sum(phase, action, layout, len(arrived), dropped, members=arrived)
         self.messenger.ledger.mark(phase, VALUES_KEY, "masked")
-        self.messenger.ledger.mark(f"{phase}:unmask", "revealed", "unmasking shares")
+        self.messenger.ledger.mark(f"{phase}:unmask", secagg_wire.REVEALED, "unmasking shares")
         return self._checked(unflatten(codec.decode(total), layout), phase, max_abs)
 
     def _collect(self, action: str, requests: Mapping[int, RecordDict], phase: str,
@@ -245,11 +246,11 @@ class SecureAggregator(Aggregator):
         can be shown different splits."""
         req = RecordDict({SUM_KEY: ConfigRecord({
             "sum-id": self.sum_id, "survivors": survivors, "dropped": dropped})})
-        replies = self.messenger.send("secagg_confirm", {v: req for v in survivors},
+        replies = self.messenger.send(Action.CONFIRM, {v: req for v in survivors},
                                       phase=f"{phase}:confirm")
         out: dict[int, bytes] = {}
         for v in survivors:
-            record = replies[v].config_records.get("confirm")
+            record = replies[v].config_records.get(secagg_wire.CONFIRMATION)
             signed = record.get("signed") if record is not None else None
             if not isinstance(signed, bytes):
                 raise SecAggError(f"{self.messenger.label(v)} answered the consistency round "
@@ -272,7 +273,7 @@ class SecureAggregator(Aggregator):
         if confirmations:
             fields["confirmations"] = [confirmations[v] for v in askers]
         req = RecordDict({SUM_KEY: ConfigRecord(fields)})
-        action, round_phase = "secagg_unmask", f"{phase}:unmask"
+        action, round_phase = Action.UNMASK, f"{phase}:unmask"
         replies = dict(self.messenger.iter_replies(
             action, {v: req for v in askers}, phase=round_phase, allow_missing=True))
         silent = set(askers) - set(replies)
@@ -287,10 +288,10 @@ class SecureAggregator(Aggregator):
         b_shares: dict[int, list[bytes]] = {u: [] for u in survivors}
         n = total.shape[0]
         for v, reply in sorted(replies.items()):
-            if "revealed" not in reply.config_records:
+            if secagg_wire.REVEALED not in reply.config_records:
                 raise SecAggError(f"{label(v)} answered the unmasking without field "
-                                  "'revealed'")
-            for key, value in reply.config_records["revealed"].items():
+                                  f"'{secagg_wire.REVEALED}'")
+            for key, value in reply.config_records[secagg_wire.REVEALED].items():
                 kind, _, owner_str = key.partition(":")
                 if kind not in ("b", "k") or not owner_str.lstrip("-").isdigit() or \
                         not isinstance(value, bytes):

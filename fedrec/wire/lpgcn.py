@@ -1,8 +1,9 @@
 """LP-GCN's wire: the actions its messages name and the arrays a training round carries,
 declared once for the strategy (``strategies/lpgcn.py``) and the node (``clients/lpgcn.py``).
 
-A round's request and reply hold one ``arrays`` record whose array names say what each array
-is (:class:`Part`) and, for the per-layer parts, which layer: ``e2`` is item rows of layer 2.
+A round's request and reply hold one ``arrays`` record (``fedrec/wire/request.py``) whose
+array names say what each array is (:class:`Part`) and, for the per-layer parts, which layer:
+``e2`` is item rows of layer 2; the reply adds the node's progress (:data:`STATUS`).
 :func:`parse` reads a name back exactly (the whole name, so ``gn1`` is never taken for a
 ``g`` part), and refuses a name that is no part of the protocol.
 """
@@ -41,6 +42,10 @@ class Part(StrEnum):
     #: per layer: the direct gradient terms of the requested negatives.
     NEG_GRAD = "gn"
 
+
+#: ConfigRecord in a round's reply: the ``step`` the node is at and whether its
+#: ``forward-done``.
+STATUS = "lpgcn-status"
 
 #: Parts that carry a layer number in their name.
 LAYERED = frozenset({Part.ITEM_ROWS, Part.ITEM_GRAD, Part.NEG_GRAD})

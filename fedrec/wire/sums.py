@@ -3,14 +3,26 @@
 node's contribution (``clients/contribute.py``): record keys, what a node signs, and how
 named arrays travel as one flat vector. A sum request carries a ``secagg`` ConfigRecord
 (mode, sum id, declared range); the reply's values are read back with
-:func:`reply_values`, which refuses anything but finite numbers of the declared layout."""
+:func:`reply_values`, which refuses anything but finite numbers of the declared layout.
+The CKKS aggregator's own rounds are :class:`Action`: every node commits to the run's node
+set, and the decrypter opens each sum from the signed contributions."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from enum import StrEnum
 
 import numpy as np
 from flwr.app import RecordDict
+
+
+class Action(StrEnum):
+    """The CKKS aggregator's node actions (``message_type = "query.<action>"``); a sum's own
+    request is the protocol's action."""
+
+    NODESET = "nodeset_commit"  # key setup: commit to the run's node set and sign it
+    DECRYPT = "aggregate_decrypt"  # the decrypter opens one sum from signed contributions
+
 
 #: Implementations by run-config name.
 AGGREGATORS = ("secagg+", "plain", "ckks")

@@ -1,0 +1,20 @@
+"""What a protocol's evaluation sum carries, declared once for the server
+(``Federation.evaluate`` in ``strategies/base.py`` and each strategy that sums its own
+metrics) and the node (``clients/contribute.py``: ``ranking_reply``, and each protocol's
+evaluate handler).
+
+The server asks for ranking metrics at cut-off :data:`TOP_K` (a field of the request's
+config record); every node answers with its users' metric sums as the array
+:data:`RANKING` of a sum reply, so the server learns them only summed over nodes
+(``fedrec/recsys/metrics.py``: ``RankingSums``).
+"""
+
+from __future__ import annotations
+
+#: Config field of an evaluation request: the ranking cut-off K.
+TOP_K = "top-k"
+#: Array of a sum reply: the node's ranking metric sums (``RankingSums.to_vector``).
+RANKING = "ranking"
+#: Array of a sum reply of rating protocols (DP prototypes): the node's squared-error and
+#: mean-rank sums (``fedrec/recsys/prototypes.py``: ``silo_metric_sums``).
+RATING = "rating"
