@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 from flwr.app import RecordDict
 
-from clients.contribute import ranking_reply, sum_reply
 from clients.handlers import handler
 from clients.node import NodeContext
+from clients.sums_node import ranking_reply, sum_reply
 from fedrec.config import Key
 from strategies.base import ProtocolStrategy, RunOutcome
 

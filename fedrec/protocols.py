@@ -57,8 +57,8 @@ BUILTIN: tuple[Registration, ...] = (
 )
 
 #: Node-side modules every protocol may use (handshake, secure sums, relay).
-MECHANISM_CLIENTS: tuple[str, ...] = ("clients.common", "clients.sealed_node", "clients.contribute",
-                                      "clients.secagg_node", "clients.keyrelay")
+MECHANISM_CLIENTS: tuple[str, ...] = ("clients.common", "clients.sealed_node", "clients.sums_node",
+                                      "clients.secagg_node", "clients.relay_node")
 #: Diagnostic node actions (oracles by design): loaded only on an explicit opt-in
 #: (``build_client_app(extra_modules=[DIAGNOSTICS_MODULE])`` or the node policy's
 #: ``diagnostics=true``), never by a production ClientApp.

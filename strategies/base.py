@@ -252,7 +252,7 @@ class Federation:
                  phase: str = "evaluate") -> dict[str, float]:
         """Ranking metrics of every node's users, learned only as a sum over nodes.
 
-        Nodes answer with ``clients.contribute.ranking_reply``; the result is
+        Nodes answer with ``clients.sums_node.ranking_reply``; the result is
         ``{"recall@20": ..., "ndcg@20": ..., ...}``.
         """
         total = self.sum(action, arrays, {**dict(config or {}), "top-k": k},

@@ -137,7 +137,7 @@ def _arrays(content) -> Iterable[tuple[str, np.ndarray]]:
 
 def test_server_never_receives_user_rows_item_ids_or_the_key(runs, data) -> None:
     grid, record = runs["grid"], runs["record"]
-    from clients.keyrelay import get_shared_secret
+    from clients.relay_node import get_shared_secret
 
     secrets = {get_shared_secret(grid.contexts[n].state, "lpgcn-S") for n in grid.ids}
     assert len(secrets) == 1

@@ -293,7 +293,7 @@ def _bad_shape(content: RecordDict) -> None:
 def test_malformed_replies_are_errors_naming_node_and_field(kind: str) -> None:
     victim, text = _tampered_sum(kind, _short).split("|", 1)
     assert f"node {victim}" in text and "field 'secagg.values.v' has shape (1,)" in text
-    # a masked reply also carries the one-value clip flag (clients.contribute.clipped_into_range)
+    # a masked reply also carries the one-value clip flag (clients.sums_node.clipped_into_range)
     assert f"need ({10 + (kind == 'secagg+')},)" in text
     victim, text = _tampered_sum(kind, _drop_values).split("|", 1)
     assert f"node {victim} answered a sum without field 'secagg.values.v'" in text
