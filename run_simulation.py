@@ -22,10 +22,10 @@ from typing import Any
 from clients.policy import PolicyError
 from datasets.errors import DataError
 from fedrec.config import CORE_KEYS, ConfigError, key_table, parse_assignments, run_name
-from fedrec.protocols import check_keys_read, protocols, resolve_config
 from fedrec.results import ResultsError, release_run, reserve_run
 from fedrec.secure.secagg import SecAggError
 from fedrec.transport.messenger import NodeError, NodeTimeoutError, RunInterrupted
+from fl_app.registry import check_keys_read, protocols, resolve_config
 from strategies.policy_needs import PolicyRefusal
 
 DEFAULTS = {name: key.default for name, key in key_table(CORE_KEYS).items()}

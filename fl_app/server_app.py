@@ -1,6 +1,6 @@
 """The ServerApp: read the run config, build the strategy, run it, save and show results.
 
-``protocol`` names a registered protocol (``fedrec/protocols.py``) or a
+``protocol`` names a registered protocol (``fl_app/registry.py``) or a
 ``package.module:ClassName`` of a ``ProtocolStrategy``. ``strategy`` optionally names a plain
 Flower ``Strategy`` (e.g. ``FedAvg`` or a user's subclass) to drive the clients of
 ``protocol`` instead of the protocol's own server side, for protocols whose strategy class
@@ -18,9 +18,9 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedrec.config import ConfigError, run_name
-from fedrec.protocols import load_strategy_class, resolve_config
 from fedrec.results import print_run_table, write_run
 from fedrec.transport.messenger import AccountedGrid, Messenger, RunInterrupted
+from fl_app.registry import load_strategy_class, resolve_config
 
 log = logging.getLogger("fedrec")
 

@@ -22,10 +22,10 @@ from clients.policy import NodePolicy
 from datasets import DatasetSpec, load_dataset
 from datasets.partition import PartitionSpec, partition_users
 from fedrec.config import ConfigError, run_name
-from fedrec.protocols import client_module, load_strategy_class, resolve_config
 from fedrec.results import print_run_table, write_run
 from fedrec.transport.messenger import STOP
 from fl_app.quiet import quiet_flower_noise
+from fl_app.registry import client_module, load_strategy_class, resolve_config
 from strategies.base import check_roles
 from strategies.policy_needs import PolicyNeed, unmet
 
@@ -102,7 +102,7 @@ def check_federation_size(cfg: Mapping[str, Any], num_nodes: int, policy: NodePo
         raise ConfigError(f"run config 'item-servers' = {cfg['item-servers']}: expected fewer "
                           f"than the {num_nodes} simulated nodes (--nodes / num_nodes), so "
                           "that some hold user rows")
-    from fedrec.protocols import protocols
+    from fl_app.registry import protocols
 
     if (cfg["aggregator"] == "secagg+" and cfg["protocol"] in protocols()
             and users < policy.min_survivors):

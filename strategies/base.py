@@ -277,7 +277,7 @@ class ProtocolStrategy(Strategy):
     federation: ClassVar[tuple[RoleNeed, ...]] = USER_NODES
     #: The module of the protocol's node handlers, for a protocol given as
     #: ``package.module:Class`` without a registration; a registered protocol declares it in
-    #: its registration instead (``fedrec/protocols.py``), once. A local simulation's ClientApp
+    #: its registration instead (``fl_app/registry.py``), once. A local simulation's ClientApp
     #: imports it; deployed nodes import it only if their operator lists it.
     clients: ClassVar[str] = ""
     #: The protocol's name in error messages (the run config's ``protocol`` when empty).
@@ -353,10 +353,10 @@ class ProtocolStrategy(Strategy):
         from flwr.app import MetricRecord
         from flwr.serverapp.strategy import Result
 
-        from fedrec.protocols import resolve_config
+        from fedrec.config import CORE_KEYS, merge_config
 
-        cfg = resolve_config({"protocol": f"{type(self).__module__}:{type(self).__qualname__}",
-                              **dict(train_config or {})})
+        cfg = merge_config({"protocol": f"{type(self).__module__}:{type(self).__qualname__}",
+                            **dict(train_config or {})}, (*CORE_KEYS, *self.config_keys))
         outcome = self.run(grid, Messenger(grid, timeout=timeout), cfg)
         result = Result()
         result.evaluate_metrics_serverapp[1] = MetricRecord(

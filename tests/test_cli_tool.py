@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from fedrec.protocols import load_strategy_class, protocols, resolve_config
 from fedrec.results import ResultsError, reserve_run
 from fedrec.transport.messenger import Messenger, NodeTimeoutError
+from fl_app.registry import load_strategy_class, protocols, resolve_config
 from strategies.policy_needs import PolicyNeed, PolicyRefusal, check_node_policies
 from tests.localgrid import LocalGrid
 

@@ -18,12 +18,12 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from datasets import DataError, DatasetSpec, PartitionSpec, load_dataset, load_node_data, synthetic
 from datasets import cache as data_cache
 from datasets.containers import NodeData
-from fedrec.protocols import resolve_config
 from fedrec.records import to_array_record
 from fedrec.transport.aggregators import PlainAggregator
 from fedrec.transport.messenger import Messenger, NodeError
 from fedrec.wire.sums import SHAPES_KEY, VALUES_KEY, AggregationError, reply_values
 from fl_app.client_app import build_client_app
+from fl_app.registry import resolve_config
 from tests.localgrid import LocalGrid
 from tests.malicious import MaliciousGrid, Refused, copy_content
 from tests.simutil import DIAGNOSTIC_APP, diag_request

@@ -13,10 +13,10 @@ import scipy.sparse as sp
 
 from clients.lpgcn import stored_params
 from datasets import DatasetSpec, load_dataset
-from fedrec.protocols import resolve_config
 from fedrec.recsys.lightgcn import LightGCN, inv_sqrt
 from fedrec.transport.messenger import NodeError
 from fl_app.client_app import build_client_app
+from fl_app.registry import resolve_config
 from fl_app.server_app import run_protocol
 from strategies.lpgcn import LPGCN, LosslessRunError
 from tests.localgrid import LocalGrid

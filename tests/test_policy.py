@@ -16,7 +16,6 @@ import pytest
 from flwr.app import ConfigRecord, RecordDict
 
 from clients.policy import NodePolicy, PolicyError
-from fedrec.protocols import resolve_config
 from fedrec.secure.fixedpoint import FixedPoint
 from fedrec.secure.secagg import SecAggError
 from fedrec.transport.aggregators import PlainAggregator
@@ -24,6 +23,7 @@ from fedrec.transport.messenger import Messenger, NodeError
 from fedrec.transport.secagg_server import SecureAggregator
 from fedrec.wire.sums import SHAPES_KEY, VALUES_KEY, AggregationError
 from fl_app.client_app import build_client_app
+from fl_app.registry import resolve_config
 from strategies.privirec import NodeSetChanged, PriviRec, PriviRecK, check_fixed_node_set
 from tests.localgrid import LocalGrid
 from tests.simutil import DIAGNOSTIC_APP, diag_request
