@@ -245,8 +245,8 @@ def _run(over: dict, policy: dict = POLICY, node_configs: dict | None = None,
                    node_configs=node_configs) as grid:
         messenger = Messenger(grid, timeout=30)
         if not deviate:
-            return messenger, strategy.run(grid, messenger, cfg)
-        fed = strategy.federate(messenger, cfg)
+            return messenger, strategy.execute(messenger)
+        fed = strategy.federate(messenger)
         for i in range(deviate):
             fed.broadcast("dpp_prototypes", config=strategy.prototype_config(),
                           phase=f"ask{i}")

@@ -109,18 +109,18 @@ def test_a_node_lost_in_round_two_fails_the_run_naming_it_with_the_history_so_fa
     sum is abandoned under the default node policy); the failed record has round 1's row."""
     from fl_app.client_app import build_client_app
     from fl_app.registry import resolve_config
-    from fl_app.server_app import run_protocol
+    from fl_app.server_app import attempt_protocol
 
     cfg = resolve_config({**TINY, "protocol": "fedmf", "rounds": 3, "mf-dim": 4,
                           "aggregator": aggregator, "timeout": 0.5, "run-name": "lost-node"})
     app = build_client_app(["clients.fedmf"], policy=POLICY)
     with _LosingGrid(app, 3, victim_index=2, action="fedmf_train", nth=2, knob=knob) as grid:
-        with pytest.raises(Exception) as err:
-            run_protocol(grid, cfg)
+        attempt = attempt_protocol(grid, cfg)
         victim, ids = grid.victim, list(grid.ids)
         asked_to_unmask = [m.metadata.dst_node_id for m in grid.pushed
                            if m.metadata.message_type == "query.secagg_unmask"]
-    record = err.value.fedrec_record
+    record = attempt.record
+    assert attempt.error is not None
     error = record["error"]
     assert f"node {victim} (partition 2)" in error and reason in error, error
     assert "refuses" not in error  # no survivor refused on the lost node's behalf

@@ -211,7 +211,7 @@ def test_privirec_p_past_the_budget_is_refused_before_omega_is_drawn(
                        rewrite=huge_p) as grid:
         messenger = Messenger(grid, timeout=20)
         with pytest.raises(NodeError) as err:
-            PriviRecK.from_run_config(cfg).run(grid, messenger, cfg)
+            PriviRecK.from_run_config(cfg).execute(messenger)
     text = str(err.value)
     assert "refuses PriviRec's oversampling p=1000000000" in text
     assert "memory-budget-mb=4096" in text

@@ -221,13 +221,13 @@ def test_results_record_what_the_server_received_and_keep_large_arrays(tmp_path:
 def test_a_failed_run_keeps_its_partial_results_and_reason() -> None:
     from fedrec.transport.messenger import NodeTimeoutError
     from fl_app.registry import resolve_config
-    from fl_app.server_app import run_protocol
+    from fl_app.server_app import attempt_protocol
 
     cfg = resolve_config({**TINY_POPULARITY, "timeout": 0.5, "startup-timeout": 0.5})
     with LocalGrid(build_client_app(["examples.item_popularity"]), 3, silent=[1003]) as grid:
-        with pytest.raises(NodeTimeoutError) as err:
-            run_protocol(grid, cfg)
-    partial = err.value.fedrec_record
+        attempt = attempt_protocol(grid, cfg)
+    assert isinstance(attempt.error, NodeTimeoutError)
+    partial = attempt.record
     assert partial["status"] == "failed"
     assert "did not answer 'hello'" in partial["error"] and "node 1003" in partial["error"]
     assert partial["communication"]["phases"]["handshake"]["rounds"] == 1

@@ -206,9 +206,9 @@ def test_dp_noise_protocols_declare_unseeded_randomness() -> None:
     for protocol, needle in (("dp-prototypes", "OpenDP"), ("fedpower", "OpenDP"),
                              ("privmvmf", "CKKS"), ("privirec", "Omega")):
         cfg = resolve_config({"protocol": protocol, "implicit": protocol != "privmvmf"})
-        assert needle in unseeded_randomness(cfg, load_strategy_class(protocol)), protocol
+        assert needle in unseeded_randomness(cfg, load_strategy_class(protocol)(cfg)), protocol
     cfg = resolve_config({"protocol": "fedmf"})
-    assert unseeded_randomness(cfg, load_strategy_class("fedmf")) == ""
+    assert unseeded_randomness(cfg, load_strategy_class("fedmf")(cfg)) == ""
 
 
 def test_still_running_lines_until_the_block_ends(fedrec_lines: list[str]) -> None:
