@@ -22,10 +22,10 @@ from typing import Any
 from clients.policy import PolicyError
 from datasets.errors import DataError
 from fedrec.config import CORE_KEYS, ConfigError, key_table, parse_assignments, run_name
-from fedrec.protocols import check_keys_read, protocols, resolve_config
-from fedrec.results import ResultsError, release_run, reserve_run
+from fedrec.results import ResultsError, release_run, reserve_run, results_dir
 from fedrec.secure.secagg import SecAggError
 from fedrec.transport.messenger import NodeError, NodeTimeoutError, RunInterrupted
+from fl_app.registry import check_keys_read, protocols, resolve_config
 from strategies.policy_needs import PolicyRefusal
 
 DEFAULTS = {name: key.default for name, key in key_table(CORE_KEYS).items()}
@@ -149,9 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         run_in_simulation(overrides, num_nodes=args.nodes, quiet=args.quiet,
                           verbose_flower=args.verbose_flower, compare=not args.no_compare,
                           node_policy=policy)
-    except RunInterrupted as exc:
-        where = getattr(exc, "results_path", "")
-        print(f"interrupted: partial results written to {where}" if where else
+    except RunInterrupted:  # the ServerApp wrote the partial results under the reserved name
+        where = results_dir() / "runs" / f"{overrides['run-name']}.json"
+        print(f"interrupted: partial results written to {where}" if where.is_file() else
               "interrupted", file=sys.stderr)
         return 130
     except KeyboardInterrupt:  # before Flower started or after it stopped (references)

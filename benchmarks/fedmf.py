@@ -27,8 +27,8 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks._report import log, machine_info, write_report  # noqa: E402
 from datasets import DatasetSpec, load_dataset  # noqa: E402
-from fedrec.protocols import resolve_config  # noqa: E402
 from fedrec.recsys.metrics import evaluate_ranking, popularity_sums  # noqa: E402
+from fl_app.registry import resolve_config  # noqa: E402
 from fl_app.simulation import run_in_simulation  # noqa: E402
 from strategies.fedmf import FedMF  # noqa: E402
 

@@ -54,7 +54,7 @@ NOISE_FREE = (("aligned", "fedpower"), ("unaligned", "fedsvd-privacy"))
 def ml100k(seed: int) -> tuple[list[sp.csr_matrix], Any]:
     """ML-100K (0/1, the platform's 80/20 split) rows in 100 random blocks."""
     from datasets import DatasetSpec, PartitionSpec, load_dataset, partition_users
-    from fedrec.protocols import resolve_config
+    from fl_app.registry import resolve_config
 
     cfg = resolve_config({"dataset": "ml-100k", "partition": "row-blocks", "seed": seed})
     data = load_dataset(DatasetSpec.from_config(cfg))

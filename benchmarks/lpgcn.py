@@ -62,8 +62,8 @@ from benchmarks.lpgcn_table4 import (  # noqa: E402
 )
 from benchmarks.lpgcn_table4 import load_split as table4_split  # noqa: E402
 from datasets import DatasetSpec, load_dataset  # noqa: E402
-from fedrec.protocols import resolve_config  # noqa: E402
 from fedrec.recsys.metrics import evaluate_ranking, popularity_sums  # noqa: E402
+from fl_app.registry import resolve_config  # noqa: E402
 from strategies.lpgcn import LPGCN  # noqa: E402
 
 SETTING = {"lpgcn-layers": 4, "lpgcn-dim": 20, "lpgcn-lr": 0.01, "lpgcn-batch-size": 2048,
@@ -389,10 +389,10 @@ def structure(node_counts: list[int], out: Path) -> None:
     ML-100K: two runs of the same nodes (one training step each: the held sets and the first
     item rows are all it reads), the paper's sampled virtual items against the default
     catalogue holdings; results/lpgcn/structure.{json,md}."""
+    from fedrec.records import from_array_record
     from fl_app.client_app import build_client_app
     from fl_app.server_app import run_protocol
     from tests.malicious import MaliciousGrid
-    from fedrec.records import from_array_record
     from tests.test_lpgcn_attacks import structure_attack
 
     rows = []

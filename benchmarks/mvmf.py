@@ -84,7 +84,7 @@ def baselines(cfg_over: dict[str, Any]) -> dict[str, dict[str, float]]:
     rating of the warm items sharing each feature, averaged over the item's features: the
     naive content baseline eq. 17 has to beat)."""
     from datasets import DatasetSpec as Spec
-    from fedrec.protocols import resolve_config
+    from fl_app.registry import resolve_config
 
     data = load_dataset(Spec.from_config(resolve_config(cfg_over)))
     train = data.train.tocsr()
@@ -116,8 +116,8 @@ def _by_features(value: np.ndarray, Y: np.ndarray, new: np.ndarray) -> np.ndarra
 
 
 def run_protocol_local(cfg_over: dict[str, Any], nodes: int) -> dict[str, Any]:
-    from fedrec.protocols import resolve_config
     from fl_app.client_app import build_client_app
+    from fl_app.registry import resolve_config
     from fl_app.server_app import run_protocol
     from tests.localgrid import LocalGrid
 

@@ -25,10 +25,10 @@ import hmac
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
-from clients.contribute import sum_reply
 from clients.handlers import diagnostic
-from clients.keyrelay import get_shared_context, get_shared_secret
 from clients.node import NodeContext
+from clients.relay_node import get_shared_context, get_shared_secret
+from clients.sums_node import sum_reply
 from fedrec.secure.relay import RelayError
 from fedrec.wire import diagnostics as diag_wire
 from fedrec.wire.diagnostics import Action

@@ -17,9 +17,9 @@ import json
 
 from flwr.app import ConfigRecord, RecordDict
 
-from clients.contribute import sum_reply
 from clients.handlers import handler
 from clients.node import NodeContext
+from clients.sums_node import sum_reply
 from fedrec.records import to_array_record
 from fedrec.recsys.nmf import fit_user_factors
 from fedrec.recsys.prototypes import (

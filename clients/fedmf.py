@@ -1,7 +1,7 @@
 """FedMF node: private user factors stay here; item updates leave only as shares of a sum.
 
 ``fedmf_train`` answers the FedMF protocol (``strategies/fedmf.py``) through
-``clients.contribute.sum_reply``, so under SecAgg+ the server sees this node's reply masked.
+``clients.sums_node.sum_reply``, so under SecAgg+ the server sees this node's reply masked.
 The node keeps its users' factors and its Adam state in ``context.state`` between rounds.
 ``fedmf_stock_train`` / ``fedmf_stock_evaluate`` answer Flower's stock ``train`` /
 ``evaluate`` messages (a stock strategy such as ``FedAvg``), which reveal item factors in
@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
-from clients.contribute import ranking_bytes, sum_reply
 from clients.handlers import evaluate_handler, handler, train_handler
 from clients.node import NodeContext
+from clients.sums_node import ranking_bytes, sum_reply
 from fedrec.recsys.metrics import RankingSums, evaluate_ranking
 from fedrec.recsys.mf import Adam, bpr_step, bpr_train_local, init_user_factors, item_gradient
 from fedrec.wire import evaluation as evaluation_wire

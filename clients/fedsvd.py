@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
-from clients.contribute import ranking_reply, sum_reply
 from clients.handlers import handler
 from clients.node import NodeContext
+from clients.sums_node import ranking_reply, sum_reply
 from fedrec.records import config_record
 from fedrec.recsys import power_svd as svd
 from fedrec.wire import fedsvd as fedsvd_wire

@@ -30,11 +30,11 @@ import numpy as np
 import scipy.sparse as sp
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-from clients.contribute import ranking_bytes, sum_reply
 from clients.handlers import handler
-from clients.keyrelay import get_shared_secret
 from clients.node import NodeContext
 from clients.policy import PolicyError
+from clients.relay_node import get_shared_secret
+from clients.sums_node import ranking_bytes, sum_reply
 from fedrec.records import array_record, config_record, from_array_record, to_array_record
 from fedrec.recsys.lightgcn import (
     bpr_terms,

@@ -1,7 +1,7 @@
 """FedMVMF / PrivMVMF nodes (paper 004): user nodes and the item server.
 
 A user node keeps its users' ratings, attributes and factors p_i; its summed gradients
-leave only as a share of a sum (``clients.contribute.sum_reply``: masked, CKKS-encrypted or,
+leave only as a share of a sum (``clients.sums_node.sum_reply``: masked, CKKS-encrypted or,
 with the node's ``allow-plain``, clear). SGD factors stay in the node state between epochs.
 The item server answers sum_d f(j,d) and the eq. 17 factors of its new items in clear (the
 paper's Alg. 2: item features are not private). Math: ``fedrec/recsys/multiview.py``.
@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 from flwr.app import RecordDict
 
-from clients.contribute import sum_reply
 from clients.handlers import handler
 from clients.node import NodeContext
+from clients.sums_node import sum_reply
 from fedrec.records import to_array_record
 from fedrec.recsys.multiview import (
     BLOCK,

@@ -18,9 +18,9 @@ import numpy as np
 import scipy.sparse as sp
 from flwr.app import RecordDict
 
-from clients.contribute import ranking_bytes, sum_reply
 from clients.handlers import handler
 from clients.node import NodeContext
+from clients.sums_node import ranking_bytes, sum_reply
 from fedrec.records import (
     arrays_of,
     csr_from_arrays,

@@ -703,7 +703,7 @@ class LocalDeployment:
     def results_path(self, run_config: Mapping[str, Any] | None) -> Path:
         """Where the ServerApp writes this run config's results."""
         from fedrec.config import run_name
-        from fedrec.protocols import resolve_config
+        from fl_app.registry import resolve_config
 
         return self.results_dir / "runs" / f"{run_name(resolve_config(run_config))}.json"
 

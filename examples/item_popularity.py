@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 from flwr.app import RecordDict
 
-from clients.contribute import ranking_reply, sum_reply
 from clients.handlers import handler
 from clients.node import NodeContext
+from clients.sums_node import ranking_reply, sum_reply
 from fedrec.config import Key
-from strategies.base import ProtocolStrategy, RunOutcome
+from strategies.base import Federation, ProtocolStrategy, RunOutcome
 
 
 @handler("popularity_degrees")
@@ -44,15 +44,11 @@ class ItemPopularity(ProtocolStrategy):
     clients = "examples.item_popularity"
     config_keys = (Key("popularity-top-k", 20, "K of the reported Recall/NDCG@K", min=1),)
 
-    def __init__(self, k: int = 20) -> None:
-        self.k = k
+    def __init__(self, cfg: Mapping[str, Any] | None = None) -> None:
+        super().__init__(cfg)  # self.cfg: the typed run config, with this protocol's keys
+        self.k = int(self.cfg["popularity-top-k"])
 
-    @classmethod
-    def from_run_config(cls, cfg: Mapping[str, Any]) -> ItemPopularity:
-        return cls(k=cfg["popularity-top-k"])
-
-    def run(self, grid: Any, messenger: Any, cfg: Mapping[str, Any]) -> RunOutcome:
-        fed = self.federate(messenger, cfg)
+    def run(self, fed: Federation) -> RunOutcome:
         deg = fed.sum("popularity_degrees", max_abs=fed.max_users + 1, phase="degrees")["deg"]
         metrics = fed.evaluate("popularity_evaluate", {"deg": deg}, k=self.k)
         return RunOutcome(metrics=metrics, extra={"top_items": np.argsort(-deg)[:10].tolist()})

@@ -77,7 +77,7 @@ RENAMED: dict[str, str] = {
 
 #: Keys every run understands, whatever the protocol.
 CORE_KEYS: tuple[Key, ...] = (
-    Key("protocol", "privirec", "built-in protocol name (`fedrec.protocols`) or "
+    Key("protocol", "privirec", "built-in protocol name (`fl_app.registry`) or "
         "`package.module:ClassName` of a ProtocolStrategy", used_by="all"),
     Key("strategy", "", "a plain Flower `Strategy` (`module:Class`) that drives the clients of "
         "`protocol` (a protocol with a stock driver: `fedmf`)", used_by="stock-strategy runs"),

@@ -76,7 +76,7 @@ def content_digest(content: RecordDict, skip: tuple[str, ...] = ()) -> bytes:
     Why: a node binds its masked contribution to the request it answered (the model and
     config the server sent), so nodes that were sent different requests -- a server that
     gives one node a model of its choice and the others one that makes their replies known --
-    produce masks that do not cancel (``clients/contribute.py``). Records are hashed by name,
+    produce masks that do not cancel (``clients/sums_node.py``). Records are hashed by name,
     type and content: arrays by dtype, shape and bytes, configs by their sorted items.
     """
     import hashlib

@@ -1,6 +1,6 @@
 """The ClientApp: every registered client handler, exposed as a Flower action.
 
-The node-side modules of every registered protocol (``fedrec/protocols.py``) and of users'
+The node-side modules of every registered protocol (``fl_app/registry.py``) and of users'
 plugins register their handlers on import; ``query.<action>`` messages go to
 :data:`clients.handlers.QUERY_HANDLERS`; Flower's stock
 ``train`` / ``evaluate`` messages (sent by stock strategies such as ``FedAvg``) go to the
@@ -34,10 +34,10 @@ from clients.handlers import (
 )
 from clients.node import DATA_KEY, STATE_DATA_KEY, NodeContext
 from clients.policy import NodePolicy
-from fedrec.protocols import DIAGNOSTICS_MODULE, client_modules
 from fedrec.records import config_record
 from fedrec.secure.sealed import MAIL_DIRECTORY, MAIL_IN
 from fl_app.quiet import quiet_flower_noise
+from fl_app.registry import DIAGNOSTICS_MODULE, client_modules
 
 PLUGIN_GROUP = "fedrec_privacy.clients"
 PLUGIN_ENV = "FEDREC_CLIENT_MODULES"

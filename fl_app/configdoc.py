@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from fedrec.config import Key, Value
-from fedrec.protocols import builtin_keys
+from fl_app.registry import builtin_keys
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = REPO / "pyproject.toml"

@@ -1,10 +1,10 @@
 """The ServerApp: read the run config, build the strategy, run it, save and show results.
 
-``protocol`` names a registered protocol (``fedrec/protocols.py``) or a
+``protocol`` names a registered protocol (``fl_app/registry.py``) or a
 ``package.module:ClassName`` of a ``ProtocolStrategy``. ``strategy`` optionally names a plain
 Flower ``Strategy`` (e.g. ``FedAvg`` or a user's subclass) to drive the clients of
 ``protocol`` instead of the protocol's own server side, for protocols whose strategy class
-offers ``drive_stock_strategy``.
+implements ``drive_stock_strategy``.
 """
 
 from __future__ import annotations
@@ -12,15 +12,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedrec.config import ConfigError, run_name
-from fedrec.protocols import load_strategy_class, resolve_config
 from fedrec.results import print_run_table, write_run
-from fedrec.transport.messenger import AccountedGrid, Messenger, RunInterrupted
+from fedrec.transport.messenger import Messenger, RunInterrupted
+from fl_app.registry import load_strategy_class, resolve_config
+from strategies.base import ProtocolStrategy, RunOutcome
 
 log = logging.getLogger("fedrec")
 
@@ -31,22 +33,45 @@ log = logging.getLogger("fedrec")
 _LOG_DELIVERY_SECONDS = 1.5
 
 
-def run_protocol(grid: Grid, cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """Run the configured protocol over ``grid``; return the results record."""
+def build_strategy(cfg: Mapping[str, Any]) -> ProtocolStrategy:
+    """The run's protocol, built once from the typed run config (``from_run_config``): a
+    registered name or a ``package.module:Class`` of a ProtocolStrategy."""
+    cls = load_strategy_class(str(cfg["protocol"]))
+    if not issubclass(cls, ProtocolStrategy):
+        raise ConfigError(f"protocol {cfg['protocol']!r} is a plain Flower strategy, not a "
+                          "ProtocolStrategy: give it as 'strategy', with a 'protocol' whose "
+                          "nodes it drives (e.g. fedmf)")
+    return cls.from_run_config(cfg)
+
+
+@dataclass
+class RunAttempt:
+    """One run's results record (completed, or failed with what it had) and, for a failed
+    run, the exception that ended it."""
+
+    record: dict[str, Any]
+    error: Exception | None = None
+
+
+def attempt_protocol(grid: Grid, cfg: Mapping[str, Any],
+                     strategy: ProtocolStrategy | None = None) -> RunAttempt:
+    """Run the configured protocol (``strategy``, else built from ``cfg``) over ``grid``.
+
+    A failure is returned, not raised: its record keeps what was measured, the strategy's
+    history so far (``partial_record``) and the reason, for the results."""
     messenger = Messenger(grid, timeout=float(cfg["timeout"]))
-    fast_grid = AccountedGrid(grid, messenger)
     t0 = time.perf_counter()
     try:
-        outcome = _run_strategy(fast_grid, messenger, cfg)
-    except Exception as exc:  # keep what was measured, with the reason, for the results
-        exc.fedrec_record = failed_record(  # type: ignore[attr-defined]
-            cfg, exc, messenger, time.perf_counter() - t0)
-        raise
+        strategy = strategy or build_strategy(cfg)
+        outcome = _run_strategy(strategy, messenger, cfg)
+    except Exception as exc:
+        partial = strategy.partial_record() if strategy is not None else {}
+        return RunAttempt(failed_record(cfg, exc, messenger, time.perf_counter() - t0,
+                                        partial), exc)
     seconds = time.perf_counter() - t0
     messenger.ledger.summarize()  # the console line of the last phase
-    privacy = {"aggregator": cfg["aggregator"], **messenger.privacy_report(),
-               **getattr(outcome, "privacy", {})}
-    return {
+    privacy = {"aggregator": cfg["aggregator"], **messenger.privacy_report(), **outcome.privacy}
+    return RunAttempt({
         "config": dict(cfg),
         "status": "completed",
         "num_nodes": len(list(grid.get_node_ids())),
@@ -56,13 +81,28 @@ def run_protocol(grid: Grid, cfg: Mapping[str, Any]) -> dict[str, Any]:
         "seconds": seconds,
         "communication": messenger.ledger.to_dict(),
         "privacy": privacy,
-    }
+    })
+
+
+def run_protocol(grid: Grid, cfg: Mapping[str, Any],
+                 strategy: ProtocolStrategy | None = None) -> dict[str, Any]:
+    """Run the configured protocol over ``grid``; return the results record, or raise the
+    exception the run failed of (:func:`attempt_protocol` keeps a failed run's record)."""
+    attempt = attempt_protocol(grid, cfg, strategy)
+    if attempt.error is not None:
+        raise attempt.error
+    return attempt.record
 
 
 class RunFailedError(RuntimeError):
     """What a deployed ServerApp raises when its run failed: the message is the results'
     ``error`` (the lost node first, with its reason), which Flower shows as the run's
-    ``status-details`` (``flwr ls``); the original exception is its ``__cause__``."""
+    ``status-details`` (``flwr ls``); the original exception is its ``__cause__``;
+    ``results_path`` is where the failed run's record was written."""
+
+    def __init__(self, message: str, results_path: str = "") -> None:
+        super().__init__(message)
+        self.results_path = results_path
 
 
 def run_status(exc: BaseException) -> str:
@@ -72,10 +112,10 @@ def run_status(exc: BaseException) -> str:
 
 
 def failed_record(cfg: Mapping[str, Any], exc: BaseException, messenger: Messenger,
-                  seconds: float) -> dict[str, Any]:
+                  seconds: float, partial: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The results record of a failed run: the error, what the strategy had so far
-    (``partial_record()``: metrics and history up to the failure), the communication and
-    privacy accounting.
+    (``partial``, its ``partial_record()``: metrics and history up to the failure), the
+    communication and privacy accounting.
 
     ``error`` begins with every node that dropped out during the run and why (the SuperLink
     reported it unavailable, or it was silent past the timeout), before the exception that
@@ -85,38 +125,23 @@ def failed_record(cfg: Mapping[str, Any], exc: BaseException, messenger: Messeng
     lost = messenger.lost_nodes()
     if lost:
         error = f"lost {lost}. {error}"
-    partial = dict(getattr(exc, "fedrec_partial", None) or {})
+    partial = dict(partial or {})
     return {"config": dict(cfg), "status": run_status(exc), "error": error,
             "metrics": partial.pop("metrics", {}), "history": partial.pop("history", []),
             **partial, "seconds": seconds, "communication": messenger.ledger.to_dict(),
             "privacy": {"aggregator": cfg["aggregator"], **messenger.privacy_report()}}
 
 
-def _run_strategy(fast_grid: AccountedGrid, messenger: Messenger, cfg: Mapping[str, Any]) -> Any:
-    """The protocol's own phases, or a stock Flower strategy driving the protocol's nodes.
-
-    If the protocol fails, its record so far (``partial_record()``, strategies/base.py) goes
-    with the exception as ``fedrec_partial`` for the failed run's results."""
-    protocol_cls = load_strategy_class(str(cfg["protocol"]))
+def _run_strategy(strategy: ProtocolStrategy, messenger: Messenger,
+                  cfg: Mapping[str, Any]) -> RunOutcome:
+    """The protocol's own phases, or a stock Flower strategy (the run config's
+    ``strategy``) driving the protocol's nodes."""
     if not cfg.get("strategy"):  # a protocol with its own phases
-        strategy = protocol_cls.from_run_config(cfg)
-        try:
-            return strategy.run(fast_grid, messenger, cfg)
-        except Exception as exc:
-            partial_record = getattr(strategy, "partial_record", None)
-            if partial_record is not None:
-                exc.fedrec_partial = partial_record()  # type: ignore[attr-defined]
-            raise
-    else:  # a plain Flower Strategy driving the clients of `protocol`
-        drive = getattr(protocol_cls, "drive_stock_strategy", None)
-        if drive is None:
-            raise ConfigError(f"protocol {cfg['protocol']!r} cannot be driven by a plain Flower "
-                              "strategy ('strategy' key): it has phases of its own")
-        stock_cls = load_strategy_class(str(cfg["strategy"]))
-        stock = (stock_cls.from_run_config(cfg) if hasattr(stock_cls, "from_run_config")
-                 else stock_cls())
-        outcome = drive(stock, fast_grid, messenger, cfg)
-    return outcome
+        return strategy.execute(messenger)
+    stock_cls = load_strategy_class(str(cfg["strategy"]))
+    stock = (stock_cls.from_run_config(cfg) if issubclass(stock_cls, ProtocolStrategy)
+             else stock_cls())
+    return strategy.drive_stock_strategy(stock, messenger)
 
 
 def progress_to_console(indent: str = "") -> None:
@@ -156,11 +181,14 @@ _EXPECTED_FILTER = ExpectedFailureFilter()
 
 def make_server_app(overrides: Mapping[str, Any] | None = None,
                     on_result: Callable[[dict[str, Any]], None] | None = None,
-                    quiet: bool = False) -> ServerApp:
+                    quiet: bool = False,
+                    strategy: ProtocolStrategy | None = None) -> ServerApp:
     """A ServerApp whose run config is Flower's (``context.run_config``) plus ``overrides``.
 
     ``on_result`` receives the results record in the server's process (used by
     ``run_simulation.py`` and the tests); it is never a channel to or from the nodes.
+    ``strategy``: the protocol already built from that config (a local simulation builds
+    it once, to check it before Flower starts); else the ServerApp builds it.
     """
     server_app = ServerApp()
     flwr_log = logging.getLogger("flwr")
@@ -172,21 +200,16 @@ def make_server_app(overrides: Mapping[str, Any] | None = None,
         if not quiet:
             progress_to_console()
         cfg = resolve_config({**dict(context.run_config), **dict(overrides or {})})
-        try:
-            record = run_protocol(grid, cfg)
-        except Exception as exc:
-            partial = getattr(exc, "fedrec_record", None) or {
-                "config": cfg, "status": run_status(exc),
-                "error": f"{type(exc).__name__}: {exc}"}
-            path = write_run(partial, run_name(cfg))
+        attempt = attempt_protocol(grid, cfg, strategy)
+        record, exc = attempt.record, attempt.error
+        if exc is not None:
+            path = write_run(record, run_name(cfg))
             if isinstance(exc, RunInterrupted):
                 log.warning("run interrupted; partial results written to %s", path)
             else:
-                log.error("run failed: %s; partial results written to %s", partial["error"],
+                log.error("run failed: %s; partial results written to %s", record["error"],
                           path)
-            failure = RunFailedError(partial["error"])
-            failure.results_path = exc.results_path = str(path)  # type: ignore[attr-defined]
-            raise failure from exc
+            raise RunFailedError(record["error"], str(path)) from exc
         path = write_run(record, run_name(cfg))
         record["results_path"] = str(path)
         if not quiet:

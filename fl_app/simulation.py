@@ -22,11 +22,11 @@ from clients.policy import NodePolicy
 from datasets import DatasetSpec, load_dataset
 from datasets.partition import PartitionSpec, partition_users
 from fedrec.config import ConfigError, run_name
-from fedrec.protocols import client_module, load_strategy_class, resolve_config
 from fedrec.results import print_run_table, write_run
 from fedrec.transport.messenger import STOP
 from fl_app.quiet import quiet_flower_noise
-from strategies.base import check_roles
+from fl_app.registry import client_module, load_strategy_class, resolve_config
+from strategies.base import ProtocolStrategy, check_roles
 from strategies.policy_needs import PolicyNeed, unmet
 
 #: One CPU per simulated node's worker: with 2 cores, two ClientApps run at once.
@@ -102,7 +102,7 @@ def check_federation_size(cfg: Mapping[str, Any], num_nodes: int, policy: NodePo
         raise ConfigError(f"run config 'item-servers' = {cfg['item-servers']}: expected fewer "
                           f"than the {num_nodes} simulated nodes (--nodes / num_nodes), so "
                           "that some hold user rows")
-    from fedrec.protocols import protocols
+    from fl_app.registry import protocols
 
     if (cfg["aggregator"] == "secagg+" and cfg["protocol"] in protocols()
             and users < policy.min_survivors):
@@ -131,31 +131,30 @@ class PolicyNotAllowed(ConfigError):
             f"FEDREC_NODE_POLICY='{','.join(n.opt_in for n in needs)}'")
 
 
-def policy_needs_of(cfg: Mapping[str, Any], protocol_cls: type) -> tuple[PolicyNeed, ...]:
+def policy_needs_of(cfg: Mapping[str, Any], strategy: ProtocolStrategy
+                    ) -> tuple[PolicyNeed, ...]:
     """What the run asks of every node's policy: a stock strategy driving the protocol's
-    nodes (its ``STOCK_NEEDS``) or the protocol's own ``policy_needs(cfg)``; none for a
-    strategy that declares nothing (its nodes decide when asked)."""
-    if cfg.get("strategy"):
-        return tuple(getattr(protocol_cls, "STOCK_NEEDS", ()))
-    needs = getattr(protocol_cls, "policy_needs", None)
-    return tuple(needs(cfg)) if needs is not None else ()
+    nodes (the protocol's ``STOCK_NEEDS``) or the protocol's own ``policy_needs()``."""
+    return strategy.STOCK_NEEDS if cfg.get("strategy") else strategy.policy_needs()
 
 
-def check_node_policy(cfg: Mapping[str, Any], protocol_cls: type, policy: NodePolicy) -> None:
+def check_node_policy(cfg: Mapping[str, Any], strategy: ProtocolStrategy,
+                      policy: NodePolicy) -> None:
     """Refuse, before Flower starts, a run every simulated node would refuse (they share
     ``policy``): the same check the handshake makes on each node's reported policy."""
     config = policy.as_config()
-    missing = unmet(policy_needs_of(cfg, protocol_cls), config)
+    missing = unmet(policy_needs_of(cfg, strategy), config)
     if missing:
         raise PolicyNotAllowed(missing, config)
 
 
-def check_simulated_roles(cfg: Mapping[str, Any], protocol_cls: type, num_nodes: int) -> None:
+def check_simulated_roles(cfg: Mapping[str, Any], strategy: ProtocolStrategy,
+                          num_nodes: int) -> None:
     """Refuse, before Flower starts, a federation the protocol cannot run on: a simulation
     assigns the roles itself (the last ``item-servers`` partitions are item servers, the
     others users: ``NodeContext.role``), so the handshake's role check can run here first."""
-    needs = getattr(protocol_cls, "federation", None)
-    if cfg.get("strategy") or needs is None:
+    needs = strategy.federation
+    if cfg.get("strategy"):
         return
     k = int(cfg["item-servers"])
     roles = {p: "item-server" if p >= num_nodes - k else "user" for p in range(num_nodes)}
@@ -317,30 +316,29 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
     policy = resolve_node_policy(node_policy)
     check_federation_size(cfg, num_nodes, policy)
     from fl_app.client_app import build_client_app
-    from fl_app.server_app import RunFailedError, make_server_app
+    from fl_app.server_app import RunFailedError, build_strategy, make_server_app
 
     # Fail fast, before Ray starts: missing or malformed data files. In a local simulation the
     # data is on this machine, and loading it here also fills the disk cache the node
     # processes read their rows from.
-    protocol_cls = load_strategy_class(str(cfg["protocol"]))
     if cfg.get("strategy"):
         load_strategy_class(str(cfg["strategy"]))
-    try:  # the strategy's own config checks (e.g. a misspelt filter name), before Flower
-        if not cfg.get("strategy") and hasattr(protocol_cls, "from_run_config"):
-            protocol_cls.from_run_config(cfg)
-        check_node_policy(cfg, protocol_cls, policy)
-        check_simulated_roles(cfg, protocol_cls, num_nodes)
+    try:  # built once, here: its own config checks (e.g. a misspelt filter name) run first
+        strategy = build_strategy(cfg)
+        check_node_policy(cfg, strategy, policy)
+        check_simulated_roles(cfg, strategy, num_nodes)
     except ConfigError:
         raise
     except ValueError as exc:
         raise ConfigError(f"run config of protocol {cfg['protocol']!r}: {exc}") from None
     # A protocol's own node module runs in this simulation's ClientApp (the user's code, on
     # the user's machine); a deployed node imports only what its operator lists.
-    extra = [m for m in [client_module(str(cfg["protocol"]), protocol_cls)] if m]
+    extra = [m for m in [client_module(str(cfg["protocol"]), type(strategy))] if m]
     _ship_by_value(extra)
     check_partitions(cfg, num_nodes, policy)
     box: dict[str, Any] = {}
-    server_app = make_server_app(cfg, on_result=box.update, quiet=quiet or compare)
+    server_app = make_server_app(cfg, on_result=box.update, quiet=quiet or compare,
+                                 strategy=strategy)
     try:
         simulate(server_app, build_client_app(extra, policy=policy), num_nodes, backend_config,
                  verbose_flower)
@@ -351,13 +349,13 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
     if not box:
         raise RuntimeError("the simulation ended without a result (see the log above)")
     if compare:
-        box["comparison"] = compare_with_references(cfg, protocol_cls, box)
+        box["comparison"] = compare_with_references(cfg, strategy, box)
         write_run(box, run_name(cfg))
         if not quiet:
             print_run_table(box)
             print_wall_times(box)
     if not quiet:  # after the table (the ServerApp prints it when there is no comparison)
-        why = unseeded_randomness(cfg, protocol_cls)
+        why = unseeded_randomness(cfg, strategy)
         if why:
             print(f"note: not reproducible by seed: {why}", flush=True)
     if compare and not quiet:
@@ -365,13 +363,11 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
     return box
 
 
-def unseeded_randomness(cfg: Mapping[str, Any], protocol_cls: type) -> str:
+def unseeded_randomness(cfg: Mapping[str, Any], strategy: ProtocolStrategy) -> str:
     """Why this run's numbers change when the same command is run again with the same seed,
     as the protocol's strategy declares it (``unseeded_randomness``: a reason, "" when the
-    seed fixes every draw); "" for a strategy that declares nothing."""
-    if cfg.get("strategy") or not hasattr(protocol_cls, "from_run_config"):
-        return ""
-    return str(getattr(protocol_cls.from_run_config(cfg), "unseeded_randomness", "") or "")
+    seed fixes every draw); "" when a stock strategy drives the nodes."""
+    return "" if cfg.get("strategy") else str(strategy.unseeded_randomness or "")
 
 
 def print_wall_times(record: Mapping[str, Any]) -> None:
@@ -392,7 +388,7 @@ def print_wall_times(record: Mapping[str, Any]) -> None:
     Console().print(table)
 
 
-def compare_with_references(cfg: Mapping[str, Any], protocol_cls: type,
+def compare_with_references(cfg: Mapping[str, Any], strategy: ProtocolStrategy,
                             record: Mapping[str, Any]) -> dict[str, Any]:
     """The federated metrics beside the protocol's centralized reference (``reference(data)``
     on its strategy, if it has one) and item popularity, each on the same split, with the
@@ -402,8 +398,7 @@ def compare_with_references(cfg: Mapping[str, Any], protocol_cls: type,
     log = logging.getLogger("fedrec")
     data = load_dataset(DatasetSpec.from_config(cfg))
     out: dict[str, Any] = {"federated": dict(record["metrics"])}
-    strategy = protocol_cls.from_run_config(cfg)
-    if hasattr(strategy, "reference"):
+    if strategy.has_reference:
         log.info("centralized reference: %s.reference on all %d users x %d items in one "
                  "process (same math as the federated run, no federation)",
                  type(strategy).__name__, data.n_users, data.n_items)

@@ -1,6 +1,6 @@
 """Server side of every protocol: one module per protocol, a Flower Strategy subclass each.
 
-Protocols are registered by import path in ``fedrec/protocols.py``; ``strategies.base`` holds
+Protocols are registered by import path in ``fl_app/registry.py``; ``strategies.base`` holds
 what they share (handshake, :class:`ProtocolStrategy`, :class:`RunOutcome`).
 """
 

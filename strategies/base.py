@@ -6,14 +6,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from fedrec.config import Key
+from fedrec.config import CORE_KEYS, ConfigError, Key, key_table, merge_config
 from fedrec.records import to_array_record
 from fedrec.recsys.metrics import RankingSums
 from fedrec.transport.aggregators import Aggregator
@@ -257,7 +257,7 @@ class Federation:
                  phase: str = "evaluate") -> dict[str, float]:
         """Ranking metrics of every node's users, learned only as a sum over nodes.
 
-        Nodes answer with ``clients.contribute.ranking_reply``; the result is
+        Nodes answer with ``clients.sums_node.ranking_reply``; the result is
         ``{"recall@20": ..., "ndcg@20": ..., ...}``.
         """
         total = self.sum(action, arrays, {**dict(config or {}), evaluation_wire.TOP_K: k},
@@ -268,13 +268,23 @@ class Federation:
 class ProtocolStrategy(Strategy):
     """Base of multi-phase protocols: a Flower ``Strategy`` whose ``start`` runs the phases.
 
+    The contract every protocol keeps (as Flower's for a strategy, RecBole's for a model):
+
+    - built from the typed run config, once per run: ``Cls(cfg)`` (or
+      :meth:`from_run_config`); the strategy reads the config from :attr:`cfg` only;
+    - :meth:`run` over the :class:`Federation` that :meth:`federate` set up; :meth:`execute`
+      is that one path (handshake, then the phases), for the ServerApp and :meth:`start`;
+    - per-round rows in :attr:`history`, which :meth:`partial_record` reports when a run fails;
+    - :meth:`reference`, the centralized reference (None: the protocol has none);
+    - :meth:`policy_needs` and :meth:`drive_stock_strategy`, optional hooks with defaults.
+
     Flower's ``Strategy.start`` loops train/evaluate rounds; the protocols here have several
-    phases per run (key setup, secure sums, power steps, evaluation), so subclasses
-    implement :meth:`run` and ``start`` calls it and returns Flower's ``Result``. The
-    round-based hooks are not part of such a protocol and say so if called.
+    phases per run (key setup, secure sums, power steps, evaluation), so ``start`` runs
+    :meth:`execute` and returns Flower's ``Result``. The round-based hooks are not part of
+    such a protocol and say so if called.
 
     ``config_keys`` declares the protocol's own run-config keys (typed, with defaults and
-    ranges); the run config a strategy receives has every one of them, parsed.
+    ranges); :attr:`cfg` has every one of them and every core key, parsed.
     """
 
     config_keys: ClassVar[tuple[Key, ...]] = ()
@@ -282,45 +292,94 @@ class ProtocolStrategy(Strategy):
     federation: ClassVar[tuple[RoleNeed, ...]] = USER_NODES
     #: The module of the protocol's node handlers, for a protocol given as
     #: ``package.module:Class`` without a registration; a registered protocol declares it in
-    #: its registration instead (``fedrec/protocols.py``), once. A local simulation's ClientApp
+    #: its registration instead (``fl_app/registry.py``), once. A local simulation's ClientApp
     #: imports it; deployed nodes import it only if their operator lists it.
     clients: ClassVar[str] = ""
     #: The protocol's name in error messages (the run config's ``protocol`` when empty).
     name: ClassVar[str] = ""
     #: The roles whose nodes contribute to the run's sums (every node when empty).
     sum_roles: ClassVar[tuple[str, ...]] = ()
+    #: What a stock Flower strategy driving this protocol's nodes asks of their policy
+    #: (:meth:`drive_stock_strategy`); empty when no stock strategy can drive them.
+    STOCK_NEEDS: ClassVar[tuple[PolicyNeed, ...]] = ()
+    #: Why a run's numbers change when it is run again with the same seed ("" when the seed
+    #: fixes every draw); a subclass states its reason, as a class attribute or property.
+    unseeded_randomness: str = ""
+
+    def __init__(self, cfg: Mapping[str, Any] | None = None) -> None:
+        """``cfg``: the typed run config (``fl_app.registry.resolve_config``; keys of other
+        protocols in it are ignored), else this protocol's defaults (:meth:`run_config`)."""
+        table = key_table(self.run_keys())
+        given = {k: table[k].parse(v) for k, v in dict(cfg or {}).items()
+                 if k in table and k != "options"}  # options: already expanded into cfg
+        self.cfg: dict[str, Any] = {**self.run_config(), **given}
+        #: The run's per-round rows (what a failed run's results keep: :meth:`partial_record`).
+        self.history: list[dict[str, Any]] = []
 
     @classmethod
-    def from_run_config(cls, cfg: Mapping[str, Any]) -> ProtocolStrategy:
-        return cls()
+    def run_keys(cls) -> tuple[Key, ...]:
+        """Every key a run of this protocol reads: the core's and its own."""
+        return (*CORE_KEYS, *cls.config_keys)
 
     @classmethod
-    def policy_needs(cls, cfg: Mapping[str, Any]) -> tuple[PolicyNeed, ...]:
-        """What a run with ``cfg`` asks of the policy of every node in its sums (the nodes
-        of :attr:`sum_roles`; checked at the handshake, and before Flower starts in a local
+    def run_config(cls, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """A typed run config for this protocol alone: defaults of :meth:`run_keys`,
+        ``overrides`` parsed (an unknown key is a ConfigError naming the closest)."""
+        return merge_config({"protocol": f"{cls.__module__}:{cls.__qualname__}",
+                             **dict(overrides or {})}, cls.run_keys())
+
+    @classmethod
+    def from_run_config(cls, cfg: Mapping[str, Any]) -> Self:
+        """The one constructor form: ``cls(cfg)`` (a subclass checks its keys in
+        ``__init__``, so a bad value fails here, before any message)."""
+        return cls(cfg)
+
+    # -- optional hooks ------------------------------------------------------------------
+    def policy_needs(self) -> tuple[PolicyNeed, ...]:
+        """What this run asks of the policy of every node in its sums (the nodes of
+        :attr:`sum_roles`; checked at the handshake, and before Flower starts in a local
         simulation): by default what the run config's ``aggregator`` asks; a protocol with
         weaker modes of its own adds them."""
-        return aggregator_needs(str(cfg.get("aggregator", "secagg+")))
+        return aggregator_needs(str(self.cfg["aggregator"]))
 
-    def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
+    def reference(self, data: Any) -> dict[str, float] | None:
+        """The centralized reference: the same math on all of ``data`` in one process,
+        metrics keyed as the federated run's; None for a protocol without one."""
+        return None
+
+    @property
+    def has_reference(self) -> bool:
+        """Whether the protocol defines :meth:`reference`."""
+        return type(self).reference is not ProtocolStrategy.reference
+
+    def drive_stock_strategy(self, strategy: Strategy, messenger: Messenger) -> RunOutcome:
+        """A plain Flower ``strategy`` (the run config's ``strategy``) driving this
+        protocol's nodes instead of its own phases; most protocols cannot be driven so."""
+        raise ConfigError(f"protocol {self.cfg['protocol']!r} cannot be driven by a plain "
+                          "Flower strategy ('strategy' key): it has phases of its own")
+
+    # -- the run -------------------------------------------------------------------------
+    def run(self, fed: Federation) -> RunOutcome:
+        """The protocol's phases over the federation :meth:`federate` set up."""
         raise NotImplementedError(f"{type(self).__name__} must implement run()")
 
-    # -- the record so far (a failed run's results) ------------------------------------
+    def execute(self, messenger: Messenger) -> RunOutcome:
+        """One run: a fresh :attr:`history`, :meth:`federate`, :meth:`run`."""
+        self.history = []
+        return self.run(self.federate(messenger))
+
     def new_history(self) -> list[dict[str, Any]]:
-        """The run's per-round history list: the strategy appends its rows to it, and
+        """:attr:`history`, emptied: the strategy appends its rows to it, and
         :meth:`partial_record` reports them if the run fails before returning."""
-        self._history: list[dict[str, Any]] = []
-        return self._history
+        self.history.clear()
+        return self.history
 
     def partial_record(self) -> dict[str, Any]:
-        """What the run had when it failed: ``history`` (the rows of :meth:`new_history`,
-        else a ``history`` list attribute of the strategy) and ``metrics``, the last
-        history row's numbers (the latest measured; round, epoch and step counters left
-        out). The ServerApp puts them in a failed run's results (``fl_app/server_app.py``)."""
-        history = getattr(self, "_history", None)
-        if history is None:
-            history = getattr(self, "history", None)
-        history = [dict(row) for row in history] if isinstance(history, list) else []
+        """What the run had when it failed: ``history`` (the rows of :attr:`history`) and
+        ``metrics``, the last row's numbers (the latest measured; round, epoch and step
+        counters left out). The ServerApp puts them in a failed run's results
+        (``fl_app/server_app.py``)."""
+        history = [dict(row) for row in self.history]
         counters = {"round", "epoch", "step", "t", "sync", "rounds", "users"}
         last = history[-1] if history else {}
         metrics = {k: float(v) for k, v in last.items()
@@ -328,41 +387,42 @@ class ProtocolStrategy(Strategy):
                    and not isinstance(v, bool)}
         return {"metrics": metrics, "history": history}
 
-    def federate(self, messenger: Messenger, cfg: Mapping[str, Any],
-                 config_name: str = request_wire.CONFIG) -> Federation:
+    def federate(self, messenger: Messenger) -> Federation:
         """Every protocol's one setup path: the handshake (roles checked against
         :attr:`federation`, nodes named, identities and policies reported), then the run's
         aggregator (:meth:`sum_aggregator`) over the nodes of :attr:`sum_roles`, set up."""
+        cfg = self.cfg
         infos = handshake(messenger, cfg, needs=self.federation, protocol=self.name or None,
-                          policy_needs=self.policy_needs(cfg), policy_roles=self.sum_roles)
+                          policy_needs=self.policy_needs(), policy_roles=self.sum_roles)
         nodes = [n for n, i in infos.items() if not self.sum_roles or i.role in self.sum_roles]
-        return Federation(messenger, cfg, infos, self.sum_aggregator(messenger, nodes, cfg),
-                          config_name)
+        return Federation(messenger, cfg, infos, self.sum_aggregator(messenger, nodes))
 
-    def sum_aggregator(self, messenger: Messenger, nodes: list[int],
-                       cfg: Mapping[str, Any]) -> Aggregator:
+    def sum_aggregator(self, messenger: Messenger, nodes: list[int]) -> Aggregator:
         """The aggregator of the run's sums over ``nodes``: the run config's ``aggregator``,
         ``seed`` and ``secagg-degree``. A protocol with a scheme of its own overrides this."""
+        cfg = self.cfg
         return make_aggregator(str(cfg["aggregator"]), messenger, nodes, seed=int(cfg["seed"]),
                                degree=int(cfg["secagg-degree"]) or None)
 
     def summary(self) -> None:
-        import logging
-
-        logging.getLogger("fedrec").info("%s: %s", type(self).__name__, vars(self))
+        logging.getLogger("fedrec").info("%s: %s", type(self).__name__, self.cfg)
 
     def start(self, grid: Grid, initial_arrays: Any = None, num_rounds: int = 1,
               timeout: float = 3600, train_config: Any = None, evaluate_config: Any = None,
               evaluate_fn: Any = None) -> Any:
-        """Run the protocol with the default config and return a Flower ``Result``."""
+        """Flower's entry point: run the protocol (:meth:`execute`) over ``grid`` with the
+        run config it was built with, ``timeout`` seconds per request; return a Flower
+        ``Result`` with the final metrics as round 1's ServerApp-side evaluation. The
+        round-based arguments mean nothing to a multi-phase protocol; a ``train_config``
+        is refused (the run config is given once, to the constructor)."""
         from flwr.app import MetricRecord
         from flwr.serverapp.strategy import Result
 
-        from fedrec.protocols import resolve_config
-
-        cfg = resolve_config({"protocol": f"{type(self).__module__}:{type(self).__qualname__}",
-                              **dict(train_config or {})})
-        outcome = self.run(grid, Messenger(grid, timeout=timeout), cfg)
+        if train_config:
+            raise TypeError(f"{type(self).__name__}.start: the run config goes to the "
+                            f"constructor ({type(self).__name__}({type(self).__name__}"
+                            ".run_config({...}))), not to train_config")
+        outcome = self.execute(Messenger(grid, timeout=timeout))
         result = Result()
         result.evaluate_metrics_serverapp[1] = MetricRecord(
             {k: float(v) for k, v in outcome.metrics.items()})

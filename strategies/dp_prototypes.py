@@ -28,13 +28,11 @@ from typing import Any
 
 import numpy as np
 from flwr.app import RecordDict
-from flwr.serverapp import Grid
 
 from fedrec.config import Key
 from fedrec.dp import PrivacyLedger
 from fedrec.recsys.nmf import nmf
 from fedrec.recsys.prototypes import ACCOUNTINGS, PrototypeParams, metric_means
-from fedrec.transport.messenger import Messenger
 from fedrec.wire import evaluation as evaluation_wire
 from fedrec.wire.dp_prototypes import LEDGER_RECORD, PROTOTYPES_RECORD, Action
 from strategies.base import Federation, ProtocolStrategy, RoleNeed, RunOutcome
@@ -94,26 +92,21 @@ class DPPrototypes(ProtocolStrategy):
     config_keys = DPP_KEYS
     federation = (RoleNeed(SILO_ROLES, min=1, holds=("rows",)),)
 
-    def __init__(self, params: PrototypeParams, rank: int = 20, reg: float = 0.1,
-                 nmf_iters: int = 200, seed: int = 0, top_k: int = 20) -> None:
-        self.params, self.rank, self.reg, self.nmf_iters = params, rank, reg, nmf_iters
-        self.seed, self.top_k = seed, top_k
+    def __init__(self, cfg: Mapping[str, Any] | None = None) -> None:
+        super().__init__(cfg)
+        cfg = self.cfg
+        self.params, self.rank = params_from_config(cfg), int(cfg["dpp-rank"])
+        self.reg, self.nmf_iters = float(cfg["dpp-reg"]), int(cfg["dpp-nmf-iters"])
+        self.seed, self.top_k = int(cfg["seed"]), 20
 
-    @classmethod
-    def from_run_config(cls, cfg: Mapping[str, Any]) -> DPPrototypes:
-        return cls(params_from_config(cfg), rank=int(cfg["dpp-rank"]),
-                   reg=float(cfg["dpp-reg"]), nmf_iters=int(cfg["dpp-nmf-iters"]),
-                   seed=int(cfg["seed"]))
-
-    @classmethod
-    def policy_needs(cls, cfg: Mapping[str, Any]) -> tuple[PolicyNeed, ...]:
+    def policy_needs(self) -> tuple[PolicyNeed, ...]:
         """Each silo's release spends epsilon outside any secure sum: a ``dp-budget`` of at
         least what :func:`release_ledger` charges (``dpp-epsilon``, 2.25 x in the paper's
         accounting, which also needs ``allow-paper-accounting``). Only this run's share: the
         node's ledger of earlier runs is its own, and the node checks it."""
         from fedrec.recsys.prototypes import release_ledger
 
-        params = params_from_config(cfg)
+        params = self.params
         spent = release_ledger(params, 1000, 1000).spent()  # public sizes do not change it
         needs = [PolicyNeed("dp-budget", f"epsilon {spent:g} per silo (dp-prototypes "
                             "release)", spent)]
@@ -209,8 +202,8 @@ class DPPrototypes(ProtocolStrategy):
         vm = self.params.value_max
         return float(fed.max_users) * fed.n_items * max(vm * vm, vm, 1.0) + fed.max_users + 1.0
 
-    def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
-        fed = self.federate(messenger, cfg)
+    def run(self, fed: Federation) -> RunOutcome:
+        messenger = fed.messenger
         self.check_silo_sizes(fed)
         silos = fed.of_role(*SILO_ROLES)
         log.info("dp-prototypes: %d silos release %d prototypes each at epsilon %g",
@@ -220,6 +213,7 @@ class DPPrototypes(ProtocolStrategy):
         messenger.ledger.mark("prototypes", PROTOTYPES_RECORD, "noised")
         P, ledgers = self.collect(fed, replies)
         fit = nmf(P, self.rank, self.reg, self.nmf_iters)
+        self.history.extend({"nmf-objective": v} for v in fit.objective)
         log.info("dp-prototypes: NMF of the %d x %d prototypes, rank %d: objective %.4g after "
                  "%d sweeps", *P.shape, self.rank, fit.objective[-1], len(fit.objective) - 1)
         total = fed.sum(Action.EVALUATE, {"V": fit.V},
@@ -229,6 +223,6 @@ class DPPrototypes(ProtocolStrategy):
         metrics = metric_means(self.top_k, total[evaluation_wire.RANKING],
                                total[evaluation_wire.RATING])
         return RunOutcome(metrics=metrics,
-                          history=[{"nmf-objective": v} for v in fit.objective],
+                          history=list(self.history),
                           extra={"item_factors": fit.V, "prototypes": P},
                           privacy={"dp": self.dp_report(ledgers)})

@@ -24,28 +24,27 @@ from __future__ import annotations
 
 import logging
 import time
-from functools import partial
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from flwr.app import ArrayRecord, ConfigRecord
-from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from fedrec.config import ConfigError, Key
+from fedrec.config import Key
 from fedrec.recsys.metrics import evaluate_ranking
 from fedrec.recsys.mf import (
+    BPRMF,
     MAX_ROUND_FACTOR,
     PATIENCE,
     VALID_FRACTION,
-    BPRMF,
     Adam,
-    tune_early_stopped,
     init_item_factors,
     item_gradient,
+    tune_early_stopped,
 )
 from fedrec.transport.ledger import PROGRESS_SECONDS
-from fedrec.transport.messenger import Messenger
+from fedrec.transport.messenger import AccountedGrid, Messenger
 from fedrec.wire.fedmf import Action
 from strategies.base import Federation, ProtocolStrategy, RunOutcome, data_config, handshake
 from strategies.policy_needs import PolicyNeed
@@ -111,28 +110,17 @@ class FedMF(ProtocolStrategy):
     STOCK_NEEDS = (PolicyNeed("allow-plain", "Flower's stock train/evaluate rounds (the "
                               "server sees each node's item factors)"),)
 
-    def __init__(self, *, mode: str = "local", rounds: int = 20, dim: int = 32,
-                 lr: float = 0.01, reg: float = 0.01, negatives: int = 1, epochs: int = 3,
-                 batch_size: int = 256, optimizer: str = "avg", server_lr: float = 1.0,
-                 clip: float = 1.0, factor_bound: float = 100.0, seed: int = 0,
-                 top_k: int = 20) -> None:
-        if mode not in ("local", "exact"):
-            raise ConfigError(f"mf-mode must be 'local' or 'exact', got {mode!r}")
-        if optimizer not in ("avg", "adam"):
-            raise ConfigError(f"mf-optimizer must be 'avg' or 'adam', got {optimizer!r}")
-        self.mode, self.rounds, self.dim, self.lr, self.reg = mode, rounds, dim, lr, reg
-        self.negatives, self.epochs, self.batch_size = negatives, epochs, batch_size
-        self.optimizer, self.server_lr, self.clip = optimizer, server_lr, clip
-        self.factor_bound, self.seed, self.top_k = factor_bound, seed, top_k
-
-    @classmethod
-    def from_run_config(cls, cfg: Mapping[str, Any]) -> FedMF:
-        return cls(mode=cfg["mf-mode"], rounds=int(cfg["rounds"]), dim=cfg["mf-dim"],
-                   lr=cfg["mf-lr"], reg=cfg["mf-reg"], negatives=cfg["mf-negatives"],
-                   epochs=cfg["mf-local-epochs"], batch_size=cfg["mf-batch-size"],
-                   optimizer=cfg["mf-optimizer"], server_lr=cfg["mf-server-lr"],
-                   clip=cfg["mf-clip"], factor_bound=cfg["mf-factor-bound"],
-                   seed=int(cfg["seed"]))
+    def __init__(self, cfg: Mapping[str, Any] | None = None) -> None:
+        super().__init__(cfg)
+        cfg = self.cfg  # typed: mf-mode and mf-optimizer are checked against their choices
+        self.mode, self.rounds = str(cfg["mf-mode"]), int(cfg["rounds"])
+        self.dim = int(cfg["mf-dim"])
+        self.lr, self.reg = float(cfg["mf-lr"]), float(cfg["mf-reg"])
+        self.negatives, self.epochs = int(cfg["mf-negatives"]), int(cfg["mf-local-epochs"])
+        self.batch_size, self.optimizer = int(cfg["mf-batch-size"]), str(cfg["mf-optimizer"])
+        self.server_lr, self.clip = float(cfg["mf-server-lr"]), float(cfg["mf-clip"])
+        self.factor_bound, self.seed = float(cfg["mf-factor-bound"]), int(cfg["seed"])
+        self.top_k = 20
 
     def reference_model(self, train: Any, progress: bool = False) -> BPRMF:
         """The centralized BPR-MF with this run's budget: the same training code the nodes
@@ -202,8 +190,7 @@ class FedMF(ProtocolStrategy):
         per_user = max(self.clip if self.mode == "local" else self.factor_bound, LOSS_CAP, 1.0)
         return float(fed.max_users) * per_user
 
-    def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
-        fed = self.federate(messenger, cfg)
+    def run(self, fed: Federation) -> RunOutcome:
         V = init_item_factors(fed.n_items, self.dim, self.seed)
         server_opt = Adam(self.server_lr)
         max_abs = self.max_abs(fed)
@@ -230,15 +217,14 @@ class FedMF(ProtocolStrategy):
                                                k=self.top_k)}
         return RunOutcome(metrics=metrics, history=history, extra={"item_factors": V})
 
-    @staticmethod
-    def drive_stock_strategy(strategy: Strategy, grid: Grid, messenger: Messenger,
-                             cfg: Mapping[str, Any]) -> RunOutcome:
+    def drive_stock_strategy(self, strategy: Strategy, messenger: Messenger) -> RunOutcome:
         """Any message-API Strategy (e.g. a user's FedAvg subclass) drives the FedMF nodes.
 
         Flower's ``train`` messages reach ``clients.fedmf.fedmf_stock_train`` (one full-batch
         step, like ``mf-mode = exact``). Stock strategies aggregate in clear: on this path the
         server sees every node's updated item factors, the leak the FedMF protocol avoids.
         """
+        cfg, grid = self.cfg, AccountedGrid(messenger.grid, messenger)
         infos = handshake(messenger, cfg, policy_needs=FedMF.STOCK_NEEDS)
         n_items = next(iter(infos.values())).n_items
         seed = int(cfg["seed"])

@@ -33,12 +33,10 @@ from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
-from flwr.serverapp import Grid
 
 from fedrec.config import ConfigError, Key
 from fedrec.recsys import power_svd as svd
 from fedrec.recsys.metrics import evaluate_ranking
-from fedrec.transport.messenger import Messenger
 from fedrec.wire import fedsvd as fedsvd_wire
 from fedrec.wire.fedsvd import Action
 from strategies.base import Federation, ProtocolStrategy, RunOutcome
@@ -79,15 +77,12 @@ class FedSvd(ProtocolStrategy):
     scheme = "fedpower"
     config_keys = FEDSVD_KEYS
 
-    def __init__(self, params: svd.SvdParams | None = None, *, min_rows: int = 1,
-                 epsilon: float = 0.0, top_k: int = 20) -> None:
-        self.params = params or svd.SvdParams()
-        self.min_rows, self.epsilon, self.top_k = int(min_rows), float(epsilon), top_k
-
-    @classmethod
-    def from_run_config(cls, cfg: Mapping[str, Any]) -> FedSvd:
-        return cls(svd.params_from_config(cfg), min_rows=int(cfg["fedsvd-min-rows"]),
-                   epsilon=float(cfg["fedsvd-epsilon"]))
+    def __init__(self, cfg: Mapping[str, Any] | None = None) -> None:
+        super().__init__(cfg)
+        cfg = self.cfg
+        self.params = svd.params_from_config(cfg)
+        self.min_rows, self.epsilon = int(cfg["fedsvd-min-rows"]), float(cfg["fedsvd-epsilon"])
+        self.top_k = 20
 
     @property
     def unseeded_randomness(self) -> str:
@@ -154,8 +149,7 @@ class FedSvd(ProtocolStrategy):
         return max(bound, 1.0) if self.scheme == "fedpower" else bound
 
     # -- the run ------------------------------------------------------------------------
-    def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
-        fed = self.federate(messenger, cfg)
+    def run(self, fed: Federation) -> RunOutcome:
         self.check_federation(fed)
         p = self.params
         common = svd.initial_basis(fed.n_items, p.r, p.seed)
@@ -254,10 +248,9 @@ class FedSvdUtility(FedSvd):
 
     scheme = "fedsvd-utility"
 
-    @classmethod
-    def policy_needs(cls, cfg: Mapping[str, Any]) -> tuple[PolicyNeed, ...]:
+    def policy_needs(self) -> tuple[PolicyNeed, ...]:
         """The aggregator's needs and Algorithm 2's noise removal (``allow-noise-removal``)."""
-        return (*super().policy_needs(cfg), PolicyNeed(
+        return (*super().policy_needs(), PolicyNeed(
             "allow-noise-removal", "noise removal (the server learns each node's noise but "
             "one)"))
 

@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from flwr.app import RecordDict
-from flwr.serverapp import Grid
 
 from fedrec.config import Key
 from fedrec.records import from_array_record
@@ -40,7 +39,7 @@ from fedrec.recsys.cover import assign_items, greedy_cover
 from fedrec.recsys.lightgcn import BACKBONES, LightGCN, layer_mean, n_batches
 from fedrec.recsys.metrics import evaluate_ranking
 from fedrec.secure.pseudonyms import HOLDINGS, is_pseudonym
-from fedrec.transport.messenger import Messenger, NodeTimeoutError
+from fedrec.transport.messenger import NodeTimeoutError
 from fedrec.transport.relay_server import relay_secret
 from fedrec.wire import lpgcn as wire
 from fedrec.wire import request as request_wire
@@ -105,7 +104,9 @@ class LPGCN(ProtocolStrategy):
 
     config_keys = LPGCN_KEYS
 
-    def __init__(self, cfg: Mapping[str, Any]) -> None:
+    def __init__(self, cfg: Mapping[str, Any] | None = None) -> None:
+        super().__init__(cfg)
+        cfg = self.cfg
         self.backbone = str(cfg["lpgcn-backbone"])
         self.layers, self.dim = int(cfg["lpgcn-layers"]), int(cfg["lpgcn-dim"])
         self.lr, self.reg = float(cfg["lpgcn-lr"]), float(cfg["lpgcn-reg"])
@@ -116,20 +117,17 @@ class LPGCN(ProtocolStrategy):
         self.init_std, self.dtype = float(cfg["lpgcn-init-std"]), str(cfg["lpgcn-dtype"])
         self.eval_every, self.top_k = int(cfg["lpgcn-eval-every"]), int(cfg["lpgcn-top-k"])
         self.seed = int(cfg["seed"])
-        self.start = int(cfg["lpgcn-start-step"])
+        #: The first training step (``lpgcn-start-step``; not ``start``, which is Flower's
+        #: entry point :meth:`ProtocolStrategy.start`).
+        self.start_step = int(cfg["lpgcn-start-step"])
 
-    @classmethod
-    def from_run_config(cls, cfg: Mapping[str, Any]) -> LPGCN:
-        return cls(cfg)
-
-    @classmethod
-    def policy_needs(cls, cfg: Mapping[str, Any]) -> tuple[PolicyNeed, ...]:
+    def policy_needs(self) -> tuple[PolicyNeed, ...]:
         """The aggregator's needs and the cover every node checks (clients/lpgcn.py
         ``_check_cover``): alpha at or above its ``lpgcn-min-alpha`` (alpha = 0, the plain
         mode: ``allow-plain`` or a minimum of 0), the mask scale at or above its
         ``lpgcn-min-mask-scale``."""
-        alpha, scale = float(cfg["lpgcn-alpha"]), float(cfg["lpgcn-mask-scale"])
-        needs = list(super().policy_needs(cfg))
+        alpha, scale = self.alpha, self.mask_scale
+        needs = list(super().policy_needs())
         min_alpha = PolicyNeed("lpgcn-min-alpha", f"lpgcn-alpha = {alpha:g} (fewer virtual "
                                "items show the server which items a node holds)", alpha,
                                at_most=True)
@@ -169,10 +167,9 @@ class LPGCN(ProtocolStrategy):
                 "lr": self.lr, "reg": self.reg, "batch-size": self.batch_size,
                 "seed": self.seed, "alpha": self.alpha, "holdings": self.holdings,
                 "mask-scale": self.mask_scale,
-                "init-std": self.init_std, "dtype": self.dtype, "start-step": self.start}
+                "init-std": self.init_std, "dtype": self.dtype, "start-step": self.start_step}
 
-    def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
-        fed = self.federate(messenger, cfg)
+    def run(self, fed: Federation) -> RunOutcome:
         run = _Run(self, fed)
         run.setup()
         return run.train()
@@ -187,7 +184,7 @@ class _Run:
         self.hp = strategy.hyper()
         self.L, self.d = strategy.layers, strategy.dim
         self.dtype = np.dtype(strategy.dtype)
-        self.history: list[dict[str, Any]] = []
+        self.history = strategy.new_history()  # evaluation rows, kept if the run fails
 
     # -- helpers ------------------------------------------------------------------------------
     def send(self, action: str, contents: Mapping[int, RecordDict],
@@ -284,7 +281,7 @@ class _Run:
         log.info("LP-GCN (%s, L=%d): %d nodes, %d convolution nodes, %d steps of %d batches "
                  "per epoch", self.s.backbone, self.L, len(self.nodes), len(self.conv_nodes),
                  total, self.nbatches)
-        start = self.s.start
+        start = self.s.start_step
         end = start + total
         for step in range(start, end):
             evaluate = per_eval > 0 and step > start and step % per_eval == 0

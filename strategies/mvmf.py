@@ -32,7 +32,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from flwr.serverapp import Grid
 
 from fedrec.config import ConfigError, Key
 from fedrec.recsys.multiview import (
@@ -115,19 +114,14 @@ class FedMVMF(ProtocolStrategy):
     name = "fedmvmf"
     sum_roles = ("user",)  # the item server sends in clear
 
-    def __init__(self, model: MVMFConfig, epochs: int = 20, dataset: str = "synthetic",
-                 clusters: int = 10, top_k: int = 10, threshold: float = 4.0) -> None:
-        self.model, self.epochs = model, int(epochs)
-        self.dataset, self.clusters = dataset, int(clusters)
-        self.top_k, self.threshold = int(top_k), float(threshold)
-
-    @classmethod
-    def from_run_config(cls, cfg: Mapping[str, Any]) -> FedMVMF:
-        if cfg.get("implicit", True):
-            raise ConfigError(f"{cls.name} factorizes explicit ratings: set implicit = false")
-        return cls(model_config(cfg), int(cfg["rounds"]), str(cfg["dataset"]),
-                   int(cfg["synthetic-clusters"]), int(cfg["mvmf-top-k"]),
-                   float(cfg["mvmf-threshold"]))
+    def __init__(self, cfg: Mapping[str, Any] | None = None) -> None:
+        super().__init__(cfg)
+        cfg = self.cfg
+        if cfg["implicit"]:
+            raise ConfigError(f"{self.name} factorizes explicit ratings: set implicit = false")
+        self.model, self.epochs = model_config(cfg), int(cfg["rounds"])
+        self.dataset, self.clusters = str(cfg["dataset"]), int(cfg["synthetic-clusters"])
+        self.top_k, self.threshold = int(cfg["mvmf-top-k"]), float(cfg["mvmf-threshold"])
 
     # -- reference ---------------------------------------------------------------------------
     def attributes(self, data: Any) -> np.ndarray:
@@ -168,10 +162,8 @@ class FedMVMF(ProtocolStrategy):
         seconds["aggregation"] = seconds.get("aggregation", 0.0) + time.perf_counter() - t0
         return out
 
-    def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
-        if cfg.get("implicit", True):
-            raise ConfigError(f"{self.name} factorizes explicit ratings: set implicit = false")
-        fed = self.federate(messenger, cfg)
+    def run(self, fed: Federation) -> RunOutcome:
+        messenger, cfg = fed.messenger, self.cfg
         (item_server,) = fed.of_role("item-server")
         agg = fed.aggregator
         model, max_abs = self.model, float(cfg["mvmf-max-abs"])
@@ -217,7 +209,7 @@ class FedMVMF(ProtocolStrategy):
             raise ValueError(f"{messenger.label(item_server)} named cold items outside the "
                              f"catalogue of {fed.n_items}")
         Q_eval[idx] = cold[mvmf_wire.COLD_FACTORS]
-        k = int(cfg["mvmf-top-k"])
+        k = self.top_k
         sums = self._sum(fed, Action.EVALUATE,
                          {"Q": Q_eval, "U": U, mvmf_wire.NEW_ITEMS: idx.astype(np.float64)},
                          node_cfg, float(fed.max_users) + 1.0, "evaluate", {})
@@ -243,14 +235,13 @@ class PrivMVMF(FedMVMF):
     unseeded_randomness = ("CKKS sums are approximate and each encryption draws fresh OS "
                            "randomness, so the low digits of every sum vary")
 
-    @classmethod
-    def policy_needs(cls, cfg: Mapping[str, Any]) -> tuple[PolicyNeed, ...]:
+    def policy_needs(self) -> tuple[PolicyNeed, ...]:
         """Always CKKS sums (:meth:`sum_aggregator`): ``allow-ckks``."""
         return aggregator_needs("ckks")
 
-    def sum_aggregator(self, messenger: Messenger, users: list[int],
-                       cfg: Mapping[str, Any]) -> Aggregator:
+    def sum_aggregator(self, messenger: Messenger, users: list[int]) -> Aggregator:
         """Always CKKS (the run config's ``aggregator`` is not read): the paper's scheme."""
+        cfg = self.cfg
         if str(cfg["aggregator"]) not in ("ckks", "secagg+"):
             log.info("privmvmf sums with CKKS; run config aggregator = %s is not used",
                      cfg["aggregator"])

@@ -8,7 +8,7 @@ simulation knows its nodes' policy before Flower starts and checks it there
 (``fl_app/simulation.py``). The node still checks every request itself: this check only
 makes the refusal early, it never decides for the node.
 
-A protocol declares its needs with ``ProtocolStrategy.policy_needs(cfg)`` (strategies/base.py).
+A protocol declares its needs with ``ProtocolStrategy.policy_needs()`` (strategies/base.py).
 """
 
 from __future__ import annotations

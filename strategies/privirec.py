@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from flwr.app import ConfigRecord, RecordDict
-from flwr.serverapp import Grid
 
 from fedrec.config import ConfigError, Key
 from fedrec.records import csr_from_arrays, csr_to_arrays, to_array_record
@@ -60,7 +59,7 @@ from fedrec.wire import privirec as privirec_wire
 from fedrec.wire import request as request_wire
 from fedrec.wire.privirec import Action
 from fedrec.wire.sums import WIRE_DTYPES
-from strategies.base import ProtocolStrategy, RunOutcome, data_config
+from strategies.base import Federation, ProtocolStrategy, RunOutcome, data_config
 from strategies.policy_needs import PolicyNeed
 
 log = logging.getLogger("fedrec")
@@ -200,8 +199,8 @@ def _sparse_gram(reply: RecordDict, label: str, n_items: int) -> sp.csr_matrix:
 class PriviRec(ProtocolStrategy):
     """PriviRec (paper 000, Section 3.3): exact P~ and the ideal low-pass filter.
 
-    Parameters
-    ----------
+    Its settings, from the run config (``privirec-*`` keys and the core's)
+    ----------------------------------------------------------------------
     filters : filter names to evaluate (``gf-cf``, ``bspm-lm``, ``bspm-em``, ``turbo-cf``,
         ``linear``, ``ideal``); hyperparameters are each method's published per-dataset ones.
     L : secure-sum rounds of the power method, including the R~^T Omega round (default 3:
@@ -231,18 +230,21 @@ class PriviRec(ProtocolStrategy):
     low_rank = False
     config_keys = PRIVIREC_KEYS
 
-    def __init__(self, *, filters: tuple[str, ...] = DEFAULT_FILTERS, L: int = 3,
-                 rank: int = 0, ritz: bool | None = None, omega: str = "private",
-                 aggregator: str = "secagg+", secagg_degree: int = 0, dataset: str = "",
-                 seed: int = 0, top_k: int = 20, filter_rank: int = 0,
-                 wire_dtype: str = "float64", score_dtype: str = "float64") -> None:
+    def __init__(self, cfg: Mapping[str, Any] | None = None) -> None:
+        super().__init__(cfg)
+        cfg = self.cfg
+        L, ritz = int(cfg["privirec-L"]), str(cfg["privirec-ritz"])
+        wire_dtype, score_dtype = str(cfg["privirec-wire-dtype"]), str(cfg["privirec-score-dtype"])
+        aggregator, rank = str(cfg["aggregator"]), int(cfg["privirec-rank"])
         if L < 1:
             raise ConfigError(f"privirec-L counts the R~^T Omega round and must be >= 1, got {L}")
-        self.filters = tuple(filters)
-        self.L, self.rank, self.ritz, self.omega = L, rank, ritz, omega
-        self.aggregator, self.secagg_degree = aggregator, secagg_degree
-        self.dataset, self.seed, self.top_k = dataset, seed, top_k
-        self.filter_rank = filter_rank
+        self.filters = tuple(f.strip() for f in str(cfg["privirec-filters"]).split(",")
+                             if f.strip())
+        self.L, self.rank, self.omega = L, rank, str(cfg["privirec-omega"])
+        self.ritz: bool | None = None if ritz == "auto" else ritz == "true"
+        self.aggregator, self.secagg_degree = aggregator, int(cfg["secagg-degree"])
+        self.dataset, self.seed, self.top_k = str(cfg["dataset"]), int(cfg["seed"]), 20
+        self.filter_rank = int(cfg["privirec-filter-rank"])
         if wire_dtype not in WIRE_DTYPES:
             raise ConfigError(f"privirec-wire-dtype must be one of {WIRE_DTYPES}, got "
                               f"{wire_dtype!r}")
@@ -258,13 +260,12 @@ class PriviRec(ProtocolStrategy):
         self.max_filter_rank = rank if self.low_rank else 0
         self._filter_objects()  # unknown filter names fail here, before any message
 
-    @classmethod
-    def policy_needs(cls, cfg: Mapping[str, Any]) -> tuple[PolicyNeed, ...]:
+    def policy_needs(self) -> tuple[PolicyNeed, ...]:
         """The aggregator's needs; a plain item-item sum travels sparse and unmasked
         (``allow-sparse-transport``); a seeded Omega is known to the server
         (``allow-seeded-omega``)."""
-        strategy = cls.from_run_config(cfg)
-        needs = list(super().policy_needs(cfg))
+        strategy = self
+        needs = list(super().policy_needs())
         gram = not strategy.low_rank and any(
             f.needs_P for f in strategy._filter_objects().values())
         if strategy.aggregator == "plain" and gram:
@@ -274,18 +275,6 @@ class PriviRec(ProtocolStrategy):
             needs.append(PolicyNeed("allow-seeded-omega", "seeded Omega (the server knows "
                                     "Omega and, with p >= users, recovers every row)"))
         return tuple(needs)
-
-    @classmethod
-    def from_run_config(cls, cfg: Mapping[str, Any]) -> PriviRec:
-        filters = tuple(f.strip() for f in str(cfg["privirec-filters"]).split(",") if f.strip())
-        ritz = str(cfg["privirec-ritz"])
-        return cls(filters=filters, L=cfg["privirec-L"], rank=cfg["privirec-rank"],
-                   ritz=None if ritz == "auto" else ritz == "true",
-                   omega=cfg["privirec-omega"], aggregator=cfg["aggregator"],
-                   secagg_degree=cfg["secagg-degree"], dataset=cfg["dataset"],
-                   seed=cfg["seed"], filter_rank=cfg["privirec-filter-rank"],
-                   wire_dtype=cfg["privirec-wire-dtype"],
-                   score_dtype=cfg["privirec-score-dtype"])
 
     # -- helpers ----------------------------------------------------------------------------
     def _filter_objects(self) -> dict[str, Any]:
@@ -430,8 +419,7 @@ class PriviRec(ProtocolStrategy):
                 for key, value in s.means().items()}
 
     # -- the run ----------------------------------------------------------------------------
-    def sum_aggregator(self, messenger: Messenger, nodes: list[int],
-                       cfg: Mapping[str, Any]) -> Aggregator:
+    def sum_aggregator(self, messenger: Messenger, nodes: list[int]) -> Aggregator:
         """The aggregator this strategy was built with, over a fixed node set: a dropout
         abandons the sum before anything is unmasked."""
         agg = make_aggregator(self.aggregator, messenger, nodes,
@@ -439,8 +427,8 @@ class PriviRec(ProtocolStrategy):
         agg.fixed_set = True
         return agg
 
-    def run(self, grid: Grid, messenger: Messenger, cfg: Mapping[str, Any]) -> RunOutcome:
-        fed = self.federate(messenger, cfg)
+    def run(self, fed: Federation) -> RunOutcome:
+        messenger, cfg = fed.messenger, self.cfg
         infos, agg = fed.infos, fed.aggregator
         n_items, max_users = fed.n_items, fed.max_users
         p = self.iteration_rank(n_items)
@@ -494,22 +482,14 @@ class PriviRecK(PriviRec):
     config_keys = (*PRIVIREC_KEYS, Key("privirec-k", 1024, "rank k of the power method (the "
                                        "paper sweeps 256..3584)", min=1))
 
-    def __init__(self, *, filters: tuple[str, ...] = ("gf-cf", "bspm-lm", "bspm-em"),
-                 rank: int = 1024, **kwargs: Any) -> None:
-        if "turbo-cf" in filters:
-            raise ConfigError("privirec-k cannot run turbo-cf: it needs the explicit item-item "
-                             "matrix (element-wise powers); use privirec")
-        super().__init__(filters=filters, rank=rank, **kwargs)
-
-    @classmethod
-    def from_run_config(cls, cfg: Mapping[str, Any]) -> PriviRecK:
-        base = PriviRec.from_run_config(cfg)
-        filters = tuple(f for f in base.filters if f != "turbo-cf")
-        return cls(filters=filters, L=base.L, rank=cfg["privirec-k"],
-                   ritz=cfg["privirec-ritz"] == "true", omega=base.omega,
-                   aggregator=base.aggregator, secagg_degree=base.secagg_degree,
-                   dataset=base.dataset, seed=base.seed, filter_rank=base.filter_rank,
-                   wire_dtype=base.wire_dtype, score_dtype=base.score_dtype)
+    def __init__(self, cfg: Mapping[str, Any] | None = None) -> None:
+        super().__init__(cfg)
+        # turbo-cf is left out of the run config's filters; the rank is privirec-k, and
+        # Rayleigh-Ritz runs only when asked (``privirec-ritz = true``)
+        self.filters = tuple(f for f in self.filters if f != "turbo-cf")
+        self.rank = self.max_filter_rank = int(self.cfg["privirec-k"])
+        self.ritz = self.cfg["privirec-ritz"] == "true"
+        self._filter_objects()
 
     def _use_ritz(self) -> bool:
         return bool(self.ritz)

@@ -484,7 +484,7 @@ _CACHES: dict[tuple[str, str, str], dict] = {}
 #: TenSEAL contexts. A SuperNode runs one node per process; here the victim and its twin
 #: share the node id in one process, so each world gets its own (LP-GCN's rows a fresh one
 #: per call, so that every call that uses the rows loads them and is seen to).
-NODE_CACHES = (("clients.lpgcn", "_DATA"), ("clients.keyrelay", "_CONTEXT_CACHE"),
+NODE_CACHES = (("clients.lpgcn", "_DATA"), ("clients.relay_node", "_CONTEXT_CACHE"),
                ("clients.fedsvd", "_SELECTION_CONTEXTS"))
 
 

@@ -68,8 +68,8 @@ def run_in_process(overrides: dict[str, Any], num_nodes: int = 4, *,
     :class:`tests.localgrid.LocalGrid` instead of Ray: the protocol's messages and
     arithmetic are the same, without seconds of Ray start-up per run. Each protocol keeps
     at least one test on a real Flower simulation."""
-    from fedrec.protocols import client_module, resolve_config
     from fl_app.client_app import build_client_app
+    from fl_app.registry import client_module, resolve_config
     from fl_app.server_app import run_protocol
     from tests.localgrid import LocalGrid
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +108,61 @@ def test_no_import_cycle_in_the_project() -> None:
     for module in sorted(graph):
         if module not in state:
             visit(module)
+
+
+# -- the core never loads the app, not even by name ------------------------------------------
+#: A whole string that is an import path into a side: ``clients.x``, ``strategies.x:Class``.
+_SIDE_PATH = re.compile(r"(strategies|clients)(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*)?")
+
+
+def side_import_strings(tree: ast.AST) -> list[str]:
+    """Strings in ``tree`` that name a module of strategies/ or clients/ as an import path
+    (``importlib.import_module("clients.x")``, a table of ``"strategies.x:Class"``), whole
+    or as the head of an f-string; prose that mentions a module is not an import path."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and _SIDE_PATH.fullmatch(node.value):
+            found.append(node.value)
+        elif isinstance(node, ast.JoinedStr) and node.values \
+                and isinstance(node.values[0], ast.Constant) \
+                and re.match(r"(strategies|clients)\.", str(node.values[0].value)):
+            found.append(str(node.values[0].value))
+    return found
+
+
+def test_the_core_names_no_side_as_an_import_string() -> None:
+    """import-linter sees only import statements: a core module that loads a side by name
+    (``importlib.import_module("strategies.x")``) would pass it, so the strings are read too."""
+    named = {str(p.relative_to(REPO)): side_import_strings(ast.parse(p.read_text()))
+             for p in sorted((REPO / "fedrec").rglob("*.py"))}
+    assert not {k: v for k, v in named.items() if v}, named
+
+
+def test_the_string_check_sees_a_side_named_by_string() -> None:
+    tree = ast.parse('import importlib\nTABLE = ("strategies.fedmf:FedMF", "clients.fedmf")\n'
+                     'importlib.import_module(f"clients.{name}")\n'
+                     '"""Nodes reply with clients.sums_node.sum_reply (prose)."""\n')
+    assert side_import_strings(tree) == ["strategies.fedmf:FedMF", "clients.fedmf", "clients."]
+
+
+def test_the_contracts_cover_a_new_core_module(tmp_path: Path) -> None:
+    """A new fedrec/ module that imports a side, or the server-side transport, breaks the
+    contracts without being listed in them: the linter runs on a copy of the project with
+    two such modules added."""
+    for pkg in PACKAGES:
+        shutil.copytree(REPO / pkg, tmp_path / pkg,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "fedrec" / "probe_side.py").write_text("import strategies.base\n")
+    (tmp_path / "fedrec" / "probe_transport.py").write_text(
+        "from fedrec.transport import messenger\n")
+    probe = ("import sys\nfrom importlinter.cli import lint_imports\n"
+             "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True, "
+             "no_logo=True))")
+    run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out
+    assert "fedrec.probe_side -> strategies.base" in out, out
+    assert "fedrec.probe_transport -> fedrec.transport" in out, out

@@ -28,9 +28,9 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fedrec.protocols import builtin_keys
 from fedrec.records import to_array_record
 from fl_app.client_app import build_client_app
+from fl_app.registry import builtin_keys
 from tests.malicious import MaliciousGrid, Refused, production_handlers
 
 BUDGET_MB = 4

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from fedrec.config import ConfigError, Key, parse_assignments, run_name
-from fedrec.protocols import builtin_keys, load_strategy_class, protocols, resolve_config
 from fl_app import configdoc
+from fl_app.registry import builtin_keys, load_strategy_class, protocols, resolve_config
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -160,12 +160,12 @@ def _config(protocol: str, extra: Mapping[str, Any], run_name: str) -> dict[str,
 
 
 def test_every_registered_protocol_has_a_deployment_line() -> None:
-    from fedrec.protocols import protocols
+    from fl_app.registry import protocols
 
     lines = [p for p, _, _ in PROTOCOLS + ITEM_SERVER_PROTOCOLS]
     assert sorted(lines) == sorted(protocols()), (
         "add a line to PROTOCOLS (or ITEM_SERVER_PROTOCOLS) for every protocol in "
-        "fedrec/protocols.py")
+        "fl_app/registry.py")
 
 
 def test_clientapp_import_is_cheap() -> None:

@@ -96,8 +96,8 @@ def item_server_runs(deployment: LocalDeployment
 def in_process_with_item_server(cfg: dict[str, Any]) -> dict[str, Any]:
     """The run on the deployment's federation in one process: NUM_NODES user nodes and one
     item server by node config (partition -1), the real ClientApp on LocalGrid."""
-    from fedrec.protocols import client_module, resolve_config
     from fl_app.client_app import build_client_app
+    from fl_app.registry import client_module, resolve_config
     from fl_app.server_app import run_protocol
     from tests.localgrid import LocalGrid
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from fedrec.protocols import client_module, protocols, resolve_config
+from fl_app.registry import client_module, protocols, resolve_config
 from tests.differential import DOC, DataHook, Finding, TwinGrid, learns_by_design
 from tests.malicious import production_handlers
 

@@ -11,7 +11,6 @@ import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment, nnls
 
 from datasets import DatasetSpec, PartitionSpec, load_node_data
-from fedrec.protocols import resolve_config
 from fedrec.recsys.kmeans import kmeans, kmeans_loss
 from fedrec.recsys.nmf import fit_user_factors, nmf
 from fedrec.recsys.poisson import poisson_silos
@@ -24,6 +23,7 @@ from fedrec.recsys.prototypes import (
 )
 from fedrec.transport.messenger import Messenger, NodeError
 from fl_app.client_app import build_client_app
+from fl_app.registry import resolve_config
 from strategies.dp_prototypes import DPPrototypes
 from tests.localgrid import LocalGrid
 
@@ -245,8 +245,8 @@ def _run(over: dict, policy: dict = POLICY, node_configs: dict | None = None,
                    node_configs=node_configs) as grid:
         messenger = Messenger(grid, timeout=30)
         if not deviate:
-            return messenger, strategy.run(grid, messenger, cfg)
-        fed = strategy.federate(messenger, cfg)
+            return messenger, strategy.execute(messenger)
+        fed = strategy.federate(messenger)
         for i in range(deviate):
             fed.broadcast("dpp_prototypes", config=strategy.prototype_config(),
                           phase=f"ask{i}")

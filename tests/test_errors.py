@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import run_simulation
-from fedrec.protocols import protocols
+from fl_app.registry import protocols
 
 
 @pytest.fixture(autouse=True)

@@ -107,20 +107,20 @@ def test_a_node_lost_in_round_two_fails_the_run_naming_it_with_the_history_so_fa
     """FedMF, three rounds; partition 2 is lost at round 2's training sum. The run fails
     naming that node and the reason before any survivor is asked to unmask (SecAgg+: the
     sum is abandoned under the default node policy); the failed record has round 1's row."""
-    from fedrec.protocols import resolve_config
     from fl_app.client_app import build_client_app
-    from fl_app.server_app import run_protocol
+    from fl_app.registry import resolve_config
+    from fl_app.server_app import attempt_protocol
 
     cfg = resolve_config({**TINY, "protocol": "fedmf", "rounds": 3, "mf-dim": 4,
                           "aggregator": aggregator, "timeout": 0.5, "run-name": "lost-node"})
     app = build_client_app(["clients.fedmf"], policy=POLICY)
     with _LosingGrid(app, 3, victim_index=2, action="fedmf_train", nth=2, knob=knob) as grid:
-        with pytest.raises(Exception) as err:
-            run_protocol(grid, cfg)
+        attempt = attempt_protocol(grid, cfg)
         victim, ids = grid.victim, list(grid.ids)
         asked_to_unmask = [m.metadata.dst_node_id for m in grid.pushed
                            if m.metadata.message_type == "query.secagg_unmask"]
-    record = err.value.fedrec_record
+    record = attempt.record
+    assert attempt.error is not None
     error = record["error"]
     assert f"node {victim} (partition 2)" in error and reason in error, error
     assert "refuses" not in error  # no survivor refused on the lost node's behalf
@@ -137,7 +137,7 @@ def test_a_node_lost_in_round_two_fails_the_run_naming_it_with_the_history_so_fa
 def test_the_deployed_serverapp_raises_the_record_error() -> None:
     """Flower shows the ServerApp's exception as the run's status details (``flwr ls``), so
     the deployed ServerApp raises the record's error, lost node first."""
-    from fedrec.protocols import resolve_config
+    from fl_app.registry import resolve_config
     from fl_app.server_app import RunFailedError, failed_record
 
     with LocalGrid(_echo, 3, unavailable=[1003]) as grid:

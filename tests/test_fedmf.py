@@ -118,8 +118,8 @@ def test_local_mode_beats_popularity_and_sends_only_masked_item_updates() -> Non
 def test_centralized_reference_is_fedmf_with_one_node() -> None:
     """The reference runs the nodes' own local-training code: a one-node federation (plain
     sums, in-process Flower grid) gives the reference's factors and metrics."""
-    from fedrec.protocols import resolve_config
     from fl_app.client_app import build_client_app
+    from fl_app.registry import resolve_config
     from fl_app.server_app import run_protocol
     from tests.localgrid import LocalGrid
 
@@ -156,9 +156,9 @@ def test_fedmf_ceiling_is_early_stopped_on_validation_and_not_beaten() -> None:
     """The centralized reference picks its rounds, step size and L2 weight from the validation
     split alone (the best validation NDCG, then retrained on train for that many rounds), and
     on a small split the federated run does not beat it."""
-    from fedrec.protocols import resolve_config
     from fedrec.recsys.metrics import evaluate_ranking
     from fedrec.recsys.mf import fit_early_stopped, tune_early_stopped, validation_split
+    from fl_app.registry import resolve_config
     from strategies.fedmf import REFERENCE_GRID, FedMF
 
     cfg = resolve_config({**LOCAL, "rounds": 3, "aggregator": "plain",

@@ -12,9 +12,9 @@ import pytest
 
 from datasets import DatasetSpec, PartitionSpec, load_dataset, partition_users
 from fedrec.config import ConfigError
-from fedrec.protocols import resolve_config
 from fedrec.recsys import power_svd as svd
 from fl_app.client_app import build_client_app
+from fl_app.registry import resolve_config
 from fl_app.server_app import run_protocol
 from tests.localgrid import LocalGrid
 

@@ -18,12 +18,12 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from datasets import DataError, DatasetSpec, PartitionSpec, load_dataset, load_node_data, synthetic
 from datasets import cache as data_cache
 from datasets.containers import NodeData
-from fedrec.protocols import resolve_config
 from fedrec.records import to_array_record
 from fedrec.transport.aggregators import PlainAggregator
 from fedrec.transport.messenger import Messenger, NodeError
 from fedrec.wire.sums import SHAPES_KEY, VALUES_KEY, AggregationError, reply_values
 from fl_app.client_app import build_client_app
+from fl_app.registry import resolve_config
 from tests.localgrid import LocalGrid
 from tests.malicious import MaliciousGrid, Refused, copy_content
 from tests.simutil import DIAGNOSTIC_APP, diag_request
@@ -211,7 +211,7 @@ def test_privirec_p_past_the_budget_is_refused_before_omega_is_drawn(
                        rewrite=huge_p) as grid:
         messenger = Messenger(grid, timeout=20)
         with pytest.raises(NodeError) as err:
-            PriviRecK.from_run_config(cfg).run(grid, messenger, cfg)
+            PriviRecK.from_run_config(cfg).execute(messenger)
     text = str(err.value)
     assert "refuses PriviRec's oversampling p=1000000000" in text
     assert "memory-budget-mb=4096" in text

@@ -37,7 +37,7 @@ REVEAL = "test_keys_reveal"
 # after the logged protocol is over, to search the server's view for it. Not in the ClientApp
 # outside this test module.
 def _reveal(content: RecordDict, node: NodeContext) -> RecordDict:
-    from clients.keyrelay import get_shared_secret
+    from clients.relay_node import get_shared_secret
 
     purpose = str(content.config_records[RELAY_KEY]["purpose"])
     return RecordDict({"secret": ConfigRecord({"secret": get_shared_secret(node.state, purpose)})})

@@ -13,10 +13,10 @@ import scipy.sparse as sp
 
 from clients.lpgcn import stored_params
 from datasets import DatasetSpec, load_dataset
-from fedrec.protocols import resolve_config
 from fedrec.recsys.lightgcn import LightGCN, inv_sqrt
 from fedrec.transport.messenger import NodeError
 from fl_app.client_app import build_client_app
+from fl_app.registry import resolve_config
 from fl_app.server_app import run_protocol
 from strategies.lpgcn import LPGCN, LosslessRunError
 from tests.localgrid import LocalGrid
@@ -137,7 +137,7 @@ def _arrays(content) -> Iterable[tuple[str, np.ndarray]]:
 
 def test_server_never_receives_user_rows_item_ids_or_the_key(runs, data) -> None:
     grid, record = runs["grid"], runs["record"]
-    from clients.keyrelay import get_shared_secret
+    from clients.relay_node import get_shared_secret
 
     secrets = {get_shared_secret(grid.contexts[n].state, "lpgcn-S") for n in grid.ids}
     assert len(secrets) == 1

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from flwr.app import Message, RecordDict
 
-from fedrec.protocols import resolve_config
 from fedrec.records import array_record, from_array_record, to_array_record
 from fedrec.transport.messenger import NodeError
 from fl_app.client_app import build_client_app
+from fl_app.registry import resolve_config
 from fl_app.server_app import run_protocol
 from tests.malicious import MaliciousGrid, Refused, copy_content
 

@@ -211,7 +211,7 @@ def test_ml100k_attribute_schema() -> None:
 
 def test_implicit_data_is_refused() -> None:
     from fedrec.config import ConfigError
-    from fedrec.protocols import load_strategy_class, resolve_config
+    from fl_app.registry import load_strategy_class, resolve_config
 
     cls = load_strategy_class("fedmvmf")
     with pytest.raises(ConfigError, match="explicit ratings: set implicit = false"):
@@ -220,8 +220,8 @@ def test_implicit_data_is_refused() -> None:
 
 # -- 2. the protocols -------------------------------------------------------------------------
 def _run(protocol: str, aggregator: str, extra: dict | None = None, record_replies=None):
-    from fedrec.protocols import resolve_config
     from fl_app.client_app import build_client_app
+    from fl_app.registry import resolve_config
     from fl_app.server_app import run_protocol
     from tests.localgrid import LocalGrid
 

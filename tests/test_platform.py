@@ -186,8 +186,8 @@ TINY_POPULARITY = {"protocol": "examples.item_popularity:ItemPopularity",
 def test_results_record_what_the_server_received_and_keep_large_arrays(tmp_path: Path) -> None:
     import scipy.sparse as sp
 
-    from fedrec.protocols import resolve_config
     from fedrec.results import load_run_arrays, read_run, write_run
+    from fl_app.registry import resolve_config
     from fl_app.server_app import run_protocol
 
     cfg = resolve_config(TINY_POPULARITY)
@@ -219,15 +219,15 @@ def test_results_record_what_the_server_received_and_keep_large_arrays(tmp_path:
 
 
 def test_a_failed_run_keeps_its_partial_results_and_reason() -> None:
-    from fedrec.protocols import resolve_config
     from fedrec.transport.messenger import NodeTimeoutError
-    from fl_app.server_app import run_protocol
+    from fl_app.registry import resolve_config
+    from fl_app.server_app import attempt_protocol
 
     cfg = resolve_config({**TINY_POPULARITY, "timeout": 0.5, "startup-timeout": 0.5})
     with LocalGrid(build_client_app(["examples.item_popularity"]), 3, silent=[1003]) as grid:
-        with pytest.raises(NodeTimeoutError) as err:
-            run_protocol(grid, cfg)
-    partial = err.value.fedrec_record
+        attempt = attempt_protocol(grid, cfg)
+    assert isinstance(attempt.error, NodeTimeoutError)
+    partial = attempt.record
     assert partial["status"] == "failed"
     assert "did not answer 'hello'" in partial["error"] and "node 1003" in partial["error"]
     assert partial["communication"]["phases"]["handshake"]["rounds"] == 1
@@ -237,8 +237,8 @@ def test_the_handshake_waits_for_a_slow_start_that_a_later_request_may_not_take(
     """Each node's first reply comes 0.6 s after the request (a node's start), three times
     the per-request `timeout`: the handshake allows `startup-timeout`; without it the same
     start fails the run."""
-    from fedrec.protocols import resolve_config
     from fedrec.transport.messenger import NodeTimeoutError
+    from fl_app.registry import resolve_config
     from fl_app.server_app import run_protocol
 
     base = {**TINY_POPULARITY, "timeout": 0.2}

@@ -62,9 +62,11 @@ def test_protocol_strategy_start_returns_a_flower_result(monkeypatch) -> None:
 
     monkeypatch.setenv("FEDREC_CLIENT_MODULES", "examples.item_popularity")
     with LocalGrid(build_client_app(policy={"allow-plain": True}), 3) as grid:
-        result = ItemPopularity().start(
-            grid, train_config=ConfigRecord({"synthetic-users": 60, "synthetic-items": 50,
-                                             "aggregator": "plain"}))
+        strategy = ItemPopularity(ItemPopularity.run_config({
+            "synthetic-users": 60, "synthetic-items": 50, "aggregator": "plain"}))
+        result = strategy.start(grid)
+        with pytest.raises(TypeError, match="goes to the constructor"):
+            strategy.start(grid, train_config=ConfigRecord({"aggregator": "plain"}))
     assert 0.0 < result.evaluate_metrics_serverapp[1]["ndcg@20"] <= 1.0
     with pytest.raises(TypeError, match="multi-phase"):
         ItemPopularity().configure_train(1, None, None, None)

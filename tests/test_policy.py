@@ -16,7 +16,6 @@ import pytest
 from flwr.app import ConfigRecord, RecordDict
 
 from clients.policy import NodePolicy, PolicyError
-from fedrec.protocols import resolve_config
 from fedrec.secure.fixedpoint import FixedPoint
 from fedrec.secure.secagg import SecAggError
 from fedrec.transport.aggregators import PlainAggregator
@@ -24,6 +23,7 @@ from fedrec.transport.messenger import Messenger, NodeError
 from fedrec.transport.secagg_server import SecureAggregator
 from fedrec.wire.sums import SHAPES_KEY, VALUES_KEY, AggregationError
 from fl_app.client_app import build_client_app
+from fl_app.registry import resolve_config
 from strategies.privirec import NodeSetChanged, PriviRec, PriviRecK, check_fixed_node_set
 from tests.localgrid import LocalGrid
 from tests.simutil import DIAGNOSTIC_APP, diag_request
@@ -46,7 +46,7 @@ def _run_privirec(cfg: dict[str, Any], policy: dict | None = None,
         messenger = Messenger(grid, timeout=timeout)
         cls = PriviRec if cfg["protocol"] == "privirec" else PriviRecK
         strategy = cls.from_run_config(cfg)
-        outcome = strategy.run(grid, messenger, cfg)
+        outcome = strategy.execute(messenger)
         return {"outcome": outcome, "privacy": messenger.privacy_report()}
 
 
@@ -293,7 +293,7 @@ def _bad_shape(content: RecordDict) -> None:
 def test_malformed_replies_are_errors_naming_node_and_field(kind: str) -> None:
     victim, text = _tampered_sum(kind, _short).split("|", 1)
     assert f"node {victim}" in text and "field 'secagg.values.v' has shape (1,)" in text
-    # a masked reply also carries the one-value clip flag (clients.contribute.clipped_into_range)
+    # a masked reply also carries the one-value clip flag (clients.sums_node.clipped_into_range)
     assert f"need ({10 + (kind == 'secagg+')},)" in text
     victim, text = _tampered_sum(kind, _drop_values).split("|", 1)
     assert f"node {victim} answered a sum without field 'secagg.values.v'" in text
@@ -382,7 +382,7 @@ def test_privirec_stops_when_a_node_drops_between_sums_and_reveals_nothing(
         seen["grid"], seen["victim"] = grid, grid.ids[1]
         messenger = Messenger(grid, timeout=1.0)
         with pytest.raises(SecAggError) as err:
-            privirec.PriviRecK.from_run_config(cfg).run(grid, messenger, cfg)
+            privirec.PriviRecK.from_run_config(cfg).execute(messenger)
         unmasks = [m for m in grid.pushed if m.metadata.message_type == "query.secagg_unmask"]
     text = str(err.value)
     assert f"'power': node {grid.ids[1]} (partition 1) did not answer (no reply within" in text

@@ -18,8 +18,8 @@ from fedrec.recsys.linalg import (
     randomized_power_iteration,
     top_eigvecs_exact,
 )
-from fedrec.protocols import resolve_config
 from fedrec.recsys.metrics import ranking_sums
+from fl_app.registry import resolve_config
 from strategies.privirec import PriviRec
 from tests.simutil import run_in_process as _run_in_process
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from flwr.app import RecordDict
 
-from clients.contribute import clipped_into_range
 from clients.diagnostics import diagnostic_vector
+from clients.sums_node import clipped_into_range
 from fedrec.secure.fixedpoint import FixedPoint
 from fedrec.secure.secagg import SecAggError, neighbour_graph
 from fedrec.transport.aggregators import PlainAggregator

@@ -200,15 +200,15 @@ def test_privirec_run_says_it_is_not_reproducible_by_seed(
 
 
 def test_dp_noise_protocols_declare_unseeded_randomness() -> None:
-    from fedrec.protocols import load_strategy_class, resolve_config
+    from fl_app.registry import load_strategy_class, resolve_config
     from fl_app.simulation import unseeded_randomness
 
     for protocol, needle in (("dp-prototypes", "OpenDP"), ("fedpower", "OpenDP"),
                              ("privmvmf", "CKKS"), ("privirec", "Omega")):
         cfg = resolve_config({"protocol": protocol, "implicit": protocol != "privmvmf"})
-        assert needle in unseeded_randomness(cfg, load_strategy_class(protocol)), protocol
+        assert needle in unseeded_randomness(cfg, load_strategy_class(protocol)(cfg)), protocol
     cfg = resolve_config({"protocol": "fedmf"})
-    assert unseeded_randomness(cfg, load_strategy_class("fedmf")) == ""
+    assert unseeded_randomness(cfg, load_strategy_class("fedmf")(cfg)) == ""
 
 
 def test_still_running_lines_until_the_block_ends(fedrec_lines: list[str]) -> None:
@@ -227,8 +227,8 @@ def test_still_running_lines_until_the_block_ends(fedrec_lines: list[str]) -> No
 def test_nodes_train_on_own_data_under_a_neutral_name(tmp_path: Path) -> None:
     """A FedMF run whose nodes read <data-dir>/my-data/ (the run config's dataset key itself
     is checked by fedrec/config.py; the nodes and the loader take any plain folder name)."""
-    from fedrec.protocols import resolve_config
     from fl_app.client_app import build_client_app
+    from fl_app.registry import resolve_config
     from fl_app.server_app import run_protocol
     from tests.localgrid import LocalGrid
 

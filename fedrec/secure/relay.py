@@ -2,7 +2,7 @@
 sealed-mail purpose a secret travels under (its records: ``fedrec/wire/keyrelay.py``).
 
 The relay's rounds are in ``fedrec/transport/relay_server.py`` (server) and
-``clients/keyrelay.py`` (node)."""
+``clients/relay_node.py`` (node)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Secure aggregation of exact sums over the Flower Message API (Bonawitz et al. 2017 with the
 sparse neighbour graph of Bell et al. 2020, "SecAgg+"): the protocol, and the parts both
 sides share (this module). The server side, :class:`SecureAggregator`, is
-``fedrec/transport/secagg_server.py``; the node side (``clients/contribute.py`` and the
+``fedrec/transport/secagg_server.py``; the node side (``clients/sums_node.py`` and the
 ``secagg_*`` handlers) is ``clients/secagg_node.py``.
 
 Key setup, once per run (two synchronous rounds):

@@ -21,7 +21,7 @@ formed; the run config's ``aggregator`` key picks the implementation
   (``clients/nodeset.py``), so no two nodes are shown different sets.
 
 A sum request carries a ``secagg`` ConfigRecord (mode, sum id, declared range); a node
-answers with ``clients.contribute.sum_reply``. What each sum showed the server is recorded in
+answers with ``clients.sums_node.sum_reply``. What each sum showed the server is recorded in
 :attr:`Aggregator.view` for the results' ``privacy`` section.
 """
 
@@ -129,7 +129,7 @@ class Aggregator(ABC):
         """Send ``action`` to every node; return the element-wise sums of their arrays.
 
         ``content`` is one RecordDict for all nodes or one per node. Each node's handler
-        answers through ``clients.contribute.sum_reply``; ``max_abs`` declares the range of
+        answers through ``clients.sums_node.sum_reply``; ``max_abs`` declares the range of
         every value a node sends (nodes refuse values outside it where the encoding needs a
         range). ``on_reply`` sees each reply as it arrives (tests record the server's view).
         ``wire_dtype`` is the precision plain replies travel in.

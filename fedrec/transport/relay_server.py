@@ -23,7 +23,7 @@ The server compares fingerprints and raises :class:`RelayError` naming every nod
 fingerprint differs from the owner's. A SHA-256 fingerprint of a 32-byte random key or of a
 serialized secret context reveals nothing usable about it.
 
-Client side: ``clients/keyrelay.py`` (handlers and :func:`clients.keyrelay.get_shared_secret`).
+Client side: ``clients/relay_node.py`` (handlers and :func:`clients.relay_node.get_shared_secret`).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def relay_secret(messenger: Messenger, nodes: list[int], *, purpose: str,
         nodes: node ids that must end up holding the secret.
         purpose: name of the secret (e.g. ``"lpgcn-S"``, ``"privmvmf-ckks"``); nodes store it
             under ``secret.<purpose>`` and protocol handlers read it with
-            :func:`clients.keyrelay.get_shared_secret`.
+            :func:`clients.relay_node.get_shared_secret`.
         owner: node that creates the secret; None picks one with ``random.Random(seed)``.
         seed: seeds the owner choice only (the secret itself comes from the OS CSPRNG).
         make: ``"random-key"`` (32 random bytes) or ``"ckks-context"`` (TenSEAL CKKS secret

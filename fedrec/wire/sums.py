@@ -1,6 +1,6 @@
 """The wire format of a secure sum, shared by the server's aggregators
 (``fedrec/transport/aggregators.py``, ``fedrec/transport/secagg_server.py``) and the
-node's contribution (``clients/contribute.py``): record keys, what a node signs, and how
+node's contribution (``clients/sums_node.py``): record keys, what a node signs, and how
 named arrays travel as one flat vector. A sum request carries a ``secagg`` ConfigRecord
 (mode, sum id, declared range); the reply's values are read back with
 :func:`reply_values`, which refuses anything but finite numbers of the declared layout.
@@ -126,7 +126,7 @@ def layout_of(reply: RecordDict, label: str) -> list[tuple[str, tuple]]:
     naming the node and the field otherwise; never the node's values."""
     if SHAPES_KEY not in reply.config_records:
         raise AggregationError(f"{label} answered a sum without '{SHAPES_KEY}' (its handler "
-                               "must reply with clients.contribute.sum_reply)")
+                               "must reply with clients.sums_node.sum_reply)")
     layout: list[tuple[str, tuple]] = []
     for name, dims in reply.config_records[SHAPES_KEY].items():
         items = dims if isinstance(dims, list) else [dims]

@@ -177,7 +177,7 @@ def ranking_reply(node: NodeContext, score: Callable[[sp.csr_matrix], np.ndarray
 
 
 def _encrypt(node: NodeContext, vec: np.ndarray, cfg: ConfigRecord) -> list[bytes]:
-    from clients.keyrelay import get_shared_context
+    from clients.relay_node import get_shared_context
     from fedrec.secure.he import encrypt_packed
 
     ctx = get_shared_context(node.state, str(cfg["purpose"]))
@@ -259,7 +259,7 @@ def decrypt(content: RecordDict, node: NodeContext) -> RecordDict:
     signed contributions do not check or come from fewer than its ``min-survivors`` nodes
     (:func:`_signed_sum`): a decrypter opens each sum once, never arbitrary ciphertexts.
     """
-    from clients.keyrelay import get_shared_context
+    from clients.relay_node import get_shared_context
 
     if SUM_KEY not in content.config_records:
         raise AggregationError(f"{node.who}: decrypt request needs record '{SUM_KEY}'")

@@ -3,7 +3,9 @@
 A protocol is a strategy class (server side, ``strategies/X.py``: a ``ProtocolStrategy`` with
 ``config_keys``) plus a module of node handlers (``clients/X.py``). This table names both
 as strings, so the node side never imports server code and the server never imports node
-code; Flower wiring (``server_app``, ``client_app``, ``simulation``) resolves them.
+code; Flower wiring (``server_app``, ``client_app``, ``simulation``) resolves them. The table
+lives here, in the app layer, because resolving it loads both sides: the core (``fedrec/``)
+never names a side, not even as a string (``tests/test_architecture.py``).
 
 A user's protocol registers the same way: :func:`register` in Python, or, for nodes in a
 deployment, its client module in the ``fedrec_privacy.clients`` entry-point group or
@@ -57,8 +59,8 @@ BUILTIN: tuple[Registration, ...] = (
 )
 
 #: Node-side modules every protocol may use (handshake, secure sums, relay).
-MECHANISM_CLIENTS: tuple[str, ...] = ("clients.common", "clients.sealed_node", "clients.contribute",
-                                      "clients.secagg_node", "clients.keyrelay")
+MECHANISM_CLIENTS: tuple[str, ...] = ("clients.common", "clients.sealed_node", "clients.sums_node",
+                                      "clients.secagg_node", "clients.relay_node")
 #: Diagnostic node actions (oracles by design): loaded only on an explicit opt-in
 #: (``build_client_app(extra_modules=[DIAGNOSTICS_MODULE])`` or the node policy's
 #: ``diagnostics=true``), never by a production ClientApp.
