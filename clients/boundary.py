@@ -20,8 +20,8 @@ handler is covered without a line of its own.
 from __future__ import annotations
 
 import re
-from logging import INFO
 from collections.abc import Iterable, Mapping
+from logging import INFO
 from typing import Any
 
 import numpy as np

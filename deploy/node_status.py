@@ -42,7 +42,6 @@ def superlink_nodes(connection: str | None) -> list[dict[str, Any]]:
     ls`` makes (flwr 1.42.0 ``cli/supernode/ls.py``), keeping the registered ``name`` that
     its output leaves out. Raises RuntimeError with Flower's message on failure."""
     import click
-
     from flwr.cli.flower_config import read_superlink_connection
     from flwr.cli.utils import flwr_cli_exc_handler, init_http_client_from_connection
     from flwr.proto.control_pb2 import ListNodesRequest  # pylint: disable=E0611

@@ -8,14 +8,13 @@ import json
 import multiprocessing
 from pathlib import Path
 
-import pytest
-
 import numpy as np
+import pytest
 import scipy.sparse as sp
 
 from clients.dp_ledger import BudgetExceeded, Ledger, LedgerError, LedgerKey
-from datasets import DatasetSpec, load_dataset, row_digests
 from clients.policy import NodePolicy, PolicyError
+from datasets import DatasetSpec, load_dataset, row_digests
 from fedrec.dp import PrivacyLedger
 from fedrec.transport.messenger import NodeError
 from tests.test_dp_prototypes import TINY, _run

@@ -39,6 +39,7 @@ SECOND_MEANINGS = {
     ("clients/boundary.py", "dp-ledger"): "the node-config key of its DP ledger file",
     ("clients/sealed_node.py", "keys"): "a field of the node's own state record of mail keys",
     ("strategies/mvmf.py", "cold-items"): "the ledger phase of the cold-item round",
+    ("strategies/base.py", "protocol"): "the run-config key naming the protocol",
 }
 
 
