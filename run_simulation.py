@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_in_simulation(overrides, num_nodes=args.nodes, quiet=args.quiet,
                           verbose_flower=args.verbose_flower, compare=not args.no_compare,
-                          node_policy=policy)
+                          node_policy=policy, overwrite=True)  # claimed above
     except RunInterrupted as exc:
         where = getattr(exc, "results_path", "")
         print(f"interrupted: partial results written to {where}" if where else
