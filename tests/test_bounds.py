@@ -32,6 +32,7 @@ from clients.boundary import node_paths, scrub_exception
 from fedrec.protocols import builtin_keys
 from fedrec.records import to_array_record
 from fl_app.client_app import build_client_app
+from tests.differential import copy_records
 from tests.malicious import MaliciousGrid, Refused, production_handlers
 from tests.stateful import Step, capture
 
@@ -573,6 +574,25 @@ def test_a_reviews_stateful_size_is_refused_first(stateful_steps: dict, tmp_path
         pytest.fail(f"{action}: {key}.{name} = {n} ran unbounded ({err})")
     assert refusal is not None and peak <= BUDGET_MB * 2**20, (peak, refusal)
     _check_refusal(action, refusal)
+
+
+def test_a_noise_product_of_a_large_rank_is_refused_before_its_ciphertexts(
+        stateful_steps: dict, tmp_path: Path) -> None:
+    """fedsvd-utility's noise product encrypts the noise a synchronization at the server's
+    rank left on the node: 24 x 3000 values (nine padded ciphertexts, ~4.7 MiB) are refused
+    by the node's budget before the first ciphertext is made."""
+    from fedrec.records import array_record, from_array_record, to_array_record
+
+    step = stateful_steps["fedsvd_noise_product"][0]
+    state = copy_records(step.state)
+    noise = from_array_record(array_record(state, "fedsvd.noise"))["N"]
+    state["fedsvd.noise"] = to_array_record({"N": np.resize(noise, (noise.shape[0], 3000))})
+    large = Step(step.case, step.action, step.message_type, step.node_index, step.num_nodes,
+                 step.node_config, state, step.content)
+    peak, refusal = measure_step(large, large.request(), tmp_path / "ledger.json")
+    assert refusal is not None and "memory-budget-mb=4" in refusal, (peak, refusal)
+    assert peak <= BUDGET_MB * 2**20
+    _check_refusal("fedsvd_noise_product", refusal)
 
 
 # -- non-finite values the server sends ------------------------------------------------------
