@@ -44,8 +44,10 @@ _CONTRIBUTED = "aggregate.contributed"  # ConfigRecord in node state: CKKS sums 
 CKKS_BYTES_PER_VALUE = 160.0
 _SUM_BYTES = {"plain": 24.0, "secagg+": 56.0, "ckks": CKKS_BYTES_PER_VALUE}
 #: TenSEAL's native memory for a loaded CKKS vector per byte of its serialised form (its
-#: serialisation is compressed): 1.27 measured at the run's parameters (N = 8192), which
-#: ``tests/test_bounds.py`` checks against the process's RSS (tracemalloc cannot see it).
+#: serialisation is compressed): 1.19 per further vector at the run's parameters (N = 8192),
+#: which ``tests/test_bounds.py`` checks against the process's RSS (tracemalloc cannot see
+#: it); a fresh process's first loads measured 1.25-1.37 (once 1.75) while its allocator
+#: warms up.
 CKKS_NATIVE_PER_BYTE = 1.5
 
 

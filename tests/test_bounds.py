@@ -770,8 +770,9 @@ lapack = status("VmHWM") - before
 ctx = make_secret_context()
 blobs = [ts.ckks_vector(ctx, rng.standard_normal(4096).tolist()).serialize()
          for _ in range(24)]
+warm = [ts.ckks_vector_from(ctx, b) for b in blobs]  # the allocator's first touches
 before = status("VmRSS")
-vectors = [ts.ckks_vector_from(ctx, b) for b in blobs]
+vectors = [ts.ckks_vector_from(ctx, b) for b in blobs]  # what each further one costs
 native = status("VmRSS") - before
 print(json.dumps({"lapack": lapack, "estimate": block_bytes(0, r, r, 0),
                   "native": native, "serialised": sum(len(b) for b in blobs)}))
@@ -784,8 +785,9 @@ def test_the_estimates_cover_native_memory_tracemalloc_cannot_see() -> None:
     Python's allocator, so the property tests above cannot see them. The node's estimates
     that stand for them are checked against the RSS growth of a fresh process instead, on
     a moderate case: FedSVD's alignment at rank 400 (its SVD's factors and work space within
-    ``block_bytes``), and 24 CKKS ciphertexts loaded as the decrypter loads contributions
-    (within ``CKKS_NATIVE_PER_BYTE`` of their serialised size)."""
+    ``block_bytes``), and 24 CKKS ciphertexts loaded as the decrypter loads contributions,
+    after as many loads that warm the allocator up (within ``CKKS_NATIVE_PER_BYTE`` of their
+    serialised size)."""
     import json
     import os
     import subprocess
