@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_in_simulation(overrides, num_nodes=args.nodes, quiet=args.quiet,
                           verbose_flower=args.verbose_flower, compare=not args.no_compare,
-                          node_policy=policy)
+                          node_policy=policy, overwrite=True)  # claimed above
     except RunInterrupted:  # the ServerApp wrote the partial results under the reserved name
         where = results_dir() / "runs" / f"{overrides['run-name']}.json"
         print(f"interrupted: partial results written to {where}" if where.is_file() else

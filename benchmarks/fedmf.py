@@ -72,7 +72,7 @@ def bench(dataset: str) -> dict[str, Any]:
     central, central_loss, central_s = centralized(data, cfg)
     log(f"{dataset}: federated, {nodes} nodes, aggregator {cfg['aggregator']}")
     t0 = time.perf_counter()
-    record = run_in_simulation(overrides, num_nodes=nodes, quiet=True)
+    record = run_in_simulation(overrides, num_nodes=nodes, quiet=True, overwrite=True)
     total_s = time.perf_counter() - t0
     fed = _metrics(record["metrics"])
     fed_keys = {k: v for k, v in record["config"].items()

@@ -181,7 +181,7 @@ def run_cell(cell: Cell) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     record = run_in_simulation(cell.config, cell.nodes, quiet=True, compare=True,
-                               node_policy=cell.policy)
+                               node_policy=cell.policy, overwrite=True)
     wall = time.perf_counter() - t0
     comp = record["comparison"]
     comm = record["communication"]

@@ -126,7 +126,8 @@ def federated(cfg: dict[str, Any], nodes: int, policy: dict[str, Any] | None = N
     if simulation:
         from fl_app.simulation import run_in_simulation
 
-        record = run_in_simulation(cfg, nodes, quiet=True, node_policy=policy)
+        record = run_in_simulation(cfg, nodes, quiet=True, node_policy=policy,
+                                   overwrite=True)
     else:
         from fl_app.client_app import build_client_app
         from fl_app.server_app import run_protocol

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"main job {overrides or '(defaults)'} on {args.nodes} nodes")
     t0 = time.perf_counter()
     record = run_in_simulation({**overrides, "run-name": "bench-main-job"}, num_nodes=args.nodes,
-                               quiet=True, compare=True)
+                               quiet=True, compare=True, overwrite=True)
     res = summarize(record, time.perf_counter() - t0)
     stem = "main_job" if not args.protocol or args.protocol == "privirec" else \
         f"main_job_{args.protocol}"

@@ -97,7 +97,8 @@ def federated(cfg: dict, nodes: int, client_cpus: int = 1) -> tuple[dict, float,
     # plain sums with the item-item contribution sparse: the simulated nodes opt in explicitly
     record = run_in_simulation(cfg, num_nodes=nodes, quiet=True,
                                backend_config=backend_config_for(client_cpus),
-                               node_policy={"allow-plain": True, "allow-sparse-transport": True})
+                               node_policy={"allow-plain": True, "allow-sparse-transport": True},
+                               overwrite=True)
     seconds = time.perf_counter() - t0
     out = {name: {"ndcg20": record["metrics"][f"{name}/ndcg@20"],
                   "recall20": record["metrics"][f"{name}/recall@20"]} for name in filters}

@@ -35,7 +35,8 @@ def run_k(dataset: str, k: int, nodes: int, L: int, filters: str, wire_dtype: st
     t0 = time.perf_counter()
     rec = run_in_simulation(cfg, num_nodes=nodes, quiet=True,
                             backend_config=backend_config_for(client_cpus),
-                            node_policy={"allow-plain": True})  # plain sums, opted in
+                            node_policy={"allow-plain": True},  # plain sums, opted in
+                            overwrite=True)
     return {"k": k, "seconds": time.perf_counter() - t0, "metrics": rec["metrics"],
             "bytes_per_node": rec["communication"]["bytes_per_node"],
             "rounds": rec["communication"]["total_rounds"]}

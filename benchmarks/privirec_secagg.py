@@ -75,7 +75,8 @@ def run_case(name: str, reuse_runs: bool = False) -> dict:
                                     # run: opted in by the simulated nodes' operator
                                     node_policy={"allow-plain": True,
                                                  "allow-seeded-omega": True,
-                                                 "allow-sparse-transport": True})
+                                                 "allow-sparse-transport": True},
+                                    overwrite=True)
             seconds = time.perf_counter() - t0
         comm = rec["communication"]
         out[mode] = {"seconds": seconds, "metrics": rec["metrics"],

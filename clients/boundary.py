@@ -11,10 +11,16 @@ handler is covered without a line of its own.
   value. A NaN model would otherwise surface as a library error deep inside the math
   ("scores contains NaN", naming no node) or be clipped into a sum.
 - :func:`scrubbed`: the text of an error a handler raised, with every path of the node's
-  own config (``identity-key``, ``roster``, ``data-dir``, ``dp-ledger``) replaced by its key
-  name and any other absolute path by ``<path>``. The node's operator still sees the full
-  text in the node's own log (Flower's logger, INFO); the server (and the operator who reads its errors) never sees
-  where a node keeps its keys or data.
+  own config (``identity-key``, ``roster``, ``data-dir``, ``dp-ledger``, ``lpgcn-init``)
+  replaced by its key name, anything below one of them by ``<key>/...`` (which files a
+  node's data directory holds, and how they are laid out, is the node's), and any other
+  absolute path by ``<path>``. The node's operator still sees the full text in the node's
+  own log (Flower's logger, INFO); the server (and the operator who reads its errors) never
+  sees where a node keeps its keys or data.
+- A data error (:class:`datasets.errors.DataError`: a malformed file of the node's) reaches
+  the server as one fixed sentence naming the node and, where the error names one, the
+  field of the file format at fault: never the file, the line or the value, which are the
+  node's data (its operator's log has them).
 """
 
 from __future__ import annotations
@@ -29,7 +35,10 @@ from flwr.app import RecordDict
 from flwr.common.logger import log
 
 #: Node config keys that hold paths on the node's own machine.
-PATH_KEYS = ("identity-key", "roster", "data-dir", "dp-ledger")
+PATH_KEYS = ("identity-key", "roster", "data-dir", "dp-ledger", "lpgcn-init")
+#: What may follow a node path in an error text and still be the same path (a file below it,
+#: a suffix such as ``.lock``).
+_BELOW = r"(?:[/.][\w.\-+@%]+)*/?"
 #: An absolute path of at least two components (``/a/b``, ``/tmp/x.npz``), not part of a
 #: word or a ratio such as ``1/sqrt(m)``.
 _ABS_PATH = re.compile(r"(?<![\w)\]}.~>])/(?:[\w.\-+@%]+/)+[\w.\-+@%]*")
@@ -133,17 +142,33 @@ def scrubbed(text: str, paths: Mapping[str, str]) -> str:
     under the data directory reads ``<data-dir>/ml-100k/u.data``) and any other absolute
     path by ``<path>``."""
     for key, path in sorted(paths.items(), key=lambda kv: -len(kv[1])):
-        text = text.replace(path, f"<{key.split()[0]}>")
+        name = key.split()[0]
+        text = re.sub(re.escape(path) + _BELOW,
+                      lambda m, n=name, p=path: f"<{n}>" if m.group(0).rstrip("/") == p
+                      else f"<{n}>/..." if m.group(0)[len(p)] == "/" else f"<{n}>...", text)
     text = _ABS_PATH.sub("<path>", text)
     return _HOME_PATH.sub("<path>", text)
+
+
+def data_error_text(text: str, who: str) -> str:
+    """What the server learns of a data error of the node's: that its data does not load,
+    and the field of the format at fault if the error names one (``field 'rating'``)."""
+    field = re.search(r"field '([\w\- ]+)'", text)
+    what = f" (field '{field.group(1)}')" if field else ""
+    return (f"{who} cannot load its data: a file under its data-dir is malformed{what}. Its "
+            "operator's log has the file, the line and what is wrong there")
 
 
 def scrub_exception(exc: BaseException, paths: Mapping[str, str], who: str) -> None:
     """Rewrite ``exc``'s text in place (its type and traceback stay) for the server: no
     path of the node, and the node named (a library or data error deep in a handler does
     not know it). The original goes to the node's own log when a path was removed."""
+    from datasets.errors import DataError
+
     before = str(exc)
     args: Iterable[Any] = exc.args
+    if isinstance(exc, DataError):
+        args = (data_error_text(before, who),)
     exc.args = tuple(scrubbed(a, paths) if isinstance(a, str) else a for a in args)
     if isinstance(exc, OSError):  # its text shows ``filename`` beside the args
         for attr in ("filename", "filename2"):

@@ -164,7 +164,8 @@ def noise_product(content: RecordDict, node: NodeContext) -> RecordDict:
     The selection value arrives encrypted under the server's key; this node holds no secret
     key and cannot tell Enc(0) from Enc(1), so it never learns whether its noise is kept.
     """
-    from fedrec.secure.selection import VALUE_BOUND
+    from fedrec.secure.he import padded_size
+    from fedrec.secure.selection import PARAMS, REALS, VALUE_BOUND, chunks_for
 
     node.policy.require("allow-noise-removal", "fedsvd-utility's noise removal (the server "
                         "learns this node's noise unless the node is the one kept)", node.who)
@@ -185,6 +186,11 @@ def noise_product(content: RecordDict, node: NodeContext) -> RecordDict:
         raise ValueError(f"{node.who} refuses noise removal: noise of standard deviation "
                          f"{std:g} does not fit the CKKS selection's range +-{VALUE_BOUND:g} "
                          f"({_RANGE_STDS:g} standard deviations; lower fedsvd-sigma)")
+    # the products' padded ciphertexts and the padded noise (its size is the rank the server
+    # chose at the synchronization), before the first is made
+    node.reserve(chunks_for(stored["N"].size) * (padded_size(PARAMS.poly_modulus_degree)
+                                                 + 8.0 * REALS),
+                 f"the encrypted products of its noise ({stored['N'].size} values)")
     weighted = np.clip(stored["N"], -weight * VALUE_BOUND, weight * VALUE_BOUND)
     ctx = _selection_context(node, bytes(req["public-context"]))
     products = ctx.product(bytes(req["selection"]), weighted)

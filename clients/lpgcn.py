@@ -650,7 +650,25 @@ class Session:
             if key in self.cur:
                 raise LosslessnessError(f"{self.node.who}: '{name}' delivered twice in step "
                                         f"{self.flags['step']}")
+            expected = self.delivered_shape(_DELIVERED[part], layer)
+            if np.shape(value) != expected:
+                raise LosslessnessError(f"{self.node.who}: LP-GCN array '{name}' has shape "
+                                        f"{np.shape(value)}, expected {expected}")
             self.cur[key] = value
+
+    def delivered_shape(self, key: str, layer: int | None) -> tuple[int, ...]:
+        """The shape a delivery must have (checked before any math uses it): every held
+        item's rows (``ei<l>``, ``w_held``, ``gsum<l>``, layers 0..L), this node's
+        convolution items' gradient sum (``gsum0``), the requested negatives' rows of every
+        layer (``neg``)."""
+        d = int(self.hp["dim"])
+        if layer is not None and layer > self.L:
+            return (-1,)  # no such layer: never matches
+        if key == "neg":
+            return (len(self.cur.get("negreal", ())), self.L + 1, d)
+        if key == "gsum" and layer == 0:
+            return (len(self.conv_hpos), d)
+        return (len(self.setup["held"]), d)
 
     def advance(self) -> None:
         """Apply every rule that has become applicable, until none is."""

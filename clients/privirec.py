@@ -14,6 +14,8 @@ The node's own policy (``clients/policy.py``) decides whether it answers the wea
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import scipy.sparse as sp
 from flwr.app import RecordDict
@@ -38,6 +40,7 @@ from fedrec.recsys.linalg import (
 from fedrec.recsys.metrics import evaluate_ranking
 from fedrec.wire import evaluation as evaluation_wire
 from fedrec.wire import privirec as privirec_wire
+from fedrec.wire import request as request_wire
 from fedrec.wire.privirec import Action
 
 #: Gaussian start rows are clipped to +-OMEGA_CLIP so their secure sum has a declared range
@@ -155,6 +158,19 @@ def _checked_X(node: NodeContext, X: np.ndarray, n_items: int, n_users: int) -> 
     return X
 
 
+def _check_triangles(node: NodeContext, declared: dict[str, int], n_items: int) -> None:
+    """Each broadcast upper triangle P~ (CSR: data, indices, indptr, shape) as declared: one index
+    per value and a row pointer per item, so its values bound its memory."""
+    for name in (n for n in declared if n.startswith("P@") and n.endswith(".data")):
+        stem = name.removesuffix(".data")
+        if declared.get(f"{stem}.indices") != declared[name] or \
+                declared.get(f"{stem}.indptr") != n_items + 1 or \
+                declared.get(f"{stem}.shape") != 2:
+            raise ValueError(f"{node.who}: the request's '{stem}' is not an upper triangle of "
+                             f"{n_items} items (one index per value, {n_items + 1} row "
+                             "pointers, a shape of 2 numbers)")
+
+
 @handler(Action.EVALUATE)
 def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Build every requested filter from the broadcast pieces and score this node's users.
@@ -163,7 +179,6 @@ def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     only totals over all nodes.
     """
     cfg = content.config_records[privirec_wire.CONFIG_KEY]
-    arrays = pop_arrays(content)
     filters = content.config_records[privirec_wire.FILTERS]
     data = node.data()
     train = _binary_rows(node)
@@ -177,12 +192,21 @@ def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     k = node.size(cfg, evaluation_wire.TOP_K, default=20)
     ranks = [node.size(cfg, key, minimum=0, default=0)
              for key in ("filter-rank", "max-filter-rank")]
-    # each broadcast upper triangle expanded to the symmetric operator (values and indices,
-    # twice), then one batch of scores and its ranking at a time
-    triangles = sum(a.size for name, a in arrays.items() if name.startswith("P@")
+    # reserved from the request before any array is deserialised: the other arrays'
+    # copies, each broadcast upper triangle expanded to the symmetric operator (values and
+    # indices, twice), then one batch of scores and its ranking at a time
+    record = content.array_records.get(request_wire.ARRAYS, {})
+    declared = {name: math.prod(a.shape) for name, a in record.items()}
+    _check_triangles(node, declared, data.n_items)
+    triangles = sum(n for name, n in declared.items() if name.startswith("P@")
                     and name.endswith(".data"))
-    node.reserve(36.0 * triangles + ranking_bytes(data.n_items, 512, k),
-                 f"PriviRec's evaluation (top-k={k})")
+    node.reserve(sum(float(len(a.data)) for name, a in record.items()
+                     if not name.startswith("P@")) + 36.0 * triangles
+                 + ranking_bytes(data.n_items, 512, k), f"PriviRec's evaluation (top-k={k})")
+    arrays = pop_arrays(content)
+    if any(arrays[name].size != n for name, n in declared.items()):
+        raise ValueError(f"{node.who}: the request's arrays hold other sizes than their "
+                         "declared shapes")
     P: dict[str, SparseItemItem] = {}
     for key in [k for k in arrays if k.startswith("P@") and k.endswith(".shape")]:
         alpha = key.removeprefix("P@").removesuffix(".shape")

@@ -104,15 +104,36 @@ def _make_secret(make: str) -> tuple[bytes, bytes | None]:
     raise RelayError(f"unknown secret kind {make!r}; expected one of {MAKES}")
 
 
+#: Bytes a sealed copy adds to its payload in the reply (nonce, tag, its key), and a listed
+#: peer's copies while the list is checked (the list's length is the server's choice).
+_MAIL_OVERHEAD, _PEER_BYTES = 160, 64
+
+
+def _peers(node: NodeContext, cfg: ConfigRecord) -> list[int]:
+    """The peers the owner mails, distinct and other than itself: the list's copies are
+    reserved before they exist, and no peer gets two copies (each a sealing's time)."""
+    listed = cfg["peers"]
+    node.reserve(_PEER_BYTES * len(listed), "the relay's peer list")
+    peers = [int(p) for p in listed]
+    if len(set(peers)) != len(peers) or node.context.node_id in peers:
+        raise RelayError(f"{node.who} refuses to create a secret: field '{RELAY_KEY}.peers' "
+                         "must list distinct node ids other than this node")
+    return peers
+
+
 @handler(Action.CREATE)
 def create_secret(content: RecordDict, node: NodeContext) -> RecordDict:
     """Round 2 (owner only): create the secret, keep it, mail a sealed copy to every peer."""
     cfg = _cfg(content)
     purpose, make = str(cfg["purpose"]), str(cfg["make"])
     me = node.context.node_id
+    peers = _peers(node, cfg)
     secret, public_ctx = _make_secret(make)
+    # one sealed copy per peer leaves with the reply (nonce and tag, and its mail key)
+    node.reserve(len(peers) * (len(secret) + _MAIL_OVERHEAD),
+                 f"sealed copies of the secret for {len(peers)} peers")
     fp = _store_secret(node, purpose, make, me, secret)
-    for peer in (int(p) for p in cfg["peers"]):
+    for peer in peers:
         node.mailbox.send(peer, secret_mail_purpose(purpose), secret)
     created: dict = {"fingerprint": fp}
     if public_ctx is not None:

@@ -309,7 +309,12 @@ def mask_values(node: NodeContext, vec: np.ndarray, bound: bytes = b"") -> np.nd
         raise SecAggError(f"{node.who} refuses sum {sum_id}: the run's node set has "
                           f"{len(set(members) - dropped)} node(s) left, its node policy's "
                           f"min-survivors is {node.policy.min_survivors}")
-    codec = FixedPoint(max_abs=float(cfg["max-abs"]), frac_bits=int(cfg["frac-bits"]))
+    try:
+        codec = FixedPoint(max_abs=float(cfg["max-abs"]), frac_bits=int(cfg["frac-bits"]))
+    except (OverflowError, ValueError):  # the server's own numbers, echoed
+        raise SecAggError(f"{node.who} refuses sum {sum_id}: fields '{SUM_KEY}.max-abs' = "
+                          f"{cfg['max-abs']!r} and '{SUM_KEY}.frac-bits' = {cfg['frac-bits']!r} "
+                          "give no fixed-point encoding in its 64-bit ring") from None
     try:
         out = codec.encode(vec)  # sum_reply clipped vec into the range first
     except (OverflowError, ValueError) as exc:  # names the range, never values or counts

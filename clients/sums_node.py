@@ -43,7 +43,14 @@ _CONTRIBUTED = "aggregate.contributed"  # ConfigRecord in node state: CKKS sums 
 #: its serialized record (plain); the clipped copy, the fixed-point words, the self mask,
 #: one pairwise mask at a time and the record (secagg+); CKKS ciphertexts (~16 x the values
 #: for the run's parameters, plus the packed copy).
-_SUM_BYTES = {"plain": 24.0, "secagg+": 56.0, "ckks": 160.0}
+CKKS_BYTES_PER_VALUE = 160.0
+_SUM_BYTES = {"plain": 24.0, "secagg+": 56.0, "ckks": CKKS_BYTES_PER_VALUE}
+#: TenSEAL's native memory for a loaded CKKS vector per byte of its serialised form (its
+#: serialisation is compressed): 1.19 per further vector at the run's parameters (N = 8192),
+#: which ``tests/test_bounds.py`` checks against the process's RSS (tracemalloc cannot see
+#: it); a fresh process's first loads measured 1.25-1.37 (once 1.75) while its allocator
+#: warms up.
+CKKS_NATIVE_PER_BYTE = 1.5
 
 
 def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
@@ -201,6 +208,11 @@ def _signed_sum(node: NodeContext, content: RecordDict, sum_id: int, ctx,
                                f"('{CONTRIB_KEY}', '{SIGNED_KEY}'), so it cannot check that it "
                                "opens a sum")
     contribs, sigs = content.config_records[CONTRIB_KEY], content.config_records[SIGNED_KEY]
+    # the ciphertexts' copies and TenSEAL's vectors (native memory): how many the request
+    # lists is the server's choice, reserved before any exists
+    node.reserve((1.0 + CKKS_NATIVE_PER_BYTE)
+                 * sum(len(b) for chunks in contribs.values() for b in chunks),
+                 f"the contributions' ciphertexts of sum {sum_id}")
     partitions: dict[int, int] = {}
     total: list = []
     for key in sorted(contribs, key=int):

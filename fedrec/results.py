@@ -93,7 +93,8 @@ def reserve_run(name: str, *, explicit: bool, overwrite: bool = False,
             if explicit:
                 raise ResultsError(
                     f"{path} exists (an earlier run's results): give another --run-name, or "
-                    "--overwrite to replace it") from None
+                    "--overwrite to replace it (run_in_simulation(..., overwrite=True) from "
+                    "Python)") from None
             n += 1
             stem = f"{name}-{n}"
             continue

@@ -22,7 +22,7 @@ from clients.policy import NodePolicy
 from datasets import DatasetSpec, load_dataset
 from datasets.partition import PartitionSpec, partition_users
 from fedrec.config import ConfigError, run_name
-from fedrec.results import print_run_table, write_run
+from fedrec.results import print_run_table, release_run, write_run
 from fedrec.transport.messenger import STOP
 from fl_app.quiet import quiet_flower_noise
 from fl_app.registry import client_module, load_strategy_class, resolve_config
@@ -295,8 +295,8 @@ def stop_on_interrupt() -> Iterator[None]:
 def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int = 4, *,
                       quiet: bool = False, backend_config: dict[str, Any] | None = None,
                       verbose_flower: bool = False, compare: bool = False,
-                      node_policy: NodePolicy | Mapping[str, Any] | None = None
-                      ) -> dict[str, Any]:
+                      node_policy: NodePolicy | Mapping[str, Any] | None = None,
+                      overwrite: bool = False) -> dict[str, Any]:
     """Run the configured protocol on ``num_nodes`` simulated SuperNodes; return its record.
 
     ``node_policy``: every simulated node's privacy policy (``clients/policy.py``), e.g.
@@ -311,6 +311,12 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
     Flower has shut the simulation down. Input that could only hang or fail on the nodes
     (:func:`check_federation_size`, :func:`check_partitions`, a bad ``node_policy``) raises
     ConfigError or DataError before Flower starts.
+
+    ``overwrite``: the results file (``results/runs/<run-name>.json``) is claimed before
+    Flower starts, as ``run_simulation.py`` does (:func:`fedrec.results.reserve_run`): a
+    ``run-name`` given in ``overrides`` whose file exists raises ResultsError unless
+    ``overwrite``; a default name whose file exists becomes ``<name>-2``, ``<name>-3``, ...
+    (the record's ``config`` says which).
     """
     cfg = resolve_config(overrides)  # unknown keys and protocols fail before Ray starts
     policy = resolve_node_policy(node_policy)
@@ -336,6 +342,7 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
     extra = [m for m in [client_module(str(cfg["protocol"]), type(strategy))] if m]
     _ship_by_value(extra)
     check_partitions(cfg, num_nodes, policy)
+    cfg = _claim_results(cfg, overrides, overwrite)
     box: dict[str, Any] = {}
     server_app = make_server_app(cfg, on_result=box.update, quiet=quiet or compare,
                                  strategy=strategy)
@@ -346,6 +353,8 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
         if isinstance(exc.__cause__, Exception):
             raise exc.__cause__ from None
         raise
+    finally:  # a run that wrote nothing leaves no empty claim behind
+        release_run(run_name(cfg))
     if not box:
         raise RuntimeError("the simulation ended without a result (see the log above)")
     if compare:
@@ -361,6 +370,18 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
     if compare and not quiet:
         logging.getLogger("fedrec").info("results written to %s", box["results_path"])
     return box
+
+
+def _claim_results(cfg: dict[str, Any], overrides: Mapping[str, Any] | None,
+                   overwrite: bool) -> dict[str, Any]:
+    """``cfg`` with the run name whose results file this run claimed (``reserve_run``): an
+    existing file is never replaced silently."""
+    from fedrec.results import reserve_run
+
+    name = run_name(cfg)
+    stem = reserve_run(name, explicit=bool((overrides or {}).get("run-name")),
+                       overwrite=overwrite)
+    return cfg if stem == name else {**cfg, "run-name": stem}
 
 
 def unseeded_randomness(cfg: Mapping[str, Any], strategy: ProtocolStrategy) -> str:

@@ -375,13 +375,9 @@ class TwinGrid(MaliciousGrid):
     def __init__(self, app: Any, num_nodes: int, *, protocol: str, kind: str,
                  policy: Mapping[str, Any], data_hook: Any, n_items: int,
                  drop: tuple[int, int] | None = None, **kwargs: Any) -> None:
-        super().__init__(app, num_nodes, **kwargs)
+        super().__init__(app, num_nodes, drop=drop, **kwargs)
         self.protocol, self.policy, self.hook, self.n_items = protocol, policy, data_hook, n_items
         self.victim = self.ids[data_hook.partition]
-        #: (node index, requests): that node stops answering after so many requests (a
-        #: dropout, so that the sums' consistency round runs)
-        self.drop = drop
-        self._asked: dict[int, int] = {}
         ctx = self.contexts[self.victim]
         self.twin = Context(run_id=ctx.run_id, node_id=ctx.node_id,
                             node_config=dict(ctx.node_config), state=RecordDict(),
@@ -427,17 +423,6 @@ class TwinGrid(MaliciousGrid):
         if reply.has_error():
             raise Refused(reply.error.reason)
         return reply.content
-
-    def push_messages(self, messages: Any) -> Any:
-        if self.drop is not None:
-            messages = list(messages)
-            node = self.ids[self.drop[0]]
-            asked = self._asked.get(node, 0) + sum(m.metadata.dst_node_id == node
-                                                   for m in messages)
-            self._asked[node] = asked
-            if asked > self.drop[1]:
-                self.silent.add(node)
-        return super().push_messages(messages)
 
     def _process(self, msg: Message) -> Message:
         if msg.metadata.dst_node_id != self.victim:

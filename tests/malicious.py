@@ -20,6 +20,8 @@ Use:
 - ``grid.replay(message, content=None)``: deliver an earlier request again (optionally with
   other content) to the same node.
 - ``grid.requests(action)``: the requests of an action as delivered, in order.
+- ``MaliciousGrid(app, n, drop=(i, k))``: node index ``i`` stops answering after ``k``
+  requests (a dropout, so that the sums' consistency round runs).
 """
 
 from __future__ import annotations
@@ -48,10 +50,24 @@ class MaliciousGrid(LocalGrid):
     """:class:`LocalGrid` whose server rewrites, replays and invents requests."""
 
     def __init__(self, app: AppFn, num_nodes: int = 3, *, rewrite: Rewrite | None = None,
-                 **kwargs: Any) -> None:
+                 drop: tuple[int, int] | None = None, **kwargs: Any) -> None:
         super().__init__(app, num_nodes, **kwargs)
         self.rewrite = rewrite
         self.log: list[tuple[Message, Message]] = []
+        #: (node index, requests): that node stops answering after so many requests
+        self.drop = drop
+        self._asked: dict[int, int] = {}
+
+    def push_messages(self, messages: Any) -> Any:
+        if self.drop is not None:
+            messages = list(messages)
+            node = self.ids[self.drop[0]]
+            asked = self._asked.get(node, 0) + sum(m.metadata.dst_node_id == node
+                                                   for m in messages)
+            self._asked[node] = asked
+            if asked > self.drop[1]:
+                self.silent.add(node)
+        return super().push_messages(messages)
 
     def _process(self, msg: Message) -> Message:
         if self.rewrite is not None:

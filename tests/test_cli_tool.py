@@ -197,6 +197,47 @@ def test_an_existing_run_name_is_refused_without_overwrite(tmp_path: Path) -> No
     assert (runs / "mine.json").read_text() == '{"status": "completed"}'
 
 
+def test_the_python_api_claims_the_results_file_as_the_cli_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_in_simulation keeps an earlier run's results: an explicit run-name whose file
+    exists is refused before Flower starts (ResultsError naming the file and ``overwrite``),
+    unless ``overwrite=True``; a default name that exists gets a suffix. Flower itself is
+    replaced by a stub here: what is checked is the name the ServerApp would write under."""
+    import fl_app.server_app as server_app
+    import fl_app.simulation as simulation
+
+    class Started(Exception):
+        pass
+
+    names: list[str] = []
+
+    def fake_server_app(cfg: dict, **_: object) -> None:
+        names.append(str(cfg["run-name"]))
+
+    def fake_simulate(*_: object) -> None:
+        raise Started
+
+    monkeypatch.setenv("FEDREC_RESULTS", str(tmp_path))
+    monkeypatch.setattr(server_app, "make_server_app", fake_server_app)
+    monkeypatch.setattr(simulation, "simulate", fake_simulate)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    done = '{"status": "completed"}'
+    (runs / "mine.json").write_text(done)
+    (runs / "fedmf-synthetic-1.json").write_text(done)
+    tiny = {"protocol": "fedmf", "synthetic-users": 30, "synthetic-items": 20, "seed": 1}
+    with pytest.raises(ResultsError, match=r"mine\.json exists.*overwrite=True"):
+        simulation.run_in_simulation({**tiny, "run-name": "mine"}, 3, quiet=True)
+    assert names == [] and (runs / "mine.json").read_text() == done
+    for overrides, overwrite in (({**tiny, "run-name": "mine"}, True), (tiny, False)):
+        with pytest.raises(Started):
+            simulation.run_in_simulation(overrides, 3, quiet=True, overwrite=overwrite)
+    assert names == ["mine", "fedmf-synthetic-1-2"]
+    # nothing was written: the claims are released, the earlier results kept
+    assert sorted(p.name for p in runs.iterdir()) == ["fedmf-synthetic-1.json", "mine.json"]
+    assert (runs / "fedmf-synthetic-1.json").read_text() == done
+
+
 def test_default_names_are_unique_and_a_name_is_claimed_once(tmp_path: Path) -> None:
     assert reserve_run("fedmf-synthetic-0", explicit=False, out_dir=tmp_path) == \
         "fedmf-synthetic-0"

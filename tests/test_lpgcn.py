@@ -287,16 +287,24 @@ def test_the_wire_names_parse_back_exactly_and_nothing_else() -> None:
 
 
 def test_a_node_refuses_a_delivery_the_protocol_does_not_send_it() -> None:
-    """A part only nodes send (or an unknown name) delivered to a node is refused by name."""
+    """A part only nodes send (or an unknown name), a layer past the model's or a delivery of
+    another shape than the node's held items, convolution items or requested negatives
+    give it, is refused by name."""
     from clients.lpgcn import LosslessnessError, Session
 
     step = Session.__new__(Session)
     step.node, step.cur, step.flags = type("N", (), {"who": "node 7"})(), {}, {"step": 0}
-    for name in ["gn0", "negreq", "x1"]:
+    step.hp, step.L, step.setup, step.conv_hpos = {"dim": 2}, 2, {"held": np.zeros(3)}, [0]
+    step.cur["negreal"] = np.zeros(1)
+    for name in ["gn0", "negreq", "x1", "e3"]:
         with pytest.raises(LosslessnessError, match="node 7"):
-            step.absorb({name: np.zeros(1)})
-    step.absorb({"e1": np.ones(1), "g2": np.ones(1), "w": np.ones(1), "neg": np.ones(1)})
-    assert sorted(step.cur) == ["ei1", "gsum2", "neg", "w_held"]
+            step.absorb({name: np.zeros((3, 2))})
+    for name, shape in [("e1", (2, 2)), ("g0", (3, 2)), ("neg", (1, 2, 2)), ("w", (0, 2))]:
+        with pytest.raises(LosslessnessError, match=f"node 7: LP-GCN array '{name}' has shape"):
+            step.absorb({name: np.zeros(shape)})
+    step.absorb({"e1": np.ones((3, 2)), "g2": np.ones((3, 2)), "g0": np.ones((1, 2)),
+                 "w": np.ones((3, 2)), "neg": np.ones((1, 3, 2))})
+    assert sorted(step.cur) == ["ei1", "gsum0", "gsum2", "neg", "negreal", "w_held"]
 
 
 # -- a warm start: continuing a training run from the operators' checkpoints -----------------

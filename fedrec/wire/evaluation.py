@@ -1,6 +1,6 @@
 """What a protocol's evaluation sum carries, declared once for the server
 (``Federation.evaluate`` in ``strategies/base.py`` and each strategy that sums its own
-metrics) and the node (``clients/contribute.py``: ``ranking_reply``, and each protocol's
+metrics) and the node (``clients/sums_node.py``: ``ranking_reply``, and each protocol's
 evaluate handler).
 
 The server asks for ranking metrics at cut-off :data:`TOP_K` (a field of the request's

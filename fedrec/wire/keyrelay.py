@@ -1,5 +1,5 @@
 """The shared-secret relay's wire, declared once for the server
-(``fedrec/transport/relay_server.py``) and the node (``clients/keyrelay.py``); the kinds of
+(``fedrec/transport/relay_server.py``) and the node (``clients/relay_node.py``); the kinds of
 secret and the sealed-mail purpose are ``fedrec/secure/relay.py``.
 
 The server asks one node, the owner, to create a secret (``keys_create_secret``) and mail a

@@ -1,5 +1,5 @@
 """SecAgg+'s wire, declared once for the server (``fedrec/transport/secagg_server.py``) and
-the node (``clients/secagg_node.py``, ``clients/contribute.py``).
+the node (``clients/secagg_node.py``, ``clients/sums_node.py``).
 
 The server sends the key setup (``secagg_advertise``: every node signs and publishes its mask
 key, record :data:`KEYS`; ``secagg_share``: self-mask seeds, Shamir-shared to neighbours
