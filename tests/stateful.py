@@ -86,8 +86,8 @@ def capture(wanted: Iterable[str], cases: Mapping[str, Any], data: Mapping[str, 
     """The steps of every action in ``wanted`` that honest runs of ``cases`` (in
     :data:`ORDER`, then the others) reach, each run under its case's policy plus
     ``policy``; stops once every wanted action has steps."""
-    from fl_app.registry import client_module, resolve_config
     from fl_app.client_app import build_client_app
+    from fl_app.registry import client_module, resolve_config
     from fl_app.server_app import run_protocol
 
     wanted = set(wanted)
