@@ -172,19 +172,27 @@ def stopped(record: dict[str, Any], patience: int, max_epochs: int) -> str | Non
     return "cap" if record["epochs"] >= max_epochs else None
 
 
-def train_job(job: Job, train: Any, test: Any, ckpt_root: Path, *, resume: bool,
+def train_job(job: Any, train: Any, test: Any, ckpt_root: Path, *, resume: bool,
               deadline: float = math.inf, max_epochs: int = MAX_EPOCHS,
               eval_every: int = EVAL_EVERY, patience: int = PATIENCE,
-              on_record: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+              on_record: Callable[[dict[str, Any]], None] | None = None,
+              build: Callable[[Any], Any] | None = None) -> dict[str, Any]:
     """Train ``job`` until it stops, the deadline passes, or ``max_epochs``; checkpoint each
-    epoch and hand every evaluated record to ``on_record``."""
-    model = build_model(job, train)
+    epoch and hand every evaluated record to ``on_record``.
+
+    ``job`` is a dataclass with ``key`` and ``setting()`` (:class:`Job` by default);
+    ``build(train)`` makes its untrained model (default :func:`build_model`). A checkpoint
+    written under another setting is refused, never continued."""
+    model = (build or (lambda tr: build_model(job, tr)))(train)
     path = checkpoint_path(ckpt_root, job)
     if path.exists() and not resume:
         raise SystemExit(f"error: {path} holds an earlier run of {job.key}: pass --resume to "
                          "continue it, or delete the file to start again")
     if path.exists():
         record = load_checkpoint(path, model)
+        if record.get("setting") != json.loads(json.dumps(job.setting())):
+            raise SystemExit(f"error: {path} holds {job.key} trained with {record.get('setting')}"
+                             f", not {job.setting()}: delete it to start again")
         log(f"{job.key}: resumed at epoch {record['epochs']}")
     else:
         record = new_record(job, model.nbatches)

@@ -73,3 +73,30 @@ def test_the_report_marks_a_row_in_progress_and_shows_popularity():
     assert "in progress (10 of at most 1000)" in text
     assert "item popularity | - | 0.0416 | 0.0317" in text
     assert "| 0.1400 | 0.1200 | 0.1937 / 0.1487 | -0.0287 |" in text
+
+
+def test_a_checkpoint_of_another_setting_is_refused_not_continued(tmp_path):
+    from dataclasses import dataclass
+
+    train, test = _split()
+
+    @dataclass(frozen=True)
+    class Other:
+        dataset: str = "x"
+        lr: float = 0.01
+
+        @property
+        def key(self) -> str:
+            return "other"
+
+        def setting(self) -> dict:
+            return {"lr": self.lr}
+
+    from fedrec.recsys.lightgcn import LightGCN
+
+    build = lambda tr: LightGCN(tr, dim=4, layers=1, batch_size=64)  # noqa: E731
+    train_job(Other(), train, test, tmp_path, resume=True, max_epochs=1, eval_every=1,
+              build=build)
+    with pytest.raises(SystemExit, match="trained with {'lr': 0.01}"):
+        train_job(Other(lr=0.02), train, test, tmp_path, resume=True, max_epochs=2,
+                  eval_every=1, build=build)
