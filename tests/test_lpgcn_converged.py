@@ -45,3 +45,15 @@ def test_the_cell_is_the_checks_setup_plus_the_chosen_epochs(fed_epochs):
     assert cell["centralized"]["tuned-rounds"] == 40
     assert cell["config"]["lpgcn-epochs"] == 40
     assert "40 epochs" in cell["note"] and "validation split" in cell["note"]
+
+
+def test_the_board_runs_lpgcn_on_movielens_as_the_converged_cell(monkeypatch):
+    """``benchmarks/leaderboard.py`` produces the ML-100K and ML-1M LP-GCN cells through the
+    converged runner (resuming its units), not as a fixed-budget simulation."""
+    import benchmarks.lpgcn_converged as converged
+    from benchmarks import leaderboard
+
+    monkeypatch.setattr(converged, "converged_cell", lambda ds: {"from": "converged", "ds": ds})
+    for ds in ("ml-100k", "ml-1m"):
+        (cell,) = leaderboard.cells([ds], ["lpgcn"])
+        assert leaderboard.run_cell(cell) == {"from": "converged", "ds": ds}
