@@ -94,8 +94,7 @@ def model_builder(cfg: dict[str, Any]) -> Any:
     own centralized reference model, so the ceiling is the model the nodes compute."""
     from strategies.lpgcn import LPGCN
 
-    strategy = LPGCN(cfg)
-    return strategy.reference_model
+    return LPGCN(cfg).reference_model
 
 
 def load(cfg: dict[str, Any]) -> Any:

@@ -80,8 +80,9 @@ class LosslessnessError(RuntimeError):
 
 
 def pack(arrays: dict[str, np.ndarray]) -> bytes:
+    """Named arrays as bytes for a sealed payload (``np.savez``, no pickle; a tensor of a
+    node computing on a device leaves it first)."""
     arrays = {k: to_numpy(v) for k, v in arrays.items()}
-    """Named arrays as bytes for a sealed payload (``np.savez``, no pickle)."""
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     return buf.getvalue()
