@@ -114,13 +114,13 @@ def load_split(dataset: str) -> tuple[Any, Any]:
     return data.train, data.test
 
 
-def build_model(job: Job, train: Any, device: str = "numpy") -> Any:
+def build_model(job: Job, train: Any, device: str = "numpy", threads: int = 0) -> Any:
     from fedrec.recsys.lightgcn import LightGCN
 
     s = job.setting()
     return LightGCN(train, dim=s["dim"], layers=job.layers, lr=s["lr"], reg=s["reg"],
                     batch_size=s["batch_size"], seed=job.seed, backbone=job.backbone,
-                    dtype=np.dtype(s["dtype"]).type, device=device)
+                    dtype=np.dtype(s["dtype"]).type, device=device, threads=threads)
 
 
 def checkpoint_path(root: Path, job: Job) -> Path:
@@ -247,8 +247,11 @@ def train_job(job: Any, train: Any, test: Any, ckpt_root: Path, *, resume: bool,
 
 
 # ------------------------------------------------------------------------------ the cost
-#: Devices each row's cost is measured on, in the report's column order.
-COST_DEVICES = ("numpy", "cpu", "cuda")
+#: What each row's cost is measured on, in the report's column order: (device, threads).
+#: torch CPU both ways: with 2 OpenMP threads on this shared 2-core machine a step measured
+#: up to 80x slower than with 1 (threads spinning against other processes).
+COST_DEVICES = {"numpy": ("numpy", 0), "cpu-1": ("cpu", 1), "cpu-2": ("cpu", 2),
+                "cuda": ("cuda", 0)}
 #: The LP-GCN leaderboard's settings, timed beside Table 4 for scale (whole epochs).
 BOARD_DATASETS = ("ml-100k", "ml-1m")
 
@@ -299,23 +302,25 @@ def measure_cost(steps: int) -> dict[str, Any]:
     from benchmarks.lpgcn_converged import board_config, load, model_builder
 
     out: dict[str, Any] = {"rows": {}, "board": {}, "steps_timed": steps,
-                           "unavailable": {d: why for d in COST_DEVICES
+                           "load_average": os.getloadavg()[0],
+                           "unavailable": {name: why for name, (d, _) in COST_DEVICES.items()
                                            if (why := available(d)) is not None}}
-    devices = [d for d in COST_DEVICES if d not in out["unavailable"]]
+    devices = {k: v for k, v in COST_DEVICES.items() if k not in out["unavailable"]}
     for ds in PAPER_LAYERS:
         train, _ = load_split(ds)
         for job in JOB_SETS[ds]:
-            for device in devices:
-                log(f"cost {job.key} on {device}: {steps} steps")
-                out["rows"].setdefault(job.key, {})[device] = time_epoch(
-                    build_model(job, train, device), steps)
+            for name, (device, threads) in devices.items():
+                log(f"cost {job.key} on {name}: {steps} steps")
+                out["rows"].setdefault(job.key, {})[name] = time_epoch(
+                    build_model(job, train, device, threads), steps)
     for ds in BOARD_DATASETS:
         cfg = board_config(ds)
         train = load(cfg).train
-        for device in devices:
-            log(f"cost leaderboard {ds} on {device}: one epoch")
-            model = dataclasses.replace(model_builder(cfg)(train), device=device, losses=[])
-            out["board"].setdefault(ds, {})[device] = time_epoch(model)
+        for name, (device, threads) in devices.items():
+            log(f"cost leaderboard {ds} on {name}: one epoch")
+            model = dataclasses.replace(model_builder(cfg)(train), device=device,
+                                        threads=threads, losses=[])
+            out["board"].setdefault(ds, {})[name] = time_epoch(model)
     return out
 
 
@@ -326,22 +331,29 @@ def cost_lines(result: dict[str, Any]) -> list[str]:
     if not cost:
         return []
     missing = cost.get("unavailable", {})
+    columns = ("numpy", "cpu-1", "cpu-2", "cuda")
 
-    def cell(t: dict[str, Any], device: str, fmt: str = "{:.1f}") -> str:
-        if device in missing:
-            return "not measured: no accelerator on this machine" if device == "cuda" else "-"
-        return fmt.format(t[device]["s_per_epoch"]) if device in t else "-"
+    def cell(t: dict[str, Any], name: str, fmt: str = "{:.1f}") -> str:
+        if name in missing:
+            return "not measured: no accelerator on this machine" if name == "cuda" else "-"
+        return fmt.format(t[name]["s_per_epoch"]) if name in t else "-"
 
+    def best_cpu(t: dict[str, Any]) -> float | None:
+        got = [t[n]["s_per_epoch"] for n in ("cpu-1", "cpu-2") if n in t]
+        return min(got) if got else None
+
+    load = cost.get("load_average")
     lines = ["", "## Cost of each Table 4 row", "",
              f"Seconds per epoch: the epoch's triples plus {cost['steps_timed']} timed steps "
-             "(after a warm-up step) x the row's steps per epoch, on numpy (the reference), "
-             "torch on this machine's CPU and CUDA. A row's epochs: where it stopped, its "
-             f"epochs; otherwise the {MAX_EPOCHS}-epoch cap (the stopping rule may end it "
-             "sooner; the ML-100K runs of Fig. 11 stopped after 55-170). Hours = epochs x "
-             "s/epoch.", "",
-             "| dataset | model | L | steps/epoch | s/epoch numpy | s/epoch torch CPU | s/epoch "
-             "GPU | epochs | hours numpy | hours torch CPU |", "|---|---|---|---|---|---|---|"
-             "---|---|---|"]
+             "(after a warm-up step) x the row's steps per epoch, on numpy (the reference, "
+             "sparse products on both cores), torch on this machine's CPU with 1 and with 2 "
+             "threads, and CUDA. A row's epochs: where it stopped, its epochs; otherwise the "
+             f"{MAX_EPOCHS}-epoch cap (the stopping rule may end it sooner; the ML-100K runs of "
+             "Fig. 11 stopped after 55-170). Hours = epochs x s/epoch (torch CPU: the faster "
+             "thread count).", "",
+             "| dataset | model | L | steps/epoch | s/epoch numpy | s/epoch torch CPU, 1 thread "
+             "| s/epoch torch CPU, 2 threads | s/epoch GPU | epochs | hours numpy | hours torch "
+             "CPU |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     jobs = result.get("jobs", {})
     for key, t in cost["rows"].items():
         ds, backbone, layers, _ = key.split("/")
@@ -349,24 +361,27 @@ def cost_lines(result: dict[str, Any]) -> list[str]:
         done = rec.get("status") in ("patience", "cap")
         epochs = rec["epochs"] if done else MAX_EPOCHS
         when = f"{epochs} (stopped)" if done else f"{epochs} (cap; {rec.get('epochs', 0)} run)"
-        hours = [f"{epochs * t[d]['s_per_epoch'] / 3600:.0f}" if d in t else "-"
-                 for d in ("numpy", "cpu")]
+        hours = [f"{epochs * x / 3600:.0f}" if x is not None else "-"
+                 for x in (t.get("numpy", {}).get("s_per_epoch"), best_cpu(t))]
         name = "LP-GCN (LightGCN+)" if backbone == "lightgcn+" else "LightGCN"
         first = next(iter(t.values()))
         lines.append(f"| {LABEL[ds]} | {name} | {layers[1:]} | {first['steps_per_epoch']} | "
-                     f"{cell(t, 'numpy')} | {cell(t, 'cpu')} | {cell(t, 'cuda')} | {when} | "
+                     + " | ".join(cell(t, c) for c in columns) + f" | {when} | "
                      + " | ".join(hours) + " |")
     if cost.get("board"):
         lines += ["", "For scale, whole epochs of the LP-GCN leaderboard's setting (d = 20, L = "
                   "3, float64; `results/lpgcn/converged.md`):", "",
-                  "| dataset | steps/epoch | s/epoch numpy | s/epoch torch CPU | s/epoch GPU |",
-                  "|---|---|---|---|---|"]
+                  "| dataset | steps/epoch | s/epoch numpy | torch CPU, 1 thread | torch CPU, 2 "
+                  "threads | GPU |", "|---|---|---|---|---|---|"]
         for ds, t in cost["board"].items():
             first = next(iter(t.values()))
-            lines.append(f"| {ds} | {first['steps_per_epoch']} | {cell(t, 'numpy', '{:.2f}')} "
-                         f"| {cell(t, 'cpu', '{:.2f}')} | {cell(t, 'cuda', '{:.2f}')} |")
-    lines += ["", f"Measured on {cost.get('machine', {})}, a machine shared with other work "
-              "(timings are of one run each). Command: `python benchmarks/lpgcn_table4.py "
+            lines.append(f"| {ds} | {first['steps_per_epoch']} | "
+                         + " | ".join(cell(t, c, "{:.2f}") for c in columns) + " |")
+    lines += ["", f"Measured on {cost.get('machine', {})}, a machine shared with other work"
+              + (f" (load average {load:.1f} on 2 cores when the measurement began)"
+                 if load is not None else "")
+              + "; timings are of one run each, and torch's 2 OpenMP threads lose most to "
+              "other processes on the cores. Command: `python benchmarks/lpgcn_table4.py "
               "--cost`."]
     return lines
 

@@ -148,3 +148,14 @@ def test_an_lpgcn_node_without_cuda_refuses_at_the_first_request(monkeypatch) ->
                                         r"available"):
         _run({"lpgcn-steps": 1, "run-name": "test-lpgcn-cuda"},
              node_configs={i: {"lpgcn-device": "cuda"} for i in range(NODES)})
+
+
+def test_threads_set_torchs_cpu_threads() -> None:
+    """On a shared machine one torch thread beats two spinning ones (results/lpgcn/table4.md):
+    ``threads`` reaches torch on CPU."""
+    before = torch.get_num_threads()
+    try:
+        LightGCN(_graph(), dim=4, layers=1, device="cpu", threads=1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -119,14 +119,17 @@ def test_the_cost_section_times_each_device_and_says_which_it_lacks(monkeypatch)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert "CUDA is not available" in available("cuda") and available("cpu") is None
     one = {"s_per_epoch": 36.0, "steps_per_epoch": 9}
+    slow = {"s_per_epoch": 360.0, "steps_per_epoch": 9}
     result = {"jobs": {"gowalla/lightgcn+/L4/seed0": {"status": "patience", "epochs": 300},
                        "gowalla/lightgcn/L4/seed0": {"status": "running", "epochs": 5}},
               "popularity": {},
               "cost": {"steps_timed": 2, "unavailable": {"cuda": "no"},
-                       "rows": {"gowalla/lightgcn+/L4/seed0": {"numpy": one, "cpu": one},
-                                "gowalla/lightgcn/L4/seed0": {"numpy": one, "cpu": one}}}}
+                       "rows": {"gowalla/lightgcn+/L4/seed0": {"numpy": one, "cpu-1": one,
+                                                                "cpu-2": slow},
+                                "gowalla/lightgcn/L4/seed0": {"numpy": one, "cpu-1": slow,
+                                                              "cpu-2": one}}}}
     text = "\n".join(cost_lines(result))
-    assert "| 300 (stopped) | 3 | 3 |" in text  # 300 x 36 s = 3 h
+    assert "| 300 (stopped) | 3 | 3 |" in text  # 300 x 36 s = 3 h, torch's faster threads
     assert f"| {MAX_EPOCHS} (cap; 5 run) | 10 | 10 |" in text
     assert text.count("not measured: no accelerator on this machine") == 2
 

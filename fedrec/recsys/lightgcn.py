@@ -191,7 +191,10 @@ class LightGCN:
     backbone: str = "lightgcn"
     init_std: float = 0.1
     dtype: type = np.float64
-    threads: int = 0  # sparse products on this many cores; 0: every core this process has
+    #: numpy: sparse products on this many cores (0: every core this process has); torch CPU:
+    #: > 0 sets torch's intra-op threads, process-wide (on a loaded machine one thread is
+    #: far faster than OpenMP's spinning threads: results/lpgcn/table4.md, "Cost")
+    threads: int = 0
     device: str = NUMPY
     losses: list[float] = field(default_factory=list)
 
@@ -244,7 +247,12 @@ class LightGCN:
         tensor on the device."""
         if self.device == NUMPY:
             return RowParallelCSR(A, threads)
-        return sparse_on(sp.csr_matrix(A, dtype=self.dtype), self._on(np.zeros(1)))
+        ref = self._on(np.zeros(1))
+        if ref.device.type == "cpu" and self.threads:
+            import torch
+
+            torch.set_num_threads(int(self.threads))
+        return sparse_on(sp.csr_matrix(A, dtype=self.dtype), ref)
 
     def user_layer0(self) -> np.ndarray:
         """Layer-0 user rows: U, or for LightGCN+ ``d_u^(-1/2) sum_{i in I_u} W_i``."""
