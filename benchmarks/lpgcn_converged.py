@@ -29,6 +29,7 @@ cell goes into ``results/leaderboard.json`` when its three units are done.
     python benchmarks/lpgcn_converged.py                       # ML-100K, then ML-1M
     python benchmarks/lpgcn_converged.py --datasets ml-100k --fed-epochs 1
     python benchmarks/lpgcn_converged.py --markdown-only
+    python benchmarks/lpgcn_converged.py --device cuda         # centralized units on a GPU
 """
 
 from __future__ import annotations
@@ -89,12 +90,18 @@ def board_config(dataset: str) -> dict[str, Any]:
     return resolve_config(cell.config)
 
 
-def model_builder(cfg: dict[str, Any]) -> Any:
+def model_builder(cfg: dict[str, Any], device: str = "numpy") -> Any:
     """``train -> untrained LightGCN`` with the run config's hyperparameters: the strategy's
-    own centralized reference model, so the ceiling is the model the nodes compute."""
+    own centralized reference model, so the ceiling is the model the nodes compute, on
+    ``device`` (numpy or a torch device; checkpoints are numpy either way)."""
+    import dataclasses
+
     from strategies.lpgcn import LPGCN
 
-    return LPGCN(cfg).reference_model
+    make = LPGCN(cfg).reference_model
+    if device == "numpy":
+        return make
+    return lambda train: dataclasses.replace(make(train), device=device, losses=[])
 
 
 def load(cfg: dict[str, Any]) -> Any:
@@ -103,7 +110,8 @@ def load(cfg: dict[str, Any]) -> Any:
     return load_dataset(DatasetSpec.from_config(cfg))
 
 
-def select(dataset: str, cfg: dict[str, Any], ckpt: Path) -> dict[str, Any]:
+def select(dataset: str, cfg: dict[str, Any], ckpt: Path,
+           device: str = "numpy") -> dict[str, Any]:
     """Unit 1: the epoch count the stopping rule picks on the validation split."""
     from fedrec.recsys.mf import validation_split
 
@@ -112,7 +120,7 @@ def select(dataset: str, cfg: dict[str, Any], ckpt: Path) -> dict[str, Any]:
     job = Phase(dataset, "select", tuple(sorted(cfg.items())))
     rec = train_job(job, fit, valid, ckpt, resume=True, max_epochs=MAX_EPOCHS,
                     eval_every=EVAL_EVERY, patience=PATIENCE_EPOCHS // EVAL_EVERY,
-                    build=model_builder(cfg))
+                    build=model_builder(cfg, device))
     best = max(rec["curve"], key=lambda p: (p[f"ndcg@{K}"], -p["epoch"]))
     return {"epochs": best["epoch"], "stopped": rec["status"], "trained_epochs": rec["epochs"],
             "valid_ndcg@20": best[f"ndcg@{K}"], "valid_recall@20": best[f"recall@{K}"],
@@ -121,13 +129,14 @@ def select(dataset: str, cfg: dict[str, Any], ckpt: Path) -> dict[str, Any]:
             "s_per_epoch": rec["train_seconds"] / max(rec["epochs"], 1)}
 
 
-def final(dataset: str, cfg: dict[str, Any], epochs: int, ckpt: Path) -> dict[str, Any]:
+def final(dataset: str, cfg: dict[str, Any], epochs: int, ckpt: Path,
+          device: str = "numpy") -> dict[str, Any]:
     """Unit 2: the model on all of train for ``epochs``, its test metrics (the ceiling)."""
     from fedrec.recsys.metrics import evaluate_ranking, popularity_sums
 
     data = load(cfg)
     job = Phase(dataset, "final", tuple(sorted({**cfg, "lpgcn-epochs": epochs}.items())))
-    build = model_builder(cfg)
+    build = model_builder(cfg, device)
     holder: dict[str, Any] = {}
 
     def make(train: Any) -> Any:
@@ -276,12 +285,14 @@ def put_cell(board: Path, cell: dict[str, Any]) -> None:
     leaderboard.plot(result, board.with_suffix(".png"))
 
 
-def run(dataset: str, units: Units, fed_epochs: int, ckpt: Path) -> dict[str, Any]:
+def run(dataset: str, units: Units, fed_epochs: int, ckpt: Path,
+        device: str = "numpy") -> dict[str, Any]:
     """The three units of ``dataset`` (stored ones are kept) and its leaderboard cell."""
     cfg = board_config(dataset)
     done: dict[str, Any] = {}
-    for name, work in (("select", lambda: select(dataset, cfg, ckpt)),
-                       ("final", lambda: final(dataset, cfg, done["select"]["epochs"], ckpt)),
+    for name, work in (("select", lambda: select(dataset, cfg, ckpt, device)),
+                       ("final", lambda: final(dataset, cfg, done["select"]["epochs"], ckpt,
+                                               device)),
                        ("federated", lambda: federated(cfg, fed_epochs))):
         log(f"{dataset}/{name}")
         done[name] = units.get(f"{dataset}/{name}", work)
@@ -316,13 +327,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--board", type=Path, default=BOARD)
     ap.add_argument("--markdown-only", action="store_true")
+    ap.add_argument("--device", default="numpy", help="centralized training on numpy (the "
+                    "reference) or a torch device: cpu, cuda, cuda:N")
     args = ap.parse_args(argv)
+    from benchmarks.lpgcn_table4 import available
+
+    if (why := available(args.device)) is not None:
+        raise SystemExit(f"error: --device: {why}")
     units = units_for(args.fed_epochs, args.out)
     if args.markdown_only:
         write(units)
         return
     for ds in args.datasets:
-        put_cell(args.board, run(ds, units, args.fed_epochs, args.checkpoint_dir))
+        put_cell(args.board, run(ds, units, args.fed_epochs, args.checkpoint_dir, args.device))
         log(f"{ds}: cell written to {args.board}")
 
 

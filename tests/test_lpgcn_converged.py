@@ -57,3 +57,18 @@ def test_the_board_runs_lpgcn_on_movielens_as_the_converged_cell(monkeypatch):
     for ds in ("ml-100k", "ml-1m"):
         (cell,) = leaderboard.cells([ds], ["lpgcn"])
         assert leaderboard.run_cell(cell) == {"from": "converged", "ds": ds}
+
+
+def test_the_centralized_units_train_on_the_device_asked(monkeypatch):
+    pytest.importorskip("torch")
+    import scipy.sparse as sp
+
+    from benchmarks.lpgcn_converged import model_builder
+    from fedrec.protocols import resolve_config
+    from fedrec.recsys.arrays import is_torch
+
+    cfg = resolve_config({"protocol": "lpgcn", "lpgcn-dim": 4, "lpgcn-layers": 1})
+    train = sp.csr_matrix(sp.eye(6, 5))
+    assert not is_torch(model_builder(cfg)(train).V)
+    model = model_builder(cfg, "cpu")(train)
+    assert is_torch(model.V) and model.device == "cpu" and model.dim == 4
