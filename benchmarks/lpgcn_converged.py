@@ -213,7 +213,7 @@ def leaderboard_cell(dataset: str, cfg: dict[str, Any], units: dict[str, Any]) -
             f"{sel['valid_ndcg@20']:.4f}, {sel['trained_epochs']} epochs trained, stopped by "
             f"{sel['stopped']}); the number is the centralized LightGCN at that count, which "
             f"LP-GCN computes exactly: a {fed['epochs']}-epoch Flower simulation of this config "
-            f"({fed['nodes']} nodes) matched the centralized model at {fed['epochs']} epochs "
+            f"({fed['nodes']} nodes) matched the centralized model after the same epochs "
             f"(largest metric difference {fed['max_abs_metric_diff']:.1e}); rounds and bytes "
             f"are its setup plus {epochs} x its per-epoch {r_epoch:.0f} rounds and "
             f"{b_epoch / 1e6:.1f} MB per node")
