@@ -26,6 +26,16 @@ budget.
     python benchmarks/lpgcn_table4.py --jobs fig11                 # ML-100K, L = 1..4 (minutes)
     python benchmarks/lpgcn_table4.py --jobs gowalla --resume --hours 2
     python benchmarks/lpgcn_table4.py --markdown-only
+
+``--device`` trains on a torch device (``cpu``, ``cuda``, ``cuda:N``) instead of numpy (the
+reference; on CPU in float64 the two agree to rounding, ``tests/test_lightgcn_device.py``);
+checkpoints are numpy either way, so a job moves between machines. ``--cost`` measures each
+Table 4 row's seconds per epoch on numpy, torch CPU and, where this machine has one, CUDA
+(``--cost-steps`` timed steps per row and device, times the row's steps per epoch) and
+writes the cost of each row (epochs x seconds per epoch) into the report.
+
+    python benchmarks/lpgcn_table4.py --jobs gowalla --resume --device cuda
+    python benchmarks/lpgcn_table4.py --cost
 """
 
 from __future__ import annotations
@@ -104,13 +114,13 @@ def load_split(dataset: str) -> tuple[Any, Any]:
     return data.train, data.test
 
 
-def build_model(job: Job, train: Any) -> Any:
+def build_model(job: Job, train: Any, device: str = "numpy", threads: int = 0) -> Any:
     from fedrec.recsys.lightgcn import LightGCN
 
     s = job.setting()
     return LightGCN(train, dim=s["dim"], layers=job.layers, lr=s["lr"], reg=s["reg"],
                     batch_size=s["batch_size"], seed=job.seed, backbone=job.backbone,
-                    dtype=np.dtype(s["dtype"]).type)
+                    dtype=np.dtype(s["dtype"]).type, device=device, threads=threads)
 
 
 def checkpoint_path(root: Path, job: Job) -> Path:
@@ -172,19 +182,27 @@ def stopped(record: dict[str, Any], patience: int, max_epochs: int) -> str | Non
     return "cap" if record["epochs"] >= max_epochs else None
 
 
-def train_job(job: Job, train: Any, test: Any, ckpt_root: Path, *, resume: bool,
+def train_job(job: Any, train: Any, test: Any, ckpt_root: Path, *, resume: bool,
               deadline: float = math.inf, max_epochs: int = MAX_EPOCHS,
               eval_every: int = EVAL_EVERY, patience: int = PATIENCE,
-              on_record: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+              on_record: Callable[[dict[str, Any]], None] | None = None,
+              build: Callable[[Any], Any] | None = None) -> dict[str, Any]:
     """Train ``job`` until it stops, the deadline passes, or ``max_epochs``; checkpoint each
-    epoch and hand every evaluated record to ``on_record``."""
-    model = build_model(job, train)
+    epoch and hand every evaluated record to ``on_record``.
+
+    ``job`` is a dataclass with ``key`` and ``setting()`` (:class:`Job` by default);
+    ``build(train)`` makes its untrained model (default :func:`build_model`). A checkpoint
+    written under another setting is refused, never continued."""
+    model = (build or (lambda tr: build_model(job, tr)))(train)
     path = checkpoint_path(ckpt_root, job)
     if path.exists() and not resume:
         raise SystemExit(f"error: {path} holds an earlier run of {job.key}: pass --resume to "
                          "continue it, or delete the file to start again")
     if path.exists():
         record = load_checkpoint(path, model)
+        if record.get("setting") != json.loads(json.dumps(job.setting())):
+            raise SystemExit(f"error: {path} holds {job.key} trained with {record.get('setting')}"
+                             f", not {job.setting()}: delete it to start again")
         log(f"{job.key}: resumed at epoch {record['epochs']}")
     else:
         record = new_record(job, model.nbatches)
@@ -226,6 +244,146 @@ def train_job(job: Job, train: Any, test: Any, ckpt_root: Path, *, resume: bool,
     if on_record is not None:
         on_record(record)
     return record
+
+
+# ------------------------------------------------------------------------------ the cost
+#: What each row's cost is measured on, in the report's column order: (device, threads).
+#: torch CPU both ways: with 2 OpenMP threads on this shared 2-core machine a step measured
+#: up to 80x slower than with 1 (threads spinning against other processes).
+COST_DEVICES = {"numpy": ("numpy", 0), "cpu-1": ("cpu", 1), "cpu-2": ("cpu", 2),
+                "cuda": ("cuda", 0)}
+#: The LP-GCN leaderboard's settings, timed beside Table 4 for scale (whole epochs).
+BOARD_DATASETS = ("ml-100k", "ml-1m")
+
+
+def available(device: str) -> str | None:
+    """Why ``device`` cannot be measured here, or None."""
+    from fedrec.recsys.arrays import DeviceError, check_device
+
+    try:
+        check_device(device)
+    except DeviceError as exc:
+        return str(exc)
+    return None
+
+
+def _sync(model: Any) -> None:
+    if model.device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def time_epoch(model: Any, steps: int | None = None) -> dict[str, float]:
+    """Seconds of one epoch of ``model``: drawing the epoch's triples, then ``steps`` timed
+    training steps (all of the epoch when None) after one untimed warm-up step, scaled to the
+    epoch's ``nbatches`` steps."""
+    t0 = time.perf_counter()
+    model.batch(model.step_count)  # draws the epoch's triples (once per epoch)
+    triples = time.perf_counter() - t0
+    model.fit(1)
+    _sync(model)
+    n = model.nbatches - 1 if steps is None else min(int(steps), model.nbatches)
+    t0 = time.perf_counter()
+    model.fit(n)
+    _sync(model)
+    per_step = (time.perf_counter() - t0) / max(n, 1)
+    return {"triples_seconds": triples, "s_per_step": per_step, "steps_timed": n,
+            "steps_per_epoch": model.nbatches,
+            "s_per_epoch": triples + per_step * model.nbatches}
+
+
+def measure_cost(steps: int) -> dict[str, Any]:
+    """Seconds per epoch of each Table 4 row (``steps`` timed steps) and of the LP-GCN
+    leaderboard's ML-100K and ML-1M settings (whole epochs) on every device of this
+    machine; the devices it lacks say why."""
+    import dataclasses
+
+    from benchmarks.lpgcn_converged import board_config, load, model_builder
+
+    out: dict[str, Any] = {"rows": {}, "board": {}, "steps_timed": steps,
+                           "load_average": os.getloadavg()[0],
+                           "unavailable": {name: why for name, (d, _) in COST_DEVICES.items()
+                                           if (why := available(d)) is not None}}
+    devices = {k: v for k, v in COST_DEVICES.items() if k not in out["unavailable"]}
+    for ds in PAPER_LAYERS:
+        train, _ = load_split(ds)
+        for job in JOB_SETS[ds]:
+            for name, (device, threads) in devices.items():
+                log(f"cost {job.key} on {name}: {steps} steps")
+                out["rows"].setdefault(job.key, {})[name] = time_epoch(
+                    build_model(job, train, device, threads), steps)
+    for ds in BOARD_DATASETS:
+        cfg = board_config(ds)
+        train = load(cfg).train
+        for name, (device, threads) in devices.items():
+            log(f"cost leaderboard {ds} on {name}: one epoch")
+            model = dataclasses.replace(model_builder(cfg)(train), device=device,
+                                        threads=threads, losses=[])
+            out["board"].setdefault(ds, {})[name] = time_epoch(model)
+    return out
+
+
+def cost_lines(result: dict[str, Any]) -> list[str]:
+    """The report's cost section: each Table 4 row's seconds per epoch per device and the
+    epochs x seconds it needs (to its stopping point where it stopped, else to the cap)."""
+    cost = result.get("cost")
+    if not cost:
+        return []
+    missing = cost.get("unavailable", {})
+    columns = ("numpy", "cpu-1", "cpu-2", "cuda")
+
+    def cell(t: dict[str, Any], name: str, fmt: str = "{:.1f}") -> str:
+        if name in missing:
+            return "not measured: no accelerator on this machine" if name == "cuda" else "-"
+        return fmt.format(t[name]["s_per_epoch"]) if name in t else "-"
+
+    def best_cpu(t: dict[str, Any]) -> float | None:
+        got = [t[n]["s_per_epoch"] for n in ("cpu-1", "cpu-2") if n in t]
+        return min(got) if got else None
+
+    load = cost.get("load_average")
+    lines = ["", "## Cost of each Table 4 row", "",
+             f"Seconds per epoch: the epoch's triples plus {cost['steps_timed']} timed steps "
+             "(after a warm-up step) x the row's steps per epoch, on numpy (the reference, "
+             "sparse products on both cores), torch on this machine's CPU with 1 and with 2 "
+             "threads, and CUDA. A row's epochs: where it stopped, its epochs; otherwise the "
+             f"{MAX_EPOCHS}-epoch cap (the stopping rule may end it sooner; the ML-100K runs of "
+             "Fig. 11 stopped after 55-170). Hours = epochs x s/epoch (torch CPU: the faster "
+             "thread count).", "",
+             "| dataset | model | L | steps/epoch | s/epoch numpy | s/epoch torch CPU, 1 thread "
+             "| s/epoch torch CPU, 2 threads | s/epoch GPU | epochs | hours numpy | hours torch "
+             "CPU |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    jobs = result.get("jobs", {})
+    for key, t in cost["rows"].items():
+        ds, backbone, layers, _ = key.split("/")
+        rec = jobs.get(key, {})
+        done = rec.get("status") in ("patience", "cap")
+        epochs = rec["epochs"] if done else MAX_EPOCHS
+        when = f"{epochs} (stopped)" if done else f"{epochs} (cap; {rec.get('epochs', 0)} run)"
+        hours = [f"{epochs * x / 3600:.0f}" if x is not None else "-"
+                 for x in (t.get("numpy", {}).get("s_per_epoch"), best_cpu(t))]
+        name = "LP-GCN (LightGCN+)" if backbone == "lightgcn+" else "LightGCN"
+        first = next(iter(t.values()))
+        lines.append(f"| {LABEL[ds]} | {name} | {layers[1:]} | {first['steps_per_epoch']} | "
+                     + " | ".join(cell(t, c) for c in columns) + f" | {when} | "
+                     + " | ".join(hours) + " |")
+    if cost.get("board"):
+        lines += ["", "For scale, whole epochs of the LP-GCN leaderboard's setting (d = 20, L = "
+                  "3, float64; `results/lpgcn/converged.md`):", "",
+                  "| dataset | steps/epoch | s/epoch numpy | torch CPU, 1 thread | torch CPU, 2 "
+                  "threads | GPU |", "|---|---|---|---|---|---|"]
+        for ds, t in cost["board"].items():
+            first = next(iter(t.values()))
+            lines.append(f"| {ds} | {first['steps_per_epoch']} | "
+                         + " | ".join(cell(t, c, "{:.2f}") for c in columns) + " |")
+    lines += ["", f"Measured on {cost.get('machine', {})}, a machine shared with other work"
+              + (f" (load average {load:.1f} on 2 cores when the measurement began)"
+                 if load is not None else "")
+              + "; timings are of one run each, and torch's 2 OpenMP threads lose most to "
+              "other processes on the cores. Command: `python benchmarks/lpgcn_table4.py "
+              "--cost`."]
+    return lines
 
 
 # ------------------------------------------------------------------------------ the report
@@ -314,6 +472,7 @@ def markdown(result: dict[str, Any]) -> str:
         total = len({L for _, L in by})
         lines += ["", f"LightGCN+ beats LightGCN at {len(wins)} of {total} layer counts "
                   "(the paper: at every layer count)."]
+    lines += cost_lines(result)
     lines += ["", "Fig. 12 (convergence): `results/lpgcn/table4.png`, test NDCG@20 against "
               "epochs.", "",
               "Command: `python benchmarks/lpgcn_table4.py --jobs gowalla yelp2018 fig11 "
@@ -362,7 +521,23 @@ def main() -> None:
     ap.add_argument("--checkpoint-dir", type=Path, default=CHECKPOINTS)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--markdown-only", action="store_true")
+    ap.add_argument("--device", default="numpy", help="numpy (the reference) or a torch "
+                    "device: cpu, cuda, cuda:N")
+    ap.add_argument("--cost", action="store_true", help="measure each row's seconds per "
+                    "epoch on every device here and write the cost section")
+    ap.add_argument("--cost-steps", type=int, default=10, help="timed steps per row and "
+                    "device (--cost)")
     args = ap.parse_args()
+    if (why := available(args.device)) is not None:
+        raise SystemExit(f"error: --device: {why}")
+    if args.cost:
+        cost = {**measure_cost(args.cost_steps), "machine": machine_info()}
+        with open(args.out.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            result = stored_result(args.out) or {"jobs": {}, "popularity": {}}
+            result["cost"] = cost
+            write_report(args.out, result, markdown(result))
+        return
     if args.markdown_only:
         from benchmarks._report import rewrite_markdown
 
@@ -391,7 +566,8 @@ def main() -> None:
             log(f"{job.key}: training ({train.shape[0]} users, {train.shape[1]} items, "
                 f"{train.nnz} interactions)")
             train_job(job, train, test, args.checkpoint_dir, resume=args.resume,
-                      deadline=deadline,
+                      deadline=deadline, build=lambda tr, job=job: build_model(job, tr,
+                                                                               args.device),
                       on_record=lambda rec, job=job: update_results(args.out, job, rec, extra))
 
 

@@ -36,6 +36,15 @@ from clients.policy import PolicyError
 from clients.relay_node import get_shared_secret
 from clients.sums_node import ranking_bytes, sum_reply
 from fedrec.records import array_record, config_record, from_array_record, to_array_record
+from fedrec.recsys.arrays import (
+    NUMPY,
+    DeviceError,
+    check_device,
+    concat,
+    to_device,
+    to_numpy,
+    zeros_like,
+)
 from fedrec.recsys.lightgcn import (
     bpr_terms,
     direct_terms,
@@ -73,7 +82,9 @@ class LosslessnessError(RuntimeError):
 
 
 def pack(arrays: dict[str, np.ndarray]) -> bytes:
-    """Named arrays as bytes for a sealed payload (``np.savez``, no pickle)."""
+    """Named arrays as bytes for a sealed payload (``np.savez``, no pickle; a tensor of a
+    node computing on a device leaves it first)."""
+    arrays = {k: to_numpy(v) for k, v in arrays.items()}
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     return buf.getvalue()
@@ -102,6 +113,7 @@ class StateArrays(MutableMapping):
         return self.cache[key]
 
     def __setitem__(self, key: str, value: np.ndarray) -> None:
+        value = to_numpy(value)  # a tensor of a node computing on a device
         self.cache[key] = value
         self.record[key] = Array(np.ascontiguousarray(value))
 
@@ -156,7 +168,25 @@ def _hp(node: NodeContext) -> dict[str, Any]:
         raise LosslessnessError(f"{node.who}: LP-GCN request without its hyperparameters")
     _check_cover(node, cfg)
     _check_sizes(node, cfg)
+    _device(node)
     return cfg
+
+
+#: Node config key (the operator's, never the server's): where this node computes its math,
+#: ``numpy`` (default) or a torch device (``cpu``, ``cuda``, ``cuda:N``). It is the node's
+#: hardware, which the server neither knows nor may choose, and it changes no number the node
+#: sends beyond rounding (float64: ``tests/test_lightgcn_device.py``).
+DEVICE_KEY = "lpgcn-device"
+
+
+def _device(node: NodeContext) -> str:
+    """This node's compute device, checked on every request, so a device the machine lacks
+    stops the run at its first request, naming the key."""
+    name = str(node.context.node_config.get(DEVICE_KEY, NUMPY) or NUMPY)
+    try:
+        return check_device(name, key=f"node config '{DEVICE_KEY}'")
+    except DeviceError as exc:
+        raise LosslessnessError(f"{node.who}: {exc}") from None
 
 
 def _check_cover(node: NodeContext, cfg: dict[str, Any]) -> None:
@@ -521,6 +551,11 @@ class Session:
         self.conv_hpos = self.setup["conv_hpos"]
         self.senders = _sender_lists(self.setup["hold_ptr"], self.setup["hold_nodes"], self.me)
         self.out: dict[str, np.ndarray] = {}
+        self.device = _device(node)
+
+    def x(self, a: np.ndarray) -> Any:
+        """``a`` on this node's device (the state keeps numpy between rounds)."""
+        return to_device(a, self.device)
 
     # -- bookkeeping -------------------------------------------------------------------------
     def save(self) -> None:
@@ -539,12 +574,14 @@ class Session:
     def inv_di(self) -> np.ndarray:
         return inv_sqrt(self.setup["degree"], self.dtype)
 
-    def adam(self, table: str) -> Adam:
-        return Adam.from_arrays(float(self.hp["lr"]), self.params, table)
-
     def step_param(self, table: str, grad: np.ndarray) -> None:
-        opt = self.adam(table)
-        self.params[table] = opt.step(self.params[table], grad.astype(self.dtype, copy=False))
+        moments = {k: self.x(self.params[k]) for k in (f"{table}.m", f"{table}.v")
+                   if k in self.params}
+        if moments:
+            moments[f"{table}.t"] = self.params[f"{table}.t"]
+        opt = Adam.from_arrays(float(self.hp["lr"]), moments, table)
+        grad = self.x(to_numpy(grad).astype(self.dtype, copy=False))
+        self.params[table] = opt.step(self.x(self.params[table]), grad)
         self.params.update(opt.to_arrays(table))
 
     @property
@@ -573,9 +610,10 @@ class Session:
         convolution node knows to ignore); return this node's share of its own items."""
         for c in self.conv_nodes():
             shared = np.flatnonzero(self.conv_of == c)
-            part = item_partial(self.RT[shared], self.inv_du, X_users)
+            part = item_partial(self.RT[shared], self.x(self.inv_du), self.x(X_users))
             self.node.mailbox.send(c, purpose, pack({"x": part}))
-        return item_partial(self.RT[self.conv_hpos], self.inv_du, X_users)
+        return to_numpy(item_partial(self.RT[self.conv_hpos], self.x(self.inv_du),
+                                     self.x(X_users)))
 
     def gather(self, purpose: str, own: np.ndarray) -> np.ndarray | None:
         """``own`` plus every holder's mailed share of this node's items, once all arrived."""
@@ -687,13 +725,15 @@ class Session:
                 progress = True
             elif "w_held" in self.cur:
                 ones = np.ones(self.R.shape[1], self.dtype)
-                self.cur["eu0"] = to_users(self.R, self.inv_du, ones, self.cur["w_held"])
+                self.cur["eu0"] = to_users(self.R, self.x(self.inv_du), self.x(ones),
+                                           self.x(self.cur["w_held"]))
                 progress = True
         for layer in range(1, self.L + 1):
             if f"eu{layer}" not in self.cur and f"ei{layer - 1}" in self.cur:
                 self.require_degrees()
-                self.cur[f"eu{layer}"] = to_users(self.R, self.inv_du, self.inv_di,
-                                                  self.cur[f"ei{layer - 1}"])
+                self.cur[f"eu{layer}"] = to_users(self.R, self.x(self.inv_du),
+                                                  self.x(self.inv_di),
+                                                  self.x(self.cur[f"ei{layer - 1}"]))
                 progress = True
         return progress
 
@@ -756,15 +796,14 @@ class Session:
                 or not all(f"ei{layer}" in self.cur for layer in range(L + 1))):
             return False
         c = self.cur
-        items = [c[f"ei{layer}"] for layer in range(L + 1)]
-        users = [c[f"eu{layer}"] for layer in range(L + 1)]
-        neg = c["neg"]  # (outside negatives, L+1, d)
+        items = [self.x(c[f"ei{layer}"]) for layer in range(L + 1)]
+        users = [self.x(c[f"eu{layer}"]) for layer in range(L + 1)]
+        neg = self.x(c["neg"])  # (outside negatives, L+1, d)
         uf, hf = layer_mean(users), layer_mean(items)
         nf = layer_mean([neg[:, layer] for layer in range(L + 1)])
         rows, pos, jn, out_pos = c["t.rows"], c["t.pos"], c["t.neg"], c["t.out"]
         held_neg = jn >= 0
-        n_fin, n_0 = np.empty((len(rows), uf.shape[1]), self.dtype), np.empty(
-            (len(rows), uf.shape[1]), self.dtype)
+        n_fin, n_0 = zeros_like(uf[rows]), zeros_like(uf[rows])
         n_fin[held_neg], n_0[held_neg] = hf[jn[held_neg]], items[0][jn[held_neg]]
         n_fin[~held_neg], n_0[~held_neg] = nf[out_pos[~held_neg]], neg[out_pos[~held_neg], 0]
         t = bpr_terms(uf[rows], hf[pos], n_fin, users[0][rows], items[0][pos], n_0,
@@ -772,11 +811,11 @@ class Session:
         h, nu, no = len(hf), len(uf), len(nf)
         hidx = np.concatenate([pos, jn[held_neg]])
         c["dUf"], c["dUr"] = scatter_rows(rows, t.d_user, nu), scatter_rows(rows, t.r_user, nu)
-        c["dHf"] = scatter_rows(hidx, np.concatenate([t.d_pos, t.d_neg[held_neg]]), h)
-        c["dHr"] = scatter_rows(hidx, np.concatenate([t.r_pos, t.r_neg[held_neg]]), h)
+        c["dHf"] = scatter_rows(hidx, concat([t.d_pos, t.d_neg[held_neg]]), h)
+        c["dHr"] = scatter_rows(hidx, concat([t.r_pos, t.r_neg[held_neg]]), h)
         c["dNf"] = scatter_rows(out_pos[~held_neg], t.d_neg[~held_neg], no)
         c["dNr"] = scatter_rows(out_pos[~held_neg], t.r_neg[~held_neg], no)
-        c[f"Gu{L}"] = direct_terms(L, L, c["dUf"], c["dUr"])
+        c[f"Gu{L}"] = direct_terms(L, L, self.x(c["dUf"]), self.x(c["dUr"]))
         losses = list(self.flags.get("losses", []))
         steps = list(self.flags.get("loss-steps", []))
         self.flags["losses"], self.flags["loss-steps"] = losses + [t.loss], steps + [
@@ -788,20 +827,20 @@ class Session:
         """User gradients from delivered item sums; item-gradient partials of each layer."""
         if not self.done("loss"):
             return False
-        c, L = self.cur, self.L
+        c, L, x = self.cur, self.L, self.x
         progress = False
         for layer in range(L - 1, -1, -1):
             if f"Gu{layer}" not in c and f"gsum{layer + 1}" in c:
-                c[f"Gu{layer}"] = direct_terms(layer, L, c["dUf"], c["dUr"]) + to_users(
-                    self.R, self.inv_du, self.inv_di, c[f"gsum{layer + 1}"])
+                c[f"Gu{layer}"] = direct_terms(layer, L, x(c["dUf"]), x(c["dUr"])) + to_users(
+                    self.R, x(self.inv_du), x(self.inv_di), x(c[f"gsum{layer + 1}"]))
                 progress = True
         for layer in range(L, -1, -1):
             if self.done(f"up.g{layer}") or f"Gu{layer + 1}" not in c and layer < L:
                 continue
-            part = direct_terms(layer, L, c["dHf"], c["dHr"])
+            part = direct_terms(layer, L, x(c["dHf"]), x(c["dHr"]))
             if layer < L:
-                part = part + self.inv_di[:, None] * item_partial(self.RT, self.inv_du,
-                                                                  c[f"Gu{layer + 1}"])
+                part = part + x(self.inv_di)[:, None] * item_partial(self.RT, x(self.inv_du),
+                                                                     x(c[f"Gu{layer + 1}"]))
             self.out[wire.name(Part.ITEM_GRAD, layer)] = self.masked(part, layer)
             if len(c["negreal"]):
                 self.out[wire.name(Part.NEG_GRAD, layer)] = direct_terms(layer, L, c["dNf"], c["dNr"])
@@ -820,7 +859,7 @@ class Session:
         cover beside real holders' bare partials. Every other holder of an item is real or
         virtual, so a convolution node with another holder always subtracts a cover.
         """
-        part = np.array(part, dtype=self.dtype)
+        part = np.array(to_numpy(part), dtype=self.dtype)
         scale = float(self.setup["cover"][1])
         step = int(self.flags["step"])
         for c in self.conv_nodes():

@@ -73,3 +73,74 @@ def test_the_report_marks_a_row_in_progress_and_shows_popularity():
     assert "in progress (10 of at most 1000)" in text
     assert "item popularity | - | 0.0416 | 0.0317" in text
     assert "| 0.1400 | 0.1200 | 0.1937 / 0.1487 | -0.0287 |" in text
+
+
+def test_a_checkpoint_of_another_setting_is_refused_not_continued(tmp_path):
+    from dataclasses import dataclass
+
+    train, test = _split()
+
+    @dataclass(frozen=True)
+    class Other:
+        dataset: str = "x"
+        lr: float = 0.01
+
+        @property
+        def key(self) -> str:
+            return "other"
+
+        def setting(self) -> dict:
+            return {"lr": self.lr}
+
+    from fedrec.recsys.lightgcn import LightGCN
+
+    build = lambda tr: LightGCN(tr, dim=4, layers=1, batch_size=64)  # noqa: E731
+    train_job(Other(), train, test, tmp_path, resume=True, max_epochs=1, eval_every=1,
+              build=build)
+    with pytest.raises(SystemExit, match="trained with {'lr': 0.01}"):
+        train_job(Other(lr=0.02), train, test, tmp_path, resume=True, max_epochs=2,
+                  eval_every=1, build=build)
+
+
+def test_the_cost_section_times_each_device_and_says_which_it_lacks(monkeypatch):
+    """time_epoch scales timed steps to the epoch; a row's cost is epochs x s/epoch (its
+    stopping point where it stopped, else the cap), and a device this machine lacks is said
+    to be missing, never given a number."""
+    torch = pytest.importorskip("torch")
+    from benchmarks.lpgcn_table4 import MAX_EPOCHS, available, cost_lines, time_epoch
+    from fedrec.recsys.lightgcn import LightGCN
+
+    train, _ = _split()
+    for device in ("numpy", "cpu"):
+        t = time_epoch(LightGCN(train, dim=4, layers=1, batch_size=16, device=device), 2)
+        assert t["steps_timed"] == 2 and t["steps_per_epoch"] > 2
+        assert t["s_per_epoch"] == pytest.approx(t["triples_seconds"]
+                                                 + t["s_per_step"] * t["steps_per_epoch"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert "CUDA is not available" in available("cuda") and available("cpu") is None
+    one = {"s_per_epoch": 36.0, "steps_per_epoch": 9}
+    slow = {"s_per_epoch": 360.0, "steps_per_epoch": 9}
+    result = {"jobs": {"gowalla/lightgcn+/L4/seed0": {"status": "patience", "epochs": 300},
+                       "gowalla/lightgcn/L4/seed0": {"status": "running", "epochs": 5}},
+              "popularity": {},
+              "cost": {"steps_timed": 2, "unavailable": {"cuda": "no"},
+                       "rows": {"gowalla/lightgcn+/L4/seed0": {"numpy": one, "cpu-1": one,
+                                                                "cpu-2": slow},
+                                "gowalla/lightgcn/L4/seed0": {"numpy": one, "cpu-1": slow,
+                                                              "cpu-2": one}}}}
+    text = "\n".join(cost_lines(result))
+    assert "| 300 (stopped) | 3 | 3 |" in text  # 300 x 36 s = 3 h, torch's faster threads
+    assert f"| {MAX_EPOCHS} (cap; 5 run) | 10 | 10 |" in text
+    assert text.count("not measured: no accelerator on this machine") == 2
+
+
+def test_a_device_this_machine_lacks_stops_the_runner_at_once(monkeypatch):
+    torch = pytest.importorskip("torch")
+    import sys
+
+    from benchmarks import lpgcn_table4
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(sys, "argv", ["lpgcn_table4.py", "--jobs", "fig11", "--device", "cuda"])
+    with pytest.raises(SystemExit, match=r"--device: .*'cuda': CUDA is not available"):
+        lpgcn_table4.main()

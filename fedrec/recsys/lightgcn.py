@@ -27,6 +27,10 @@ Gradients are formed by hand (the recursion of paper 001's Appendix A,
 ``G_u^(l) = D_u^(l) + sum_i c_ui G_i^(l+1)`` and symmetrically for items), because the
 federated protocol computes exactly these partial sums on different nodes. ``dtype``
 float64 serves the equivalence tests, float32 speed.
+
+The math below takes numpy arrays or torch tensors alike (``fedrec.recsys.arrays``), so one
+copy of it runs on numpy (the reference, ``device="numpy"``) or on a torch device
+(``"cpu"``, ``"cuda"``): :class:`LightGCN` and the LP-GCN nodes take a ``device``.
 """
 
 from __future__ import annotations
@@ -38,6 +42,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from fedrec.recsys.arrays import (
+    NUMPY,
+    check_device,
+    concat,
+    rowdot,
+    softplus_sum,
+    sparse_on,
+    spmm,
+    tanh,
+    to_device,
+    to_numpy,
+)
+from fedrec.recsys.arrays import scatter_rows as scatter_rows
 from fedrec.recsys.mf import Adam, sample_bpr_triples
 from fedrec.recsys.spmm import RowParallelCSR, usable_cores
 
@@ -96,8 +113,8 @@ def epoch_triples(train: sp.csr_matrix, user_ids: np.ndarray, seed: int, epoch: 
 
 def layer_mean(layers: Sequence[np.ndarray]) -> np.ndarray:
     """Final embedding: the mean over the L+1 layers (paper's alpha_l = 1/(L+1))."""
-    total = layers[0].copy()
-    for x in layers[1:]:
+    total = layers[0] + layers[1] if len(layers) > 1 else layers[0] + 0
+    for x in layers[2:]:
         total += x
     return total / len(layers)
 
@@ -105,21 +122,13 @@ def layer_mean(layers: Sequence[np.ndarray]) -> np.ndarray:
 def to_users(R: sp.csr_matrix, inv_du: np.ndarray, inv_di: np.ndarray,
              X_items: np.ndarray) -> np.ndarray:
     """``sum_i c_ui X_i`` for every row u of R (users x items)."""
-    return inv_du[:, None] * (R @ (inv_di[:, None] * X_items))
+    return inv_du[:, None] * spmm(R, inv_di[:, None] * X_items)
 
 
 def item_partial(RT: sp.csr_matrix, inv_du: np.ndarray, X_users: np.ndarray) -> np.ndarray:
     """``sum_u R_ui X_u / sqrt(d_u)`` per item (RT = R transposed, items x users): an item's
     share from these users, before its own ``1/sqrt(d_i)``."""
-    return RT @ (inv_du[:, None] * X_users)
-
-
-def scatter_rows(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """``out[index[t]] += values[t]`` for every t (in t order), as one sparse product."""
-    S = sp.csr_matrix((np.ones(len(index), dtype=values.dtype),
-                       (np.asarray(index, np.int64), np.arange(len(index)))),
-                      shape=(n, len(index)))
-    return np.asarray(S @ values)
+    return spmm(RT, inv_du[:, None] * X_users)
 
 
 @dataclass
@@ -144,11 +153,10 @@ def bpr_terms(u_fin: np.ndarray, p_fin: np.ndarray, n_fin: np.ndarray, u0: np.nd
     """
     B = float(batch_size)
     diff = n_fin - p_fin
-    x = np.einsum("td,td->t", u_fin, diff)  # s_uj - s_ui
-    w = (0.5 * (1.0 + np.tanh(0.5 * x)) / B).astype(u_fin.dtype)  # sigmoid(x) / B
-    sq = (np.einsum("td,td->t", u0, u0) + np.einsum("td,td->t", p0, p0)
-          + np.einsum("td,td->t", n0, n0))
-    loss = float((np.logaddexp(0.0, x).sum() + 0.5 * reg * sq.sum()) / B)
+    x = rowdot(u_fin, diff)  # s_uj - s_ui
+    w = 0.5 * (1.0 + tanh(0.5 * x)) / B  # sigmoid(x) / B, in the rows' dtype
+    sq = rowdot(u0, u0) + rowdot(p0, p0) + rowdot(n0, n0)
+    loss = (softplus_sum(x) + 0.5 * reg * float(sq.sum())) / B
     k = reg / B
     return BPRTerms(loss, w[:, None] * diff, -w[:, None] * u_fin, w[:, None] * u_fin,
                     k * u0, k * p0, k * n0)
@@ -166,6 +174,11 @@ class LightGCN:
 
     ``fit(steps)`` runs global steps: step s is mini-batch ``s % n_batches`` of epoch
     ``s // n_batches``. ``losses`` holds each step's loss.
+
+    ``device``: ``"numpy"`` (the reference: scipy products on ``threads`` cores) or a torch
+    device (``"cpu"``, ``"cuda"``, ``"cuda:N"``), checked when the model is built. The tables
+    then live on that device; ``final_embeddings``, ``score`` and ``state_arrays`` return
+    numpy either way, and the triples are drawn on the host (they are the federation's).
     """
 
     train: sp.csr_matrix
@@ -178,7 +191,11 @@ class LightGCN:
     backbone: str = "lightgcn"
     init_std: float = 0.1
     dtype: type = np.float64
-    threads: int = 0  # sparse products on this many cores; 0: every core this process has
+    #: numpy: sparse products on this many cores (0: every core this process has); torch CPU:
+    #: > 0 sets torch's intra-op threads, process-wide (on a loaded machine one thread is
+    #: far faster than OpenMP's spinning threads: results/lpgcn/table4.md, "Cost")
+    threads: int = 0
+    device: str = NUMPY
     losses: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -186,6 +203,7 @@ class LightGCN:
             raise ValueError(f"backbone must be one of {BACKBONES}, got {self.backbone!r}")
         if self.layers < 1:
             raise ValueError(f"layers must be >= 1, got {self.layers}")
+        self.device = check_device(self.device)
         R = sp.csr_matrix(self.train, dtype=self.dtype)
         R.data[:] = 1
         R.sort_indices()
@@ -197,20 +215,21 @@ class LightGCN:
         # blocks for every core: a step multiplies them 4L times (Gowalla: 810k non-zeros).
         threads = self.threads or usable_cores()
         A = sp.diags(self.inv_du) @ R @ sp.diags(self.inv_di)
-        self.A, self.AT = RowParallelCSR(A, threads), RowParallelCSR(A.T, threads)
+        self.A, self.AT = self._operator(A, threads), self._operator(A.T, threads)
         if self.plus:  # e_u^(0) = d_u^(-1/2) sum_i W_i, and its transpose for W's gradient
             Ru = sp.diags(self.inv_du) @ R
-            self.Ru, self.RuT = RowParallelCSR(Ru, threads), RowParallelCSR(Ru.T, threads)
+            self.Ru, self.RuT = self._operator(Ru, threads), self._operator(Ru.T, threads)
         self.nbatches = n_batches(R.nnz, self.batch_size)
         items = np.arange(m)
-        self.V = init_rows(items, self.dim, self.seed, "V", self.init_std, self.dtype)
+        self.V = self._on(init_rows(items, self.dim, self.seed, "V", self.init_std, self.dtype))
         self.opt = {"V": Adam(self.lr)}
         if self.plus:
-            self.W = init_rows(items, self.dim, self.seed, "W", self.init_std, self.dtype)
+            self.W = self._on(init_rows(items, self.dim, self.seed, "W", self.init_std,
+                                        self.dtype))
             self.opt["W"] = Adam(self.lr)
         else:
-            self.U = init_rows(np.arange(n), self.dim, self.seed, "U", self.init_std,
-                               self.dtype)
+            self.U = self._on(init_rows(np.arange(n), self.dim, self.seed, "U", self.init_std,
+                                        self.dtype))
             self.opt["U"] = Adam(self.lr)
         self.step_count = 0
         self._epoch: tuple[int, tuple[np.ndarray, ...]] | None = None
@@ -218,6 +237,22 @@ class LightGCN:
     @property
     def plus(self) -> bool:
         return self.backbone == "lightgcn+"
+
+    def _on(self, x: np.ndarray) -> np.ndarray:
+        """``x`` on this model's device (the array itself for numpy)."""
+        return to_device(np.asarray(x, dtype=self.dtype), self.device)
+
+    def _operator(self, A: sp.spmatrix, threads: int) -> RowParallelCSR:
+        """A fixed propagation operator: row blocks on every core (numpy), or a sparse CSR
+        tensor on the device."""
+        if self.device == NUMPY:
+            return RowParallelCSR(A, threads)
+        ref = self._on(np.zeros(1))
+        if ref.device.type == "cpu" and self.threads:
+            import torch
+
+            torch.set_num_threads(int(self.threads))
+        return sparse_on(sp.csr_matrix(A, dtype=self.dtype), ref)
 
     def user_layer0(self) -> np.ndarray:
         """Layer-0 user rows: U, or for LightGCN+ ``d_u^(-1/2) sum_{i in I_u} W_i``."""
@@ -235,8 +270,9 @@ class LightGCN:
         return users, items
 
     def final_embeddings(self) -> tuple[np.ndarray, np.ndarray]:
+        """Final user and item embeddings (numpy, whatever the device)."""
         users, items = self.forward()
-        return layer_mean(users), layer_mean(items)
+        return to_numpy(layer_mean(users)), to_numpy(layer_mean(items))
 
     def batch(self, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(user, positive, negative) of global step ``step``."""
@@ -253,14 +289,14 @@ class LightGCN:
         L = self.layers
         n, m = self.R.shape
         users, items = self.forward()
-        u, i, j = self.batch(self.step_count)
+        u, i, j = (self._index(x) for x in self.batch(self.step_count))
         uf, vf = layer_mean(users), layer_mean(items)
         t = bpr_terms(uf[u], vf[i], vf[j], users[0][u], items[0][i], items[0][j], self.reg,
                       self.batch_size)
-        idx = np.concatenate([i, j])
+        idx = concat([i, j])
         dU = scatter_rows(u, t.d_user, n), scatter_rows(u, t.r_user, n)
-        dV = (scatter_rows(idx, np.concatenate([t.d_pos, t.d_neg]), m),
-              scatter_rows(idx, np.concatenate([t.r_pos, t.r_neg]), m))
+        dV = (scatter_rows(idx, concat([t.d_pos, t.d_neg]), m),
+              scatter_rows(idx, concat([t.r_pos, t.r_neg]), m))
         GU = direct_terms(L, L, *dU)
         GV = direct_terms(L, L, *dV)
         for layer in range(L - 1, -1, -1):
@@ -274,6 +310,14 @@ class LightGCN:
         self.step_count += 1
         self.losses.append(t.loss)
         return t.loss
+
+    def _index(self, rows: np.ndarray) -> np.ndarray:
+        """Row indices as this device's index arrays."""
+        if self.device == NUMPY:
+            return rows
+        import torch
+
+        return torch.as_tensor(rows, dtype=torch.int64, device=self.V.device)
 
     def fit(self, steps: int, callback: Callable[[LightGCN], None] | None = None) -> LightGCN:
         """``steps`` more steps; ``callback(self)`` after each."""
@@ -289,8 +333,8 @@ class LightGCN:
         out: dict[str, np.ndarray] = {"step_count": np.array([self.step_count], np.int64),
                                       "losses": np.asarray(self.losses, np.float64)}
         for name, opt in self.opt.items():
-            out[name] = getattr(self, name)
-            out.update(opt.to_arrays(name))
+            out[name] = to_numpy(getattr(self, name))
+            out.update({k: to_numpy(v) for k, v in opt.to_arrays(name).items()})
         return out
 
     def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> LightGCN:
@@ -303,8 +347,10 @@ class LightGCN:
             if table.shape != getattr(self, name).shape:
                 raise ValueError(f"checkpoint table {name} has shape {table.shape}, this model "
                                  f"{getattr(self, name).shape}: another dataset or dimension")
-            setattr(self, name, table)
-            self.opt[name] = Adam.from_arrays(self.lr, arrays, name)
+            setattr(self, name, self._on(table))
+            moments = {k: (self._on(v) if k in (f"{name}.m", f"{name}.v") else v)
+                       for k, v in arrays.items() if k.startswith(f"{name}.")}
+            self.opt[name] = Adam.from_arrays(self.lr, moments, name)
         self.step_count = int(arrays["step_count"][0])
         self.losses = [float(x) for x in arrays["losses"]]
         self._epoch = None

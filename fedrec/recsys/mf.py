@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from fedrec.recsys.arrays import sqrt, zeros_like
+
 #: Stream tags, so item init, user init, negative sampling and batch order never share draws.
 _ITEM_INIT, _USER_INIT, _NEGATIVES, _SHUFFLE = 11, 13, 17, 19
 
@@ -134,7 +136,8 @@ class Adam:
 
     Used for the nodes' local steps (on U and the local copy of V) and, with
     ``mf-optimizer = adam``, for the server's step on the averaged item update (FedAdam,
-    Reddi et al. 2021).
+    Reddi et al. 2021). Parameters may be numpy arrays or torch tensors (LightGCN on a
+    device): the moments are of the parameter's kind.
     """
 
     lr: float
@@ -148,13 +151,13 @@ class Adam:
     def step(self, param: np.ndarray, grad: np.ndarray) -> np.ndarray:
         """``param`` after one Adam step along ``-grad`` (a new array)."""
         if self.m is None or self.v is None or self.m.shape != param.shape:
-            self.m, self.v, self.t = np.zeros_like(param), np.zeros_like(param), 0
+            self.m, self.v, self.t = zeros_like(param), zeros_like(param), 0
         self.t += 1
         self.m = self.beta1 * self.m + (1.0 - self.beta1) * grad
         self.v = self.beta2 * self.v + (1.0 - self.beta2) * grad * grad
         m_hat = self.m / (1.0 - self.beta1 ** self.t)
         v_hat = self.v / (1.0 - self.beta2 ** self.t)
-        return param - self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+        return param - self.lr * m_hat / (sqrt(v_hat) + self.eps)
 
     def to_arrays(self, prefix: str) -> dict[str, np.ndarray]:
         """The state as named arrays (a node keeps it in its Flower state between rounds)."""
