@@ -84,7 +84,7 @@ class Phase:
 def board_config(dataset: str) -> dict[str, Any]:
     """The leaderboard's LP-GCN run config on ``dataset``, every default resolved."""
     from benchmarks.leaderboard import cells
-    from fedrec.protocols import resolve_config
+    from fl_app.registry import resolve_config
 
     (cell,) = cells([dataset], ["lpgcn"])
     return resolve_config(cell.config)

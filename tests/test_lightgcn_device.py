@@ -109,7 +109,7 @@ def test_lpgcn_nodes_on_torch_cpu_equal_centralized_training(monkeypatch) -> Non
     torch (their conversions to the device are counted)."""
     import clients.lpgcn as node_module
     from clients.lpgcn import stored_params
-    from fedrec.protocols import resolve_config
+    from fl_app.registry import resolve_config
     from strategies.lpgcn import LPGCN
     from tests.test_lpgcn import BASE, NODES, _run
 

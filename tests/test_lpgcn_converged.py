@@ -64,8 +64,8 @@ def test_the_centralized_units_train_on_the_device_asked(monkeypatch):
     import scipy.sparse as sp
 
     from benchmarks.lpgcn_converged import model_builder
-    from fedrec.protocols import resolve_config
     from fedrec.recsys.arrays import is_torch
+    from fl_app.registry import resolve_config
 
     cfg = resolve_config({"protocol": "lpgcn", "lpgcn-dim": 4, "lpgcn-layers": 1})
     train = sp.csr_matrix(sp.eye(6, 5))
