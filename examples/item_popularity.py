@@ -13,6 +13,7 @@ by default) and the sums of the nodes' ranking metrics; each node scores its own
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -25,13 +26,21 @@ from fedrec.config import Key
 from strategies.base import Federation, ProtocolStrategy, RunOutcome
 
 
-@handler("popularity_degrees")
+class Action(StrEnum):
+    """The protocol's wire, declared once for both sides (the built-in protocols keep theirs
+    in ``fedrec/wire/<protocol>.py``): a misspelt action fails at import, not mid-run."""
+
+    DEGREES = "popularity_degrees"
+    EVALUATE = "popularity_evaluate"
+
+
+@handler(Action.DEGREES)
 def degrees(content: RecordDict, node: NodeContext) -> RecordDict:
     """This node's item degrees (interactions per item), as its share of a sum."""
     return sum_reply(node, {"deg": np.asarray(node.data().train.sum(axis=0)).ravel()})
 
 
-@handler("popularity_evaluate")
+@handler(Action.EVALUATE)
 def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Score this node's users by global popularity; reply the ranking sums."""
     deg = node.arrays()["deg"]
@@ -49,8 +58,8 @@ class ItemPopularity(ProtocolStrategy):
         self.k = int(self.cfg["popularity-top-k"])
 
     def run(self, fed: Federation) -> RunOutcome:
-        deg = fed.sum("popularity_degrees", max_abs=fed.max_users + 1, phase="degrees")["deg"]
-        metrics = fed.evaluate("popularity_evaluate", {"deg": deg}, k=self.k)
+        deg = fed.sum(Action.DEGREES, max_abs=fed.max_users + 1, phase="degrees")["deg"]
+        metrics = fed.evaluate(Action.EVALUATE, {"deg": deg}, k=self.k)
         return RunOutcome(metrics=metrics, extra={"top_items": np.argsort(-deg)[:10].tolist()})
 
 
