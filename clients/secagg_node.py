@@ -131,23 +131,12 @@ def _commit_members(node: NodeContext, members: list[int]) -> list[int]:
     input as their difference. So the node commits to one set per run (bound into its signed
     mask key, which its neighbours check) and refuses a key setup with any other set; later
     it leaves the set only through dropouts every survivor signed (``allow-dropouts``)."""
-    me = node.context.node_id
-    if len(set(members)) != len(members) or me not in members:
-        raise SecAggError(f"{node.who} refuses key setup: field '{SUM_KEY}.members' must list "
-                          "distinct node ids including this node")
-    if len(members) < node.policy.min_survivors:
-        raise SecAggError(f"{node.who} refuses key setup: {len(members)} node(s) in the run's "
-                          f"set, its node policy's min-survivors is {node.policy.min_survivors}")
-    members = sorted(members)
-    commit_node_set(node, members, "key setup")  # one set per run, whatever the sum kind
-    committed = config_record(node.state, _COMMITTED)
-    if committed is None:
+    # distinct, including this node, at least min-survivors, and the run's one set:
+    # the same checks and refusals as the node-set commitment (clients/nodeset.py)
+    members = commit_node_set(node, members, "key setup")
+    if config_record(node.state, _COMMITTED) is None:  # the dropouts this node has signed
         node.state[_COMMITTED] = ConfigRecord({"members": members, "dropped": [],
                                                "dropped-at": []})
-    elif [int(v) for v in committed["members"]] != members:
-        raise SecAggError(f"{node.who} refuses key setup: the node set differs from the one it "
-                          "committed to earlier in this run (sums over different sets could be "
-                          "differenced)")
     return members
 
 
