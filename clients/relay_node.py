@@ -30,7 +30,14 @@ from fedrec.wire.keyrelay import RELAY_KEY, Action
 
 __all__ = ["get_shared_secret", "get_shared_context", "secret_fingerprint"]
 
-_CONTEXT_CACHE: dict[bytes, object] = {}  # fingerprint -> loaded TenSEAL context (this process)
+#: fingerprint -> loaded TenSEAL context (this process), oldest dropped first: each context is
+#: about 10 MiB native, so the cache is bounded whatever the server relays.
+_CONTEXT_CACHE: dict[bytes, object] = {}
+_CONTEXT_CACHE_SIZE = 2
+#: Secrets a node keeps per run: the purposes are the server's names, and each kept secret
+#: (a CKKS context: 0.7 MB, about 10 MiB once loaded) outlives the request that brought it.
+#: A run of this project relays at most two (LP-GCN's key, the CKKS sums' context).
+MAX_SECRETS = 4
 
 
 def _secret_key(purpose: str) -> str:
@@ -70,6 +77,8 @@ def get_shared_context(state: RecordDict, purpose: str):
     secret = get_shared_secret(state, purpose)
     fp = secret_fingerprint(secret)
     if fp not in _CONTEXT_CACHE:
+        while len(_CONTEXT_CACHE) >= _CONTEXT_CACHE_SIZE:
+            _CONTEXT_CACHE.pop(next(iter(_CONTEXT_CACHE)))
         _CONTEXT_CACHE[fp] = load_context(secret)
     return _CONTEXT_CACHE[fp]
 
@@ -78,6 +87,14 @@ def _cfg(content: RecordDict) -> ConfigRecord:
     if RELAY_KEY not in content.config_records:
         raise RelayError(f"relay message has no '{RELAY_KEY}' ConfigRecord")
     return content.config_records[RELAY_KEY]
+
+
+def _room_for(node: NodeContext, purpose: str) -> None:
+    """Refuse a new purpose past :data:`MAX_SECRETS` (checked before any secret is made)."""
+    held = [k for k in node.state if k.startswith("secret.")]
+    if _secret_key(purpose) not in held and len(held) >= MAX_SECRETS:
+        raise RelayError(f"{node.who} refuses a secret for field '{RELAY_KEY}.purpose': it "
+                         f"keeps at most {MAX_SECRETS} relayed secrets per run")
 
 
 def _store_secret(node: NodeContext, purpose: str, make: str, owner: int, secret: bytes) -> bytes:
@@ -128,6 +145,7 @@ def create_secret(content: RecordDict, node: NodeContext) -> RecordDict:
     purpose, make = str(cfg["purpose"]), str(cfg["make"])
     me = node.context.node_id
     peers = _peers(node, cfg)
+    _room_for(node, purpose)
     secret, public_ctx = _make_secret(make)
     # one sealed copy per peer leaves with the reply (nonce and tag, and its mail key)
     node.reserve(len(peers) * (len(secret) + _MAIL_OVERHEAD),
@@ -146,6 +164,7 @@ def receive_secret(content: RecordDict, node: NodeContext) -> RecordDict:
     """Round 3: open the owner's sealed secret, keep it, acknowledge its fingerprint."""
     cfg = _cfg(content)
     purpose, make, owner = str(cfg["purpose"]), str(cfg["make"]), int(cfg["owner"])
+    _room_for(node, purpose)
     mail = node.mailbox.receive(secret_mail_purpose(purpose))  # names a tampering's sender
     if owner not in mail:
         raise RelayError(f"node {node.context.node_id} received no secret '{purpose}' from its "

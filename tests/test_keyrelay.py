@@ -251,3 +251,41 @@ def test_errors_name_the_nodes(results: dict) -> None:
     assert f"node {nodes[3]}" in results["disagree"] and "fingerprint" in results["disagree"]
     assert "make must be one of" in results["bad_make"]
     assert "owner -1 is not one of the nodes" in results["bad_owner"]
+
+
+def test_a_node_keeps_a_bounded_number_of_relayed_secrets() -> None:
+    """The purposes are the server's names and each kept secret outlives its request (a CKKS
+    context is about 10 MiB once loaded): a node keeps at most MAX_SECRETS per run, refuses a
+    new purpose past them naming itself and the field, and its loaded-context cache stays
+    bounded too."""
+    from clients import relay_node
+    from tests.simutil import run_on_local_nodes
+
+    def scenario(messenger: Messenger) -> str:
+        nodes = messenger.node_ids(min_nodes=3)
+        for i in range(relay_node.MAX_SECRETS):
+            relay_secret(messenger, nodes, purpose=f"bounded-{i}", seed=i)
+        relay_secret(messenger, nodes, purpose="bounded-0", seed=0)  # a kept purpose again
+        with pytest.raises(NodeError) as err:
+            relay_secret(messenger, nodes, purpose="one-too-many", seed=9)
+        return str(err.value)
+
+    text = run_on_local_nodes(scenario, 3)
+    assert f"at most {relay_node.MAX_SECRETS} relayed secrets" in text, text
+    assert "node" in text and f"'{RELAY_KEY}.purpose'" in text, text
+
+
+def test_the_loaded_context_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Contexts of many runs or purposes (each about 10 MiB native) never pile up in a node
+    process: the oldest is dropped past the cache's size."""
+    from clients import relay_node
+    from fedrec.secure import he
+
+    monkeypatch.setattr(relay_node, "_CONTEXT_CACHE", {})
+    monkeypatch.setattr(he, "load_context", lambda secret: object())
+    state = RecordDict()
+    for i in range(5):
+        state[f"secret.ctx-{i}"] = ConfigRecord({"secret": bytes([i]) * 8, "make": "ckks-context",
+                                                 "owner": 1, "fingerprint": b""})
+        relay_node.get_shared_context(state, f"ctx-{i}")
+        assert len(relay_node._CONTEXT_CACHE) <= relay_node._CONTEXT_CACHE_SIZE
