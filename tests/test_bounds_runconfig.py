@@ -153,8 +153,8 @@ def judge(case_name: str, sizes: dict[str, int], meter: PeakMeter, error: str | 
 RUNS = sorted({name.split("@")[0]: name for name in sorted(CASES, reverse=True)}.values())
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _warm(tmp_path_factory: pytest.TempPathFactory) -> None:
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory: pytest.TempPathFactory) -> None:
     """One honest run of each protocol first: imports and caches a first run makes once
     per process are not a request's allocation."""
     os.environ.setdefault("FEDREC_CACHE", str(tmp_path_factory.mktemp("cache")))
@@ -162,7 +162,7 @@ def _warm(tmp_path_factory: pytest.TempPathFactory) -> None:
         run_measured(name, {}, tmp_path_factory.mktemp("warm") / "ledger.json")
 
 
-def test_each_honest_run_completes_under_the_budget(tmp_path: Path) -> None:
+def test_each_honest_run_completes_under_the_budget(warm: None, tmp_path: Path) -> None:
     """The harness's own check: with no size drawn, every protocol runs to its end under
     the test's policy with every request under the budget, so a drawn size's refusal is
     the size's, not the harness's."""
@@ -177,7 +177,9 @@ def test_each_honest_run_completes_under_the_budget(tmp_path: Path) -> None:
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_a_run_configs_sizes_stay_under_the_budget_at_every_step(
-        case_name: str, tmp_path: Path, data: st.DataObject) -> None:
+        warm: None, case_name: str, tmp_path: Path, data: st.DataObject) -> None:
+    """The protocol's honest run with its drawn sizes: every request each node handles
+    stays under the budget, or the run ends in a refusal naming the node (and the key)."""
     sizes = data.draw(_sizes(case_name.split("@")[0]), label="sizes")
     try:
         meter, error = run_measured(case_name, sizes, tmp_path / "ledger.json")
@@ -198,8 +200,10 @@ RUN_CASES = [("fedmf", {"mf-dim": 20000}, "fedmf_train", "the request's arrays '
 
 @pytest.mark.parametrize("case_name, sizes, action, refusal", RUN_CASES)
 def test_a_run_configs_size_is_refused_within_the_budget(
-        case_name: str, sizes: dict[str, int], action: str, refusal: str,
+        warm: None, case_name: str, sizes: dict[str, int], action: str, refusal: str,
         tmp_path: Path) -> None:
+    """Each case is refused by the handler that would have gone past the budget, before it
+    does, naming the node, the key and the estimate's cause."""
     meter, error = run_measured(case_name, sizes, tmp_path / "ledger.json")
     judge(case_name, sizes, meter, error)
     assert error is not None and f"failed in '{action}'" in error and refusal in error \
