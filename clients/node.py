@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from flwr.app import ConfigRecord, Context, RecordDict
+from numpy.lib.format import BUFFER_SIZE
 
 from datasets import DatasetSpec, NodeData, PartitionSpec, load_item_server_data, load_node_data
 from datasets.synthetic import footprint_bytes as synthetic_bytes
@@ -33,6 +34,13 @@ if TYPE_CHECKING:
 ROLES = ("user", "silo", "item-server")
 #: Node state record: the last data config a request carried.
 STATE_DATA_KEY = "fedrec.data"
+
+
+#: What deserialising a request's arrays takes on top of the arrays themselves: Flower's
+#: ``Array.numpy`` reads an in-memory ``.npy`` through numpy's chunked reader, which holds
+#: up to two chunks of ``BUFFER_SIZE`` bytes at once (the chunk read and its concatenation)
+#: plus the header's parse. Measured: a 3.7 MiB array peaks 0.50 MiB above its size.
+NPY_READ_BYTES = 2.0 * BUFFER_SIZE + 2**14
 
 
 def _array_bytes(array: Any) -> float:
@@ -210,8 +218,9 @@ class NodeContext:
             raise KeyError(f"request has no ArrayRecord '{key}' "
                            f"(has: {sorted(self.request.array_records)})")
         record = self.request.array_records[key]
-        # reserved from the arrays' serialised sizes, before the copy is made
-        self.reserve(sum(_array_bytes(a) for a in record.values()),
+        # reserved from the arrays' serialised sizes and the reader's chunks, before the
+        # copy is made
+        self.reserve(sum(_array_bytes(a) for a in record.values()) + NPY_READ_BYTES,
                      f"the request's arrays '{key}' ({', '.join(record)})")
         return from_array_record(record)
 

@@ -84,31 +84,46 @@ def degrees(content: RecordDict, node: NodeContext) -> RecordDict:
     return sum_reply(node, {"deg": deg})
 
 
+def _reserve_product(node: NodeContext, train: sp.csr_matrix, user_deg: np.ndarray) -> None:
+    """Reserve the sparse item-item product before computing it: it has at most
+    min(n^2, sum_u d_u^2) entries (value and index, 16 bytes each), held at once by the
+    product, its weighted factor's copy and its upper triangle, plus three copies of the
+    node's rows (transpose, weighting, CSR conversion). Without it a catalogue the server
+    names (e.g. ``synthetic-items``) is multiplied out before the dense reservation."""
+    n = train.shape[1]
+    entries = min(float(n) * n, float(np.sum(user_deg.astype(np.float64) ** 2)))
+    node.reserve(3 * 16.0 * entries + 3 * 16.0 * train.nnz,
+                 f"PriviRec's item-item product ({n} items)")
+
+
 @handler(Action.GRAM)
 def gram(content: RecordDict, node: NodeContext) -> RecordDict:
     """Secure sum #2 (Theorem 3.1): sum over this node's users of d_u^{-2 alpha} R_u^T R_u."""
     cfg = content.config_records[privirec_wire.CONFIG_KEY]
-    train = _binary_rows(node)
-    weights = user_gram_weight(np.asarray(train.sum(axis=1)).ravel(), float(cfg["alpha"]))
-    G = upper_triangle(train.T @ sp.diags(weights) @ train)
-    n = G.shape[0]
     transport = str(cfg.get("transport", "dense"))
     if transport not in ("dense", "sparse"):
         raise ValueError(f"{node.who}: privirec transport must be 'dense' or 'sparse', got "
                          f"{transport!r}")
+    train = _binary_rows(node)
+    n = train.shape[1]
     if transport == "sparse":  # labelled plain mode, only if this node's operator allows it
         node.policy.require("allow-sparse-transport", "PriviRec transport 'sparse' (its rows "
                             "of R^T R unmasked)", node.who)
         node.policy.require("allow-plain", "PriviRec transport 'sparse' (a plain sum)",
                             node.who)
-        reply = RecordDict({privirec_wire.GRAM: to_array_record(csr_to_arrays(G, "G"))})
-        return reply
-    if n * (n + 1) // 2 * 8 > MAX_DENSE_GRAM_BYTES:
-        raise MemoryError(
-            f"partition {node.partition_id}: a dense masked item-item matrix for {n} items "
-            f"needs {n * (n + 1) * 4 / 2**30:.1f} GiB; use secagg='none' or privirec-k")
-    # the upper triangle's values and its two int64 index arrays
-    node.reserve(24.0 * (n * (n + 1) // 2), f"PriviRec's dense item-item sum ({n} items)")
+    else:
+        if n * (n + 1) // 2 * 8 > MAX_DENSE_GRAM_BYTES:
+            raise MemoryError(
+                f"partition {node.partition_id}: a dense masked item-item matrix for {n} items "
+                f"needs {n * (n + 1) * 4 / 2**30:.1f} GiB; use secagg='none' or privirec-k")
+        # the upper triangle's values and its two int64 index arrays
+        node.reserve(24.0 * (n * (n + 1) // 2), f"PriviRec's dense item-item sum ({n} items)")
+    user_deg = np.asarray(train.sum(axis=1)).ravel()
+    _reserve_product(node, train, user_deg)
+    weights = user_gram_weight(user_deg, float(cfg["alpha"]))
+    G = upper_triangle(train.T @ sp.diags(weights) @ train)
+    if transport == "sparse":
+        return RecordDict({privirec_wire.GRAM: to_array_record(csr_to_arrays(G, "G"))})
     rows, cols = np.triu_indices(n)
     dense = np.asarray(G[rows, cols]).ravel()
     return sum_reply(node, {privirec_wire.GRAM: dense})

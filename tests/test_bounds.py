@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-import signal
-import tracemalloc
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +29,19 @@ from clients.boundary import node_paths, scrub_exception
 from fedrec.records import to_array_record
 from fl_app.client_app import build_client_app
 from fl_app.registry import builtin_keys
+from tests.bounds import (
+    BUDGET_MB,
+    MAX_ITERATIONS,
+    SECONDS,
+    TooLong,
+    check_refusal,
+    deadline,
+    traced_peak,
+)
 from tests.differential import copy_records
 from tests.malicious import MaliciousGrid, Refused, production_handlers
 from tests.stateful import Step, capture
 
-BUDGET_MB = 4
-MAX_ITERATIONS = 40
-SECONDS = 20  # an example still running after this ran a server-chosen loop unbounded
 TINY = {"dataset": "synthetic", "synthetic-users": 48, "synthetic-items": 30, "seed": 1,
         "partition": "shards-contiguous"}
 N_ITEMS, N_ATTRIBUTES = 30, 10
@@ -262,24 +265,6 @@ def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FEDREC_CACHE", str(tmp_path / "cache"))
 
 
-class _TooLong(BaseException):
-    """Raised by SIGALRM: not an Exception, so no handler catches it as a refusal."""
-
-
-@contextmanager
-def _deadline(seconds: float) -> Iterator[None]:
-    def fire(*_: Any) -> None:
-        raise _TooLong(f"still running after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def measure(app: Any, action: str, request: Request) -> tuple[int, str | None]:
     """(peak bytes traced while the node handles ``request``, its refusal or None)."""
     kind, content, _ = request
@@ -293,19 +278,13 @@ def measure(app: Any, action: str, request: Request) -> tuple[int, str | None]:
             except Refused:
                 pass
         message_type = kind if kind != "query" else f"query.{action.split('.')[-1]}"
-        tracemalloc.start()
-        try:
-            base = tracemalloc.get_traced_memory()[0]
-            refusal = None
-            with _deadline(SECONDS):
-                try:
-                    grid.ask(node, action, content, message_type=message_type)
-                except Refused as err:
-                    refusal = str(err)
-            peak = tracemalloc.get_traced_memory()[1] - base
-        finally:
-            tracemalloc.stop()
-    return peak, refusal
+        refusal = None
+        with traced_peak() as peak, deadline(SECONDS):
+            try:
+                grid.ask(node, action, content, message_type=message_type)
+            except Refused as err:
+                refusal = str(err)
+    return peak.bytes, refusal
 
 
 @pytest.mark.parametrize("action", sorted(REQUESTS))
@@ -318,7 +297,7 @@ def test_a_request_stays_under_the_budget_or_is_refused_first(app: Any, action: 
     request = data.draw(REQUESTS[action](), label="request")
     try:
         peak, refusal = measure(app, action, request)
-    except _TooLong as err:
+    except TooLong as err:
         pytest.fail(f"{action}: a server-chosen loop ran unbounded ({err}); counts "
                     f"{request[2]}")
     if OUTCOMES is not None:
@@ -477,30 +456,13 @@ def _resized(draw: Any, step: Step) -> Resized:
 def measure_step(step: Step, content: RecordDict, ledger: Path) -> tuple[int, str | None]:
     """(peak bytes traced while the step's node handles ``content``, its refusal or None)."""
     app = _stateful_app(step, ledger)
-    tracemalloc.start()
-    try:
-        base = tracemalloc.get_traced_memory()[0]
-        refusal = None
-        with _deadline(SECONDS):
-            try:
-                step.deliver(app, content)
-            except Refused as err:
-                refusal = str(err)
-        peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
-    return peak, refusal
-
-
-def _check_refusal(action: str, refusal: str) -> None:
-    """A refusal names the node, is the node's own (not a library error deep in the math),
-    and a budget refusal names the key and the opt-in."""
-    assert re.search(r"node \d+|partition \d", refusal), f"{action}: {refusal}"
-    assert not re.search(r"gufunc|operand|could not broadcast|out of bounds|Unable to "
-                         r"allocate|index \d+ is out", refusal), f"{action}: {refusal}"
-    if "MiB" in refusal or "iterations" in refusal:
-        assert re.search(r"memory-budget-mb|max-iterations", refusal), refusal
-        assert "node config" in refusal  # the opt-in
+    refusal = None
+    with traced_peak() as peak, deadline(SECONDS):
+        try:
+            step.deliver(app, content)
+        except Refused as err:
+            refusal = str(err)
+    return peak.bytes, refusal
 
 
 def test_every_stateful_step_is_answered_honestly(stateful_steps: dict, tmp_path: Path) -> None:
@@ -530,7 +492,7 @@ def test_a_stateful_step_stays_under_the_budget_or_is_refused_first(
     content, what = drawn.content, drawn.what
     try:
         peak, refusal = measure_step(step, content, tmp_path / "ledger.json")
-    except _TooLong as err:
+    except TooLong as err:
         pytest.fail(f"{action} ({what}): a server-chosen loop ran unbounded ({err})")
     if OUTCOMES is not None:
         OUTCOMES.append((action, what, peak, refusal))
@@ -538,7 +500,7 @@ def test_a_stateful_step_stays_under_the_budget_or_is_refused_first(
         f"{action} ({what}): the node's peak was {peak / 2**20:.1f} MiB over its "
         f"memory-budget-mb={BUDGET_MB} without a refusal ({refusal!r})")
     if refusal is not None:
-        _check_refusal(action, refusal)
+        check_refusal(action, refusal)
 
 
 #: Sizes at a step that once passed the node's checks (found by the property above): the
@@ -570,10 +532,10 @@ def test_a_reviews_stateful_size_is_refused_first(stateful_steps: dict, tmp_path
     try:
         peak, refusal = measure_step(step, resized(step, key, name, kind, n),
                                      tmp_path / "ledger.json")
-    except _TooLong as err:
+    except TooLong as err:
         pytest.fail(f"{action}: {key}.{name} = {n} ran unbounded ({err})")
     assert refusal is not None and peak <= BUDGET_MB * 2**20, (peak, refusal)
-    _check_refusal(action, refusal)
+    check_refusal(action, refusal)
 
 
 def test_a_noise_product_of_a_large_rank_is_refused_before_its_ciphertexts(
@@ -592,7 +554,7 @@ def test_a_noise_product_of_a_large_rank_is_refused_before_its_ciphertexts(
     peak, refusal = measure_step(large, large.request(), tmp_path / "ledger.json")
     assert refusal is not None and "memory-budget-mb=4" in refusal, (peak, refusal)
     assert peak <= BUDGET_MB * 2**20
-    _check_refusal("fedsvd_noise_product", refusal)
+    check_refusal("fedsvd_noise_product", refusal)
 
 
 # -- non-finite values the server sends ------------------------------------------------------
