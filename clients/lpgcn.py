@@ -258,7 +258,8 @@ def _finite(node: NodeContext, cfg: dict[str, Any], key: str) -> float:
 def _check_sizes(node: NodeContext, cfg: dict[str, Any]) -> None:
     """Refuse, before allocating, server-chosen layers, dimension or precision that would
     need more than this node's ``memory-budget-mb``."""
-    layers, dim = node.size(cfg, "layers"), node.size(cfg, "dim")
+    # the layer count is a loop count too (a round and a pass per layer, every step)
+    layers, dim = node.iterations(cfg, "layers"), node.size(cfg, "dim")
     if str(cfg.get("dtype")) not in _DTYPES:
         raise LosslessnessError(f"{node.who}: LP-GCN precision must be one of {_DTYPES}, got "
                                 f"{cfg.get('dtype')!r}")

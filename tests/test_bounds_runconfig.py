@@ -208,3 +208,13 @@ def test_a_run_configs_size_is_refused_within_the_budget(
     judge(case_name, sizes, meter, error)
     assert error is not None and f"failed in '{action}'" in error and refusal in error \
         and "memory-budget-mb=4" in error, error
+
+
+def test_lpgcn_layers_are_a_loop_count_bounded_by_the_nodes_policy(warm: None,
+                                                                    tmp_path: Path) -> None:
+    """Each layer is a round and a pass on every step: 60 layers (inside the run config's
+    range, under the memory budget on tiny data) ran honestly for 19 s before this bound; the
+    node refuses them at setup against its max-iterations, naming the key."""
+    meter, error = run_measured("lpgcn", {"lpgcn-layers": 60}, tmp_path / "ledger.json")
+    judge("lpgcn", {"lpgcn-layers": 60}, meter, error)
+    assert error is not None and "'layers'" in error and "max-iterations=" in error, error
