@@ -69,6 +69,11 @@ from benchmarks._report import (  # noqa: E402
 OUT = REPO / "results" / "dp_curves" / "ml-1m.json"
 DATASET = "ml-1m"
 EPSILONS = [0.1, 1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6]
+#: Half-decades for the two methods whose points take seconds (dp-prototypes: minutes).
+FINE_EPSILONS = [0.3, 3.0, 30.0, 300.0, 3e3, 3e4, 3e5]
+COMMAND = "python benchmarks/dp_curves.py --resume"
+FINE_COMMAND = ("python benchmarks/dp_curves.py --resume --seeds 5 --protocols dp-popularity "
+                "fedsvd-privacy --epsilons " + " ".join(f"{e:g}" for e in EPSILONS + FINE_EPSILONS))
 PROTOCOLS = ["dp-popularity", "fedsvd-privacy", "dp-prototypes"]
 #: L1 bound of a user's contribution to DP popularity: dp-prototypes' per-user sparsity
 #: (``dpp-sparsity`` = 50 entries), so the baseline bounds a user as the protocol does.
@@ -313,11 +318,12 @@ def _f(x: float | None, fmt: str = "{:.4f}") -> str:
 def markdown(result: Mapping[str, Any]) -> str:
     cfg = result["config"]
     cs, lines = curves(result), reference_lines(result)
+    grid = sorted({e for curve in cs.values() for e in curve})
     pop = lines.get("popularity", (float("nan"),) * 2)
     out = [
         "# DP protocols on ML-1M (users 1-2999): NDCG@20 against epsilon", "",
         "Each protocol in its leaderboard setting; epsilon set through its own keys; "
-        f"seeds {cfg['seeds']} (a seed draws the 80/20 split, the public randomness and the "
+        "seeds as listed per point (a seed draws the 80/20 split, the public randomness and the "
         "noise, as `run_simulation.py --set seed=S`). Popularity and the references are "
         "computed on each seed's split. Points are the protocols' arithmetic in one process "
         "(the nodes' and server's functions in their order; `tests/test_dp_curves.py` shows a "
@@ -325,7 +331,8 @@ def markdown(result: Mapping[str, Any]) -> str:
         "noise with the project's OpenDP sampler; fedsvd-privacy's Gaussian noise comes from "
         "numpy's seeded generator (same distribution; OpenDP's sampler would take ~10 min of "
         "noise per point here). "
-        f"Command: `{cfg['command']}`. flwr {cfg['machine']['flwr_version']}, machine "
+        f"Command: `{COMMAND}` (the decade grid, 3 seeds), then `{FINE_COMMAND}` (half-decades "
+        f"and 5 seeds for the two cheap methods). flwr {cfg['machine']['flwr_version']}, machine "
         f"{cfg['machine']}.", "",
         f"- Item popularity: NDCG@20 {_f(pop[0])} +- {_f(pop[1])}.",
         *(f"- {REFERENCE_LABEL[name]}: {_f(lines[name][0])} +- {_f(lines[name][1])}."
@@ -350,12 +357,12 @@ def markdown(result: Mapping[str, Any]) -> str:
         if protocol not in cs:
             continue
         best = max(cs[protocol].items(), key=lambda kv: np.mean(kv[1]["ndcg"]))
-        out.append(f"| {protocol} | {verdict(protocol, cs[protocol], cfg['epsilons'])} | "
+        out.append(f"| {protocol} | {verdict(protocol, cs[protocol], grid)} | "
                    f"{np.mean(best[1]['ndcg']):.4f} ({best[0]:g}) |")
     out += ["", "Best DP method at each epsilon (mean NDCG@20):", "",
             "| epsilon | " + " | ".join(p for p in PROTOCOLS if p in cs) + " | best |",
             "|---|" + "---|" * (sum(p in cs for p in PROTOCOLS) + 1)]
-    for eps in cfg["epsilons"]:
+    for eps in grid:
         means = {p: float(np.mean(cs[p][eps]["ndcg"])) for p in PROTOCOLS
                  if p in cs and eps in cs[p]}
         if means:
@@ -379,8 +386,9 @@ def markdown(result: Mapping[str, Any]) -> str:
             out.append(f"| {eps:g} | {n:.4f} +- {_f(sn)} | {g:+.4f} +- {_f(sg)} "
                        f"| {'yes' if useful(row['gain']) else 'no'} | {len(row['seeds'])} | "
                        f"{np.mean([u['seconds'] for u in units]):.1f} |" + extra)
-    missing = [unit_key(p, e, s) for p in PROTOCOLS for e in cfg["epsilons"]
-               for s in cfg["seeds"] if unit_key(p, e, s) not in result["units"]]
+    seeds = sorted({int(k.split("/")[1]) for k in result["units"] if k.startswith("reference/")})
+    missing = [unit_key(p, e, s) for p in PROTOCOLS for e in EPSILONS
+               for s in seeds if unit_key(p, e, s) not in result["units"]]
     if missing:
         out += ["", f"Not yet run ({len(missing)} units; `--resume` runs them): "
                 + ", ".join(missing) + "."]
@@ -443,11 +451,10 @@ def main(argv: list[str] | None = None) -> int:
     from fedrec.recsys.power_svd import SvdParams
 
     seeds = list(range(args.seeds))
-    config = {"dataset": DATASET, "epsilons": args.epsilons, "seeds": seeds,
-              "protocols": args.protocols, "pop_clip": POP_CLIP,
-              "fedsvd_delta": SvdParams().delta, "machine": machine_info(),
-              "command": "python benchmarks/dp_curves.py --resume"
-                         + (f" --seeds {args.seeds}" if args.seeds != 3 else "")}
+    # what gives a unit its meaning; the grid and the seeds are in the units' keys, so a
+    # later --resume may add epsilons or seeds to the same file
+    config = {"dataset": DATASET, "pop_clip": POP_CLIP, "fedsvd_delta": SvdParams().delta,
+              "machine": machine_info()}
     units = Units(args.out, config, args.resume)
     # seed by seed, cheap protocols first: a stopped run leaves whole curves of its seeds
     for seed in seeds:
