@@ -42,11 +42,18 @@ def test_the_report_says_never_when_no_epsilon_clears_popularity():
         for seed, v in ((0, a), (1, b)):
             units[dp_curves.unit_key("dp-prototypes", eps, seed)] = {"ndcg@20": v}
     curve = dp_curves.curves({"units": units})["dp-prototypes"]
-    assert dp_curves.verdict("dp-prototypes", curve, [0.1, 1e6]) == "never in 0.1-1e+06"
+    gains = {eps: row["gain"] for eps, row in curve.items()}
+    assert dp_curves.verdict(gains, [0.1, 1e6]) == "never in 0.1-1e+06"
     units[dp_curves.unit_key("dp-prototypes", 1e6, 1)] = {"ndcg@20": 0.3}
     units[dp_curves.unit_key("dp-prototypes", 1e6, 0)] = {"ndcg@20": 0.29}
     curve = dp_curves.curves({"units": units})["dp-prototypes"]
-    assert dp_curves.verdict("dp-prototypes", curve, [0.1, 1e6]) == "from epsilon 1e+06"
+    gains = {eps: row["gain"] for eps, row in curve.items()}
+    assert dp_curves.verdict(gains, [0.1, 1e6]) == "from epsilon 1e+06"
+    # against the DP baseline: paired per epsilon and seed
+    for seed, v in ((0, 0.28), (1, 0.31)):
+        units[dp_curves.unit_key("dp-popularity", 1e6, seed)] = {"ndcg@20": v}
+    assert dp_curves.gains_over({"units": units}, "dp-prototypes", "dp-popularity") == {
+        1e6: [pytest.approx(0.01), pytest.approx(-0.01)]}
 
 
 # -- epsilon through the protocol's own keys -------------------------------------------------
