@@ -399,7 +399,8 @@ def markdown(result: Mapping[str, Any]) -> str:
         svd = protocol == "fedsvd-privacy"
         out += ["", f"## {protocol}", "",
                 "| epsilon | NDCG@20 | gain over popularity | useful | seeds | seconds per "
-                "point |" + (" node sigma | Opacus RDP epsilon |" if svd else ""),
+                "point |" + (f" node sigma | Opacus RDP epsilon (delta "
+                             f"{cfg['fedsvd_delta']:g}) |" if svd else ""),
                 "|---|---|---|---|---|---|" + ("---|---|" if svd else "")]
         for eps, row in sorted(cs[protocol].items()):
             units = [result["units"][unit_key(protocol, eps, s)] for s in row["seeds"]]
