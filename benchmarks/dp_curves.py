@@ -73,10 +73,14 @@ EPSILONS = [0.1, 1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6]
 FINE_EPSILONS = [0.3, 3.0, 30.0, 300.0, 3e3, 3e4, 3e5]
 #: The methods whose points take seconds: half-decades and 5 seeds (dp-prototypes: 3).
 CHEAP = ["dp-popularity", "fedsvd-privacy"]
+#: dp-prototypes' half-decades around where it turns (minutes per point at 3e3).
+PROTOTYPES_FINE = [300.0, 3e3]
 COMMAND = "python benchmarks/dp_curves.py --resume"
 FINE_COMMAND = ("python benchmarks/dp_curves.py --resume --seeds 5 --protocols "
                 + " ".join(CHEAP) + " --epsilons "
                 + " ".join(f"{e:g}" for e in EPSILONS + FINE_EPSILONS))
+PROTOTYPES_COMMAND = ("python benchmarks/dp_curves.py --resume --protocols dp-prototypes "
+                      "--epsilons " + " ".join(f"{e:g}" for e in PROTOTYPES_FINE))
 PROTOCOLS = ["dp-popularity", "fedsvd-privacy", "dp-prototypes"]
 #: L1 bound of a user's contribution to DP popularity: dp-prototypes' per-user sparsity
 #: (``dpp-sparsity`` = 50 entries), so the baseline bounds a user as the protocol does.
@@ -350,8 +354,8 @@ def markdown(result: Mapping[str, Any]) -> str:
         "numpy's seeded generator (same distribution; OpenDP's sampler would take ~10 min of "
         "noise per point here). "
         f"Command: `{COMMAND}` (the decade grid, 3 seeds), then `{FINE_COMMAND}` (half-decades "
-        f"and 5 seeds for the two cheap methods). flwr {cfg['machine']['flwr_version']}, machine "
-        f"{cfg['machine']}.", "",
+        f"and 5 seeds for the two cheap methods) and `{PROTOTYPES_COMMAND}`. flwr "
+        f"{cfg['machine']['flwr_version']}, machine {cfg['machine']}.", "",
         f"- Item popularity: NDCG@20 {_f(pop[0])} +- {_f(pop[1])}.",
         *(f"- {REFERENCE_LABEL[name]}: {_f(lines[name][0])} +- {_f(lines[name][1])}."
           for name in REFERENCE_LABEL if name in lines),
@@ -412,7 +416,8 @@ def markdown(result: Mapping[str, Any]) -> str:
                        f"| {'yes' if useful(row['gain']) else 'no'} | {len(row['seeds'])} | "
                        f"{np.mean([u['seconds'] for u in units]):.1f} |" + extra)
     planned = [unit_key(p, e, s) for p in PROTOCOLS for e in EPSILONS for s in range(3)] + [
-        unit_key(p, e, s) for p in CHEAP for e in EPSILONS + FINE_EPSILONS for s in range(5)]
+        unit_key(p, e, s) for p in CHEAP for e in EPSILONS + FINE_EPSILONS for s in range(5)] + [
+        unit_key("dp-prototypes", e, s) for e in PROTOTYPES_FINE for s in range(3)]
     missing = [key for key in dict.fromkeys(planned) if key not in result["units"]]
     if missing:
         out += ["", f"Not yet run ({len(missing)} units; `--resume` runs them): "
