@@ -1,0 +1,507 @@
+"""Privacy-utility curves of the DP protocols on ML-1M (users 1-2999): NDCG@20 against
+epsilon, mean and spread over seeds, with item popularity, each protocol's non-private
+reference and a DP popularity baseline on the same splits, so a user sees from which
+epsilon a DP protocol is worth its privacy on this data, if at all.
+
+Protocols, each in its leaderboard setting (``benchmarks/leaderboard.py``: same config, node
+count and partition):
+
+- ``dp-prototypes``: 10 zip silos, ratings, k = 50; ``dpp-epsilon`` = epsilon (pure DP per
+  silo, user level). Reference: the paper's Full NMF on every training row.
+- ``fedsvd-privacy``: 4 contiguous shards, 0/1 data, T = 92; epsilon is Theorem 2 composed
+  over T iterations (what a node charges, (epsilon, T delta)-DP), and the node noise
+  ``fedsvd-sigma`` that gives it is found by inverting the project's accountant
+  (``power_svd.release_epsilon``). Reference: the exact truncated SVD.
+- ``dp-popularity``: the DP baseline (``fedrec/recsys/dp_popularity.py``): the dp-prototypes
+  silos each release Laplace-noised item counts, every user's row clipped to L1 norm
+  ``POP_CLIP``; same guarantee as dp-prototypes (pure epsilon-DP per silo, user level).
+
+A seed is the run config's ``seed``: it draws the split (80/20 per user), the protocol's
+public randomness and the noise, as ``run_simulation.py --set seed=S`` does; popularity and
+the references are computed on each seed's split.
+
+Each point is the protocol's arithmetic in one process, not a Flower simulation: the same
+functions the nodes and the server call, in their order (``tests/test_dp_curves.py`` shows
+the point equals the Flower run's metrics for a small setting with the same noise).
+dp-prototypes draws its noise from the project's OpenDP sampler, as a silo does.
+fedsvd-privacy's Gaussian noise comes from numpy's seeded generator (the same N(0, sigma^2)
+distribution): the nodes' OpenDP sampler draws ~2e4 values/s here, ~10 min of noise per
+ML-1M point (4 nodes x 92 iterations x 3,883 x 10 values) against 0.5 s for the whole point.
+
+Every finished (protocol, epsilon, seed) unit and every reference is stored in
+``results/dp_curves/ml-1m.json`` at once; ``--resume`` continues an interrupted run.
+
+    python benchmarks/dp_curves.py --resume
+    python benchmarks/dp_curves.py --markdown-only
+"""
+
+from __future__ import annotations
+
+import os
+
+# One BLAS thread: the 2 cores are shared (as benchmarks/dp_prototypes.py).
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import math  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+import zlib  # noqa: E402
+from collections.abc import Mapping, Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package named benchmarks
+
+from benchmarks._report import (  # noqa: E402
+    Units,
+    log,
+    machine_info,
+    stored_result,
+    write_report,
+)
+
+OUT = REPO / "results" / "dp_curves" / "ml-1m.json"
+DATASET = "ml-1m"
+EPSILONS = [0.1, 1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6]
+#: Half-decades for the methods whose points take seconds (dp-prototypes: minutes).
+FINE_EPSILONS = [0.3, 3.0, 30.0, 300.0, 3e3, 3e4, 3e5]
+#: The methods whose points take seconds: half-decades and 5 seeds (dp-prototypes: 3).
+CHEAP = ["dp-popularity", "fedsvd-privacy"]
+#: dp-prototypes' half-decades around where it turns (minutes per point at 3e3).
+PROTOTYPES_FINE = [300.0, 3e3]
+COMMAND = "python benchmarks/dp_curves.py --resume"
+FINE_COMMAND = ("python benchmarks/dp_curves.py --resume --seeds 5 --protocols "
+                + " ".join(CHEAP) + " --epsilons "
+                + " ".join(f"{e:g}" for e in EPSILONS + FINE_EPSILONS))
+PROTOTYPES_COMMAND = ("python benchmarks/dp_curves.py --resume --protocols dp-prototypes "
+                      "--epsilons " + " ".join(f"{e:g}" for e in PROTOTYPES_FINE))
+PROTOCOLS = ["dp-popularity", "fedsvd-privacy", "dp-prototypes"]
+#: L1 bound of a user's contribution to DP popularity: dp-prototypes' per-user sparsity
+#: (``dpp-sparsity`` = 50 entries), so the baseline bounds a user as the protocol does.
+POP_CLIP = 50.0
+#: Which reference each protocol is drawn against (the leaderboard's centralized column).
+REFERENCE = {"dp-prototypes": "full-nmf", "fedsvd-privacy": "exact-svd"}
+REFERENCE_LABEL = {"full-nmf": "Full NMF (dp-prototypes' non-private reference)",
+                   "exact-svd": "exact truncated SVD (fedsvd-privacy's non-private reference)"}
+
+
+# -- the settings --------------------------------------------------------------------------
+def run_config(protocol: str, seed: int, epsilon: float | None = None) -> tuple[dict, int]:
+    """The resolved run config and node count of ``protocol``'s leaderboard cell on ML-1M
+    at ``seed`` (dp-popularity: dp-prototypes' silos), with ``epsilon`` set through the
+    protocol's own key."""
+    from benchmarks.leaderboard import cells
+    from fedrec.protocols import resolve_config
+
+    base = "dp-prototypes" if protocol == "dp-popularity" else protocol
+    cell = cells([DATASET], [base])[0]
+    over = {k: v for k, v in cell.config.items() if k != "timeout"}
+    over["seed"] = seed
+    if protocol == "dp-popularity":
+        over["implicit"] = True
+    if epsilon is not None and protocol == "dp-prototypes":
+        over["dpp-epsilon"] = float(epsilon)
+    cfg = resolve_config(over)
+    if epsilon is not None and protocol == "fedsvd-privacy":
+        cfg = {**cfg, "fedsvd-sigma": fedsvd_sigma(cfg, epsilon)}
+    return cfg, cell.nodes
+
+
+def fedsvd_sigma(cfg: Mapping[str, Any], epsilon: float) -> float:
+    """The node noise sigma at which fedsvd-privacy's accountant (Theorem 2 per iteration,
+    composed over the T iterations a node runs: ``power_svd.release_epsilon``, what a node
+    charges) gives ``epsilon``: a root of the accountant in log sigma, checked to 1e-9."""
+    from scipy.optimize import brentq
+
+    from fedrec.recsys import power_svd as svd
+
+    params = svd.params_from_config(cfg)
+
+    def spent(log_sigma: float) -> float:
+        return math.log(svd.release_epsilon(params, math.exp(log_sigma), params.r, params.T))
+
+    target = math.log(epsilon)
+    sigma = math.exp(brentq(lambda x: spent(x) - target, math.log(1e-12), math.log(1e12),
+                            xtol=1e-14, rtol=1e-14))
+    got = svd.release_epsilon(params, sigma, params.r, params.T)
+    if not math.isclose(got, epsilon, rel_tol=1e-9):
+        raise RuntimeError(f"fedsvd-privacy: sigma {sigma:g} gives epsilon {got:g}, not "
+                           f"{epsilon:g}")
+    return sigma
+
+
+def node_rows(cfg: Mapping[str, Any], nodes: int) -> tuple[Any, list[np.ndarray]]:
+    """The split of ``cfg`` and each node's global user indices (the simulation's
+    partition of the same config)."""
+    from datasets import DatasetSpec, PartitionSpec, load_dataset, partition_users
+
+    data = load_dataset(DatasetSpec.from_config(cfg))
+    return data, partition_users(data, PartitionSpec.from_config(cfg, nodes))
+
+
+# -- one point per protocol ------------------------------------------------------------------
+def dp_prototypes_point(cfg: Mapping[str, Any], nodes: int) -> dict[str, float]:
+    """What a dp-prototypes run computes: each silo's release (``private_prototypes`` with
+    seed (run seed, partition id), as ``clients/dp_prototypes.py``), the server's NMF of the
+    stacked prototypes, each silo's fit against V and its metric sums, summed."""
+    from fedrec.recsys.nmf import fit_user_factors, nmf
+    from fedrec.recsys.prototypes import metric_means, private_prototypes, silo_metric_sums
+    from strategies.dp_prototypes import DPPrototypes
+
+    strategy = DPPrototypes.from_run_config(cfg)
+    data, parts = node_rows(cfg, nodes)
+    seed = int(cfg["seed"])
+    P = np.vstack([private_prototypes(data.train[u], strategy.params, seed=(seed, pid))[0]
+                   for pid, u in enumerate(parts)])
+    V = nmf(P, strategy.rank, strategy.reg, strategy.nmf_iters).V
+    ranking = rating = 0.0
+    for u in parts:
+        train, test = data.train[u], data.test[u]
+        U = fit_user_factors(train, V, strategy.reg, strategy.nmf_iters)
+        sums = silo_metric_sums(U @ V.T, train, test, strategy.params.value_max,
+                                strategy.top_k)
+        ranking, rating = ranking + sums["ranking"], rating + sums["rating"]
+    return metric_means(strategy.top_k, ranking, rating)
+
+
+def fedsvd_point(cfg: Mapping[str, Any], nodes: int, noise: Any) -> dict[str, float]:
+    """What a fedsvd-privacy run computes (``power_svd.run_in_process``: the nodes' and the
+    server's steps in the Flower run's order), its leading basis scored by every user's
+    r_u Z Z^T as the nodes' ``fedsvd_evaluate``; ``noise(shape, std)`` draws each node's
+    noise."""
+    from fedrec.recsys import power_svd as svd
+    from fedrec.recsys.metrics import evaluate_ranking
+
+    params = svd.params_from_config(cfg)
+    data, parts = node_rows(cfg, nodes)
+    run = svd.run_in_process("fedsvd-privacy", [data.train[u] for u in parts], params,
+                             noise=noise)
+    Z = svd.leading_basis(run.Z_bar, params.k)
+    return evaluate_ranking(lambda rows: data.train[rows] @ Z @ Z.T, data.train, data.test,
+                            k=20).means()
+
+
+def dp_popularity_point(cfg: Mapping[str, Any], nodes: int, epsilon: float,
+                        clip: float = POP_CLIP) -> dict[str, float]:
+    """Every silo's epsilon-DP item counts summed; every user ranks the items it has not
+    trained on by them (scored like ``popularity_sums``)."""
+    from fedrec.recsys.dp_popularity import dp_item_counts
+    from fedrec.recsys.metrics import evaluate_ranking
+
+    data, parts = node_rows(cfg, nodes)
+    counts = sum(dp_item_counts(data.train[u], epsilon, clip) for u in parts)
+    return evaluate_ranking(lambda rows: np.tile(counts, (len(rows), 1)), data.train,
+                            data.test, k=20).means()
+
+
+def seeded_noise(key: str) -> Any:
+    """N(0, std^2) from numpy's generator seeded by the unit's key (reproducible points)."""
+    rng = np.random.default_rng([zlib.crc32(key.encode()), 7])
+
+    def noise(shape: tuple[int, ...], std: float) -> np.ndarray:
+        return rng.normal(0.0, std, shape) if std > 0 else np.zeros(shape)
+
+    return noise
+
+
+def point(protocol: str, epsilon: float, seed: int) -> dict[str, Any]:
+    """One unit: the protocol at ``epsilon`` and ``seed``: its metrics, wall time and the
+    noise it ran with."""
+    t0 = time.perf_counter()
+    cfg, nodes = run_config(protocol, seed, epsilon)
+    out: dict[str, Any] = {}
+    if protocol == "dp-prototypes":
+        metrics = dp_prototypes_point(cfg, nodes)
+    elif protocol == "fedsvd-privacy":
+        from fedrec.recsys import power_svd as svd
+
+        metrics = fedsvd_point(cfg, nodes, seeded_noise(unit_key(protocol, epsilon, seed)))
+        params = svd.params_from_config(cfg)
+        ledger = svd.release_ledger(params, params.sigma, params.r, params.T)
+        multiplier = params.sigma / svd.sensitivity(params)
+        with warnings.catch_warnings():  # Opacus warns about its optimal order's range
+            warnings.simplefilter("ignore")
+            rdp = (ledger.gaussian_epsilon(params.delta, "rdp")  # Opacus: slow below 0.05
+                   if multiplier >= svd.OPACUS_MIN_NOISE_MULTIPLIER["rdp"] else None)
+        out.update(sigma=params.sigma, noise_multiplier=multiplier,
+                   total_delta=ledger.basic_composition()[1], epsilon_rdp=rdp)
+    else:
+        metrics = dp_popularity_point(cfg, nodes, epsilon)
+    return {**out, "ndcg@20": metrics["ndcg@20"], "recall@20": metrics["recall@20"],
+            "nodes": nodes, "seconds": time.perf_counter() - t0}
+
+
+def references(seed: int) -> dict[str, Any]:
+    """Item popularity (0/1 counts, as the leaderboard), Full NMF and the exact truncated SVD
+    on the split of ``seed``."""
+    from fedrec.recsys.metrics import popularity_sums
+    from strategies.dp_prototypes import DPPrototypes
+    from strategies.fedsvd import FedSvdPrivacy
+
+    t0 = time.perf_counter()
+    cfg, nodes = run_config("fedsvd-privacy", seed)
+    data, _ = node_rows(cfg, nodes)
+    out = {"popularity": popularity_sums(data.train, data.test).means()["ndcg@20"],
+           "exact-svd": FedSvdPrivacy.from_run_config(cfg).reference(data)["ndcg@20"]}
+    cfg, nodes = run_config("dp-prototypes", seed)
+    data, _ = node_rows(cfg, nodes)
+    out["full-nmf"] = DPPrototypes.from_run_config(cfg).reference(data)["ndcg@20"]
+    return {**out, "seconds": time.perf_counter() - t0}
+
+
+def unit_key(protocol: str, epsilon: float, seed: int) -> str:
+    return f"{protocol}/{epsilon:g}/{seed}"
+
+
+# -- reading the numbers ---------------------------------------------------------------------
+def mean_spread(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and spread over seeds: the sample standard deviation (ddof 1; nan for 1 seed,
+    where the spread is unknown)."""
+    a = np.asarray(values, dtype=np.float64)
+    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else float("nan")
+
+
+def useful(gains: Sequence[float]) -> bool:
+    """Whether a protocol beats popularity at one epsilon: its gain over popularity on the
+    same split (NDCG@20, per seed) has mean minus spread above 0. Paired per seed because
+    popularity moves with the split; needs >= 2 seeds (1 seed has no spread)."""
+    mean, spread = mean_spread(gains)
+    return len(gains) >= 2 and mean - spread > 0
+
+
+def first_useful(curve: Mapping[float, Sequence[float]]) -> float | None:
+    """The smallest epsilon at which :func:`useful` holds (None: never on the grid)."""
+    return next((eps for eps in sorted(curve) if useful(curve[eps])), None)
+
+
+def curves(result: Mapping[str, Any]) -> dict[str, dict[float, dict[str, list[float]]]]:
+    """protocol -> epsilon -> {"ndcg": per seed, "gain": per seed (minus popularity on the
+    same split), "seeds"}, from the stored units."""
+    units = result["units"]
+    out: dict[str, dict[float, dict[str, list[float]]]] = {}
+    for key, unit in units.items():
+        if key.startswith("reference/"):
+            continue
+        protocol, eps, seed = key.split("/")
+        ref = units.get(f"reference/{seed}")
+        if ref is None:
+            continue
+        row = out.setdefault(protocol, {}).setdefault(float(eps), {"ndcg": [], "gain": [],
+                                                                  "seeds": []})
+        row["ndcg"].append(unit["ndcg@20"])
+        row["gain"].append(unit["ndcg@20"] - ref["popularity"])
+        row["seeds"].append(int(seed))
+    return out
+
+
+def reference_lines(result: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
+    """Mean and spread over seeds of popularity and of each non-private reference."""
+    refs = [u for k, u in result["units"].items() if k.startswith("reference/")]
+    return {name: mean_spread([r[name] for r in refs])
+            for name in ("popularity", *REFERENCE_LABEL)} if refs else {}
+
+
+def gains_over(result: Mapping[str, Any], protocol: str, baseline: str
+               ) -> dict[float, list[float]]:
+    """epsilon -> per seed, ``protocol``'s NDCG@20 minus ``baseline``'s at the same epsilon
+    and seed (the same split and budget), where both ran."""
+    units = result["units"]
+    out: dict[float, list[float]] = {}
+    for key, unit in units.items():
+        name, eps, seed = key.split("/") if key.count("/") == 2 else ("", "", "")
+        other = units.get(f"{baseline}/{eps}/{seed}")
+        if name == protocol and other is not None:
+            out.setdefault(float(eps), []).append(unit["ndcg@20"] - other["ndcg@20"])
+    return out
+
+
+def verdict(gains: Mapping[float, Sequence[float]], grid: Sequence[float]) -> str:
+    """From which epsilon :func:`useful` holds for ``gains`` (per epsilon, per seed), or
+    "never in <grid>"; epsilons above it where it does not hold are named."""
+    eps = first_useful(gains)
+    lo, hi = f"{min(grid):g}", f"{max(grid):g}"
+    if eps is None:
+        return f"never in {lo}-{hi}"
+    later = [e for e in gains if e > eps and not useful(gains[e])]
+    return f"from epsilon {eps:g}" + (
+        f" (not at {', '.join(f'{e:g}' for e in sorted(later))})" if later else "")
+
+
+def _f(x: float | None, fmt: str = "{:.4f}") -> str:
+    return "-" if x is None or not math.isfinite(x) else fmt.format(x)
+
+
+def markdown(result: Mapping[str, Any]) -> str:
+    cfg = result["config"]
+    cs, lines = curves(result), reference_lines(result)
+    grid = sorted({e for curve in cs.values() for e in curve})
+    pop = lines.get("popularity", (float("nan"),) * 2)
+    out = [
+        "# DP protocols on ML-1M (users 1-2999): NDCG@20 against epsilon", "",
+        "Each protocol in its leaderboard setting; epsilon set through its own keys; "
+        "seeds as listed per point (a seed draws the 80/20 split, the public randomness and the "
+        "noise, as `run_simulation.py --set seed=S`). Popularity and the references are "
+        "computed on each seed's split. Points are the protocols' arithmetic in one process "
+        "(the nodes' and server's functions in their order; `tests/test_dp_curves.py` shows a "
+        "point equals the Flower run's metrics with the same noise). dp-prototypes draws its "
+        "noise with the project's OpenDP sampler; fedsvd-privacy's Gaussian noise comes from "
+        "numpy's seeded generator (same distribution; OpenDP's sampler would take ~10 min of "
+        "noise per point here). "
+        f"Command: `{COMMAND}` (the decade grid, 3 seeds), then `{FINE_COMMAND}` (half-decades "
+        f"and 5 seeds for the two cheap methods) and `{PROTOTYPES_COMMAND}`. flwr "
+        f"{cfg['machine']['flwr_version']}, machine {cfg['machine']}.", "",
+        f"- Item popularity: NDCG@20 {_f(pop[0])} +- {_f(pop[1])}.",
+        *(f"- {REFERENCE_LABEL[name]}: {_f(lines[name][0])} +- {_f(lines[name][1])}."
+          for name in REFERENCE_LABEL if name in lines),
+        "- Guarantees: dp-prototypes and dp-popularity are pure epsilon-DP per silo at user "
+        "level (10 zip silos, parallel composition); fedsvd-privacy is (epsilon, T delta)-DP "
+        f"per node, epsilon by basic composition of Theorem 2 over T = 92 iterations (delta = "
+        f"{cfg['fedsvd_delta']:g} per iteration), the number a node charges; its Opacus RDP "
+        "epsilon at the same sigma is in its table where Opacus runs (noise multiplier >= "
+        "0.05).",
+        f"- dp-popularity: the DP baseline: every silo releases its item counts plus "
+        f"Laplace(clip / epsilon) noise, each user's row scaled to L1 norm <= {cfg['pop_clip']:g} "
+        "(dp-prototypes' per-user sparsity), `fedrec/recsys/dp_popularity.py`.", "",
+        "## When each becomes useful", "",
+        "Rule (chosen here; the issue asks where privacy starts to cost less than it "
+        "gives): a protocol is useful at an epsilon when its NDCG@20 gain over item "
+        "popularity on the same split, mean minus spread (sample standard deviation over "
+        "seeds), is above 0; at least 2 seeds. Below that the protocol's per-user model ranks "
+        "worse than recommending everyone the most popular items. The same rule against the "
+        "DP baseline (dp-popularity at the same epsilon and seed) says from which epsilon a "
+        "protocol beats what a user gets from DP item counts alone.", "",
+        "| protocol | beats popularity | beats dp-popularity (same epsilon) | best mean "
+        "NDCG@20 (epsilon) |", "|---|---|---|---|"]
+    for protocol in PROTOCOLS:
+        if protocol not in cs:
+            continue
+        best = max(cs[protocol].items(), key=lambda kv: np.mean(kv[1]["ndcg"]))
+        dp_base = ("-" if protocol == "dp-popularity" else
+                   verdict(gains_over(result, protocol, "dp-popularity"), grid))
+        over_pop = verdict({e: r["gain"] for e, r in cs[protocol].items()}, grid)
+        out.append(f"| {protocol} | {over_pop} | {dp_base} | "
+                   f"{np.mean(best[1]['ndcg']):.4f} ({best[0]:g}) |")
+    out += ["", "Best DP method at each epsilon (mean NDCG@20):", "",
+            "| epsilon | " + " | ".join(p for p in PROTOCOLS if p in cs) + " | best |",
+            "|---|" + "---|" * (sum(p in cs for p in PROTOCOLS) + 1)]
+    for eps in grid:
+        means = {p: float(np.mean(cs[p][eps]["ndcg"])) for p in PROTOCOLS
+                 if p in cs and eps in cs[p]}
+        if means:
+            out.append(f"| {eps:g} | " + " | ".join(_f(means.get(p)) for p in PROTOCOLS
+                                                   if p in cs)
+                       + f" | {max(means, key=means.get)} |")
+    for protocol in PROTOCOLS:
+        if protocol not in cs:
+            continue
+        svd = protocol == "fedsvd-privacy"
+        out += ["", f"## {protocol}", "",
+                "| epsilon | NDCG@20 | gain over popularity | useful | seeds | seconds per "
+                "point |" + (f" node sigma | Opacus RDP epsilon (delta "
+                             f"{cfg['fedsvd_delta']:g}) |" if svd else ""),
+                "|---|---|---|---|---|---|" + ("---|---|" if svd else "")]
+        for eps, row in sorted(cs[protocol].items()):
+            units = [result["units"][unit_key(protocol, eps, s)] for s in row["seeds"]]
+            n, sn = mean_spread(row["ndcg"])
+            g, sg = mean_spread(row["gain"])
+            extra = (f" {units[0]['sigma']:.4g} | {_f(units[0].get('epsilon_rdp'), '{:.4g}')} |"
+                     if svd else "")
+            out.append(f"| {eps:g} | {n:.4f} +- {_f(sn)} | {g:+.4f} +- {_f(sg)} "
+                       f"| {'yes' if useful(row['gain']) else 'no'} | {len(row['seeds'])} | "
+                       f"{np.mean([u['seconds'] for u in units]):.1f} |" + extra)
+    planned = [unit_key(p, e, s) for p in PROTOCOLS for e in EPSILONS for s in range(3)] + [
+        unit_key(p, e, s) for p in CHEAP for e in EPSILONS + FINE_EPSILONS for s in range(5)] + [
+        unit_key("dp-prototypes", e, s) for e in PROTOTYPES_FINE for s in range(3)]
+    missing = [key for key in dict.fromkeys(planned) if key not in result["units"]]
+    if missing:
+        out += ["", f"Not yet run ({len(missing)} units; `--resume` runs them): "
+                + ", ".join(missing) + "."]
+    out += ["", "Plot: `ml-1m.png`.", ""]
+    return "\n".join(out)
+
+
+def plot(result: Mapping[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cs, lines = curves(result), reference_lines(result)
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    colours = {"dp-prototypes": "tab:red", "fedsvd-privacy": "tab:blue",
+               "dp-popularity": "tab:green"}
+    for protocol in PROTOCOLS:
+        if protocol not in cs:
+            continue
+        eps = sorted(cs[protocol])
+        stats = [mean_spread(cs[protocol][e]["ndcg"]) for e in eps]
+        ax.errorbar(eps, [m for m, _ in stats], yerr=[0 if math.isnan(s) else s
+                                                     for _, s in stats],
+                    marker="o", capsize=3, color=colours[protocol],
+                    label=protocol + (" (DP baseline)" if protocol == "dp-popularity" else ""))
+    if "popularity" in lines:
+        ax.axhline(lines["popularity"][0], color="grey", ls=":", label="popularity")
+    for name, protocol in (("full-nmf", "dp-prototypes"), ("exact-svd", "fedsvd-privacy")):
+        if name in lines:
+            ax.axhline(lines[name][0], color=colours[protocol], ls="--", lw=1,
+                       label=REFERENCE_LABEL[name].split(" (")[0] + f" ({protocol} ref.)")
+    ax.set_xscale("log")
+    ax.set_xlabel("epsilon (dp-*: pure, per silo; fedsvd-privacy: basic composition, "
+                  "delta 9.2e-4)", fontsize=8)
+    ax.set_ylabel("NDCG@20")
+    ax.set_title("ML-1M (users 1-2999): mean +- std over seeds (dp-prototypes 3, others 5)",
+                 fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--epsilons", type=float, nargs="+", default=EPSILONS)
+    ap.add_argument("--protocols", nargs="+", default=PROTOCOLS, choices=PROTOCOLS)
+    ap.add_argument("--resume", action="store_true", help="keep the units already stored")
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--markdown-only", action="store_true")
+    args = ap.parse_args(argv)
+    if args.markdown_only:
+        result = stored_result(args.out)
+        if result is None:
+            raise SystemExit(f"error: {args.out} does not exist: run the benchmark first")
+        write_report(args.out, result, markdown(result))
+        plot(result, args.out.with_suffix(".png"))
+        return 0
+    from fedrec.recsys.power_svd import SvdParams
+
+    seeds = list(range(args.seeds))
+    # what gives a unit its meaning; the grid and the seeds are in the units' keys, so a
+    # later --resume may add epsilons or seeds to the same file
+    config = {"dataset": DATASET, "pop_clip": POP_CLIP, "fedsvd_delta": SvdParams().delta,
+              "machine": machine_info()}
+    units = Units(args.out, config, args.resume)
+    # seed by seed, cheap protocols first: a stopped run leaves whole curves of its seeds
+    for seed in seeds:
+        units.get(f"reference/{seed}", lambda: references(seed))
+        for protocol in args.protocols:
+            for eps in args.epsilons:
+                key = unit_key(protocol, eps, seed)
+                if key not in units.done:
+                    log(f"{key}")
+                unit = units.get(key, lambda: point(protocol, eps, seed))
+                log(f"  {key}: NDCG@20 {unit['ndcg@20']:.4f} ({unit['seconds']:.1f} s)")
+        result = {"config": config, "units": units.done}
+        write_report(args.out, result, markdown(result))
+        plot(result, args.out.with_suffix(".png"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
