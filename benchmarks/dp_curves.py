@@ -97,7 +97,7 @@ def run_config(protocol: str, seed: int, epsilon: float | None = None) -> tuple[
     at ``seed`` (dp-popularity: dp-prototypes' silos), with ``epsilon`` set through the
     protocol's own key."""
     from benchmarks.leaderboard import cells
-    from fedrec.protocols import resolve_config
+    from fl_app.registry import resolve_config
 
     base = "dp-prototypes" if protocol == "dp-popularity" else protocol
     cell = cells([DATASET], [base])[0]

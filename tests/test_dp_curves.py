@@ -12,10 +12,10 @@ import scipy.sparse as sp
 
 from benchmarks import dp_curves
 from fedrec import dp
-from fedrec.protocols import resolve_config
 from fedrec.recsys import power_svd as svd
 from fedrec.recsys.dp_popularity import clipped_counts, dp_item_counts, release_ledger
 from fl_app.client_app import build_client_app
+from fl_app.registry import resolve_config
 from fl_app.server_app import run_protocol
 from tests.localgrid import LocalGrid
 
