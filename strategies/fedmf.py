@@ -25,8 +25,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from functools import partial
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from flwr.app import ArrayRecord, ConfigRecord
@@ -36,14 +36,15 @@ from flwr.serverapp.strategy import Strategy
 from fedrec.config import ConfigError, Key
 from fedrec.recsys.metrics import evaluate_ranking
 from fedrec.recsys.mf import (
+    BPRMF,
     MAX_ROUND_FACTOR,
     PATIENCE,
     VALID_FRACTION,
-    BPRMF,
     Adam,
-    tune_early_stopped,
+    EarlyStopped,
     init_item_factors,
     item_gradient,
+    tune_early_stopped,
 )
 from fedrec.transport.ledger import PROGRESS_SECONDS
 from fedrec.transport.messenger import Messenger
@@ -179,17 +180,30 @@ class FedMF(ProtocolStrategy):
                          on_round=_RoundLines("fedmf reference: round") if progress else None)
 
     def reference(self, data: Any) -> dict[str, float]:
-        """The centralized ceiling: this run's model trained centrally to convergence, its
-        round count chosen by early stopping on a validation split carved from train, its
-        step size and L2 weight from REFERENCE_GRID around this run's, then separate user
-        and item steps (REFERENCE_SPLIT_STEPS) at the best L2 weight (the federated run's
-        values came from a handful of trials; docs/protocols/fedmf.md), all on validation, never the test split
-        (``tune_early_stopped``), up to MAX_ROUND_FACTOR x this run's rounds. Ranking
-        metrics keyed as the federated run's, plus ``tuned-rounds``, ``tuned-lr``,
+        """The centralized ceiling: this run's model trained centrally to convergence, tuned
+        on a validation split carved from train, never the test split (:meth:`tune`).
+        Ranking metrics keyed as the federated run's, plus ``tuned-rounds``, ``tuned-lr``,
         ``tuned-item-lr``, ``tuned-reg``, ``tuned-valid`` (the chosen validation NDCG),
         ``tuned-candidates`` and ``tuned-at-edge`` (1.0 when the chosen user step or item /
         user step ratio is the grid's smallest or largest)."""
-        n = len(REFERENCE_GRID) + len(REFERENCE_SPLIT_STEPS)
+        tuned = self.tune(data.train)
+        lr, item_lr, reg = _parse(tuned.label)
+        edge = _at_edge(lr / self.lr, item_lr / lr)
+        assert tuned.model is not None
+        return {**evaluate_ranking(tuned.model.score, data.train, data.test,
+                                   k=self.top_k).means(),
+                "tuned-rounds": float(tuned.rounds), "tuned-lr": lr, "tuned-item-lr": item_lr,
+                "tuned-reg": reg, "tuned-valid": max(tuned.curve),
+                "tuned-candidates": float(len(tuned.tried)), "tuned-at-edge": float(edge)}
+
+    def tune(self, train: Any, split_steps: bool = True) -> EarlyStopped:
+        """Rounds by early stopping on a validation split carved from ``train``, step size
+        and L2 weight from REFERENCE_GRID around this run's, then (``split_steps``) separate
+        user and item steps (REFERENCE_SPLIT_STEPS) at the best L2 weight, all on
+        validation (``tune_early_stopped``), up to MAX_ROUND_FACTOR x this run's rounds; the
+        winner retrained on ``train``. The federated run's values came from a handful of
+        trials (docs/protocols/fedmf.md). Labels are ``lr,item_lr,reg``."""
+        n = len(REFERENCE_GRID) + (len(REFERENCE_SPLIT_STEPS) if split_steps else 0)
         log.info("fedmf reference: centralized BPR-MF to convergence (early stopping on a "
                  "%.0f%% validation split of train, patience %d, at most %d rounds; %d "
                  "(user lr, item lr, reg) candidates)", 100 * VALID_FRACTION, PATIENCE,
@@ -209,19 +223,13 @@ class FedMF(ProtocolStrategy):
             reg = _parse(label)[2] / self.reg
             return candidates([(a, b, reg) for a, b in REFERENCE_SPLIT_STEPS])
 
-        tuned = tune_early_stopped(candidates(REFERENCE_GRID), data.train,
-                                   MAX_ROUND_FACTOR * self.rounds, refine=refine,
-                                   seed=self.seed, top_k=self.top_k, on_candidate=shown)
+        tuned = tune_early_stopped(candidates(REFERENCE_GRID), train,
+                                   MAX_ROUND_FACTOR * self.rounds,
+                                   refine=refine if split_steps else None, seed=self.seed,
+                                   top_k=self.top_k, on_candidate=shown)
         log.info("fedmf reference: lr, item lr, reg = %s, %d rounds chosen (validation "
                  "NDCG@%d %.4f)", tuned.label, tuned.rounds, self.top_k, max(tuned.curve))
-        lr, item_lr, reg = _parse(tuned.label)
-        edge = _at_edge(lr / self.lr, item_lr / lr)
-        assert tuned.model is not None
-        return {**evaluate_ranking(tuned.model.score, data.train, data.test,
-                                   k=self.top_k).means(),
-                "tuned-rounds": float(tuned.rounds), "tuned-lr": lr, "tuned-item-lr": item_lr,
-                "tuned-reg": reg, "tuned-valid": max(tuned.curve),
-                "tuned-candidates": float(len(tuned.tried)), "tuned-at-edge": float(edge)}
+        return tuned
 
     def _untrained(self, lr: float | None = None, reg: float | None = None,
                    item_lr: float | None = None) -> BPRMF:

@@ -31,3 +31,12 @@ def test_reading_follows_the_numbers() -> None:
     assert "only after both are retrained on all of train" in retrain
     text = fc.markdown(_result((0.20, 0.35), (0.21, 0.36), (0.40, 0.41)))
     assert "| fit | validation | 0.2000 | 0.2100 | 0.952 |" in text
+
+
+def test_the_single_step_reference_is_reported_beside_the_federated_run() -> None:
+    result = _result((0.2074, 0.35), (0.2138, 0.36), (0.4050, 0.4104))
+    result["datasets"]["ml-100k"]["single_step"] = {"lr": 3.3e-4, "reg": 0.01, "rounds": 33,
+                                                    "valid": 0.2085, "test": 0.3923}
+    text = fc.markdown(result)
+    assert ("lr 0.00033, reg 0.01, 33 rounds, validation 0.2085 (federated 0.2074), test after "
+            "retraining on train 0.3923 (fed / cen 1.032)") in text
