@@ -212,8 +212,9 @@ def bpr_train_local(user_factors: np.ndarray, item_factors: np.ndarray, train: s
 
     The arithmetic runs in float64 torch tensors on the CPU: every Adam step moves the whole
     U and V (the moments of rows outside the batch still move them), and torch's fused Adam
-    does that in one pass, where numpy's expression takes ~9 (ML-1M, 2,999 x 3,883 at dim
-    32: 12 s per 3-epoch pass in numpy, ~5 s here). Its update is
+    does that in one pass, where numpy's expression makes ~15 temporary arrays (ML-1M,
+    2,999 x 3,883 at dim 32: 12.3 s per 3-epoch pass in numpy at load ~1, 5.7 s here at load
+    ~7; docs/protocols/fedmf.md). Its update is
     :meth:`Adam.step`'s formula with the bias corrections folded into the step size and the
     denominator (equal to ~1e-16 relative per step; ``tests/test_fedmf.py``).
     """
@@ -262,7 +263,8 @@ def _train_local_torch(user_factors: np.ndarray, item_factors: np.ndarray,
         R, I, J = (torch.from_numpy(a[order]) for a in (rows, pos, neg))
         total = torch.zeros((), dtype=torch.float64)
         for start in range(0, len(order), batch_size):
-            r, i, j = R[start:start + batch_size], I[start:start + batch_size], J[start:start + batch_size]
+            batch = slice(start, start + batch_size)
+            r, i, j = R[batch], I[batch], J[batch]
             n = len(r)
             u, vi, vj = U[r], V[i], V[j]
             d = vi - vj
