@@ -92,8 +92,8 @@ REFERENCE_GRID = tuple((a, a, b) for b in (1.0, 3.0) for a in (1.0, 1 / 3, 0.1, 
 #: step, for the same user steps. A FedMF round averages the nodes' item deltas, each made
 #: from one node's share of the batches, so the federated item factors move slower than its
 #: user factors, which one step size for both cannot do (ML-100K validation NDCG@20: one
-#: step at best 0.2084, user 1e-3 / item 3.3e-4 0.2139, the federated run 0.2074;
-#: docs/protocols/fedmf.md). Item steps below 1/100 of the run's are left out (1/30 x 1/10:
+#: step at best 0.2085, user 1e-3 / item 3.3e-4 0.2138, the federated run 0.2074;
+#: results/fedmf/ceiling.md). Item steps below 1/100 of the run's are left out (1/30 x 1/10:
 #: the slowest to converge, the farthest from the run).
 REFERENCE_SPLIT_STEPS = tuple((a, a * c) for a in (1.0, 1 / 3, 0.1, 1 / 30)
                               for c in (1 / 3, 0.1) if a * c >= 0.01 - 1e-12)
