@@ -243,9 +243,13 @@ def rows(result: dict[str, Any], dataset: str) -> list[dict[str, Any]]:
 CEILING = {
     "fedmf": "BPR-MF trained centrally to convergence: rounds chosen by early stopping on a "
              "10% validation split carved from train (patience 5, at most 10x the run's "
-             "rounds), step size and L2 weight from 8 candidates around the run's (lr x 1, "
-             "1/3, 1/10, 1/30; reg x 1, 3) on the same validation split, then retrained on all of "
-             "train (`fedrec.recsys.mf.tune_early_stopped`)",
+             "rounds); one Adam step size for user and item factors at 1, 1/3, 1/10, 1/30 "
+             "of the run's with the L2 weight at 1 and 3 times the run's (8 candidates), then "
+             "at the best L2 weight the item step at 1/3 or 1/10 of the user step (7 more: a "
+             "federated round averages the nodes' item deltas, so its item factors move "
+             "slower than its user factors), all on the same validation split; the best "
+             "retrained on all of train (`fedrec.recsys.mf.tune_early_stopped`; the "
+             "federated run on the same split: `results/fedmf/ceiling.md`)",
     "privirec": "the same filters computed exactly in one process (exact P~ and exact top-r "
                 "eigenvectors, published hyperparameters): nothing is trained, this is the "
                 "target the power method approximates (a different basis can score higher, "
@@ -278,21 +282,61 @@ def ceiling_lines(result: dict[str, Any]) -> list[str]:
     lines = ["## How each centralized column was obtained", ""]
     present = {c["protocol"] for c in result["cells"].values()}
     for proto in [p for p in ORDER if p in present]:
-        unit = "epochs" if proto == "lpgcn" else "rounds"
-        tuned = [f"{label(c['dataset'])} {int(c['centralized']['tuned-rounds'])} {unit}"
-                 + (f" at lr {c['centralized']['tuned-lr']:g}, reg "
-                    f"{c['centralized']['tuned-reg']:g}" if "tuned-lr" in c["centralized"]
-                    else "")
+        tuned = [f"{label(c['dataset'])} {_tuned(c['centralized'], 'epochs' if proto == 'lpgcn' else 'rounds')}"
                  for c in result["cells"].values()
                  if c["protocol"] == proto and "tuned-rounds" in c["centralized"]]
         untuned = [label(c["dataset"]) for c in result["cells"].values()
                    if c["protocol"] == proto and proto == "fedmf"
                    and "tuned-rounds" not in c["centralized"]]
-        extra = (f" (chosen: {', '.join(tuned)})" if tuned else "") + (
+        extra = (f" (chosen: {'; '.join(tuned)})" if tuned else "") + (
             f"; {', '.join(untuned)}: still the fixed budget of the run (not regenerated)"
             if untuned else "")
-        lines.append(f"- {proto}: {CEILING.get(proto, '-')}{extra}.")
+        lines.append(f"- {proto}: {CEILING.get(proto, '-')}{extra}."
+                     + (_privirec_gap(result) if proto == "privirec" else ""))
     return lines + [""]
+
+
+def _tuned(cen: dict[str, Any], unit: str = "rounds") -> str:
+    """The reference's chosen rounds (LP-GCN: epochs) and step sizes, as its cell records
+    them."""
+    out = f"{int(cen['tuned-rounds'])} {unit}"
+    if "tuned-item-lr" in cen:
+        out += (f" at lr {cen['tuned-lr']:.3g}, item lr {cen['tuned-item-lr']:.3g}, reg "
+                f"{cen['tuned-reg']:g}, validation NDCG@20 {cen['tuned-valid']:.4f}"
+                + (", at a grid edge" if cen.get("tuned-at-edge") else ""))
+    elif "tuned-lr" in cen:
+        out += f" at lr {cen['tuned-lr']:g}, reg {cen['tuned-reg']:g}"
+    return out
+
+
+#: Where PriviRec's eigengap at the filters' rank is measured per dataset.
+RANK_GAP = REPO / "results" / "privirec" / "rank_gap.json"
+
+
+def _privirec_gap(result: dict[str, Any], path: Path = RANK_GAP) -> str:
+    """Per dataset whose PriviRec filters stay below 0.99 of centralized, the measured
+    cause (results/privirec/rank_gap.json: P~'s eigenvalue ratio at the iteration rank)."""
+    gaps = (stored_result(path) or {}).get("datasets", {})
+    out = []
+    for ds, g in gaps.items():
+        cell = result["cells"].get(f"{ds}/privirec")
+        if cell is None:
+            continue
+        fed, cen = cell["federated"], cell["centralized"]
+        ratios = [fed[k] / cen[k] for k in fed if k.endswith("ndcg@20") and cen.get(k)
+                  and k.split("/")[0] in g["exact"]]
+        if not ratios or min(ratios) >= 0.99:
+            continue
+        ritz = [r for r in g["rows"] if r["ritz"] and r["p"] == 2 * g["r"]]
+        fixed = [r["ndcg20"][f] / g["exact"][f] for r in ritz for f in g["exact"]]
+        out.append(f" {label(ds)}: the filters that need the power method reach "
+                   f"{min(ratios):.3f}-{max(ratios):.3f} of the exact ones because P~'s "
+                   f"eigenvalue ratio at the default iteration rank p = r = {g['r']} is "
+                   f"{g['gap']['1r']:.4f} (the power method barely contracts in L = 3 rounds)"
+                   + (f"; p = 2r with Ritz (`--set privirec-rank={2 * g['r']}`) measured "
+                      f"{min(fixed):.3f}-{max(fixed):.3f}" if fixed else "")
+                   + " (`results/privirec/rank_gap.md`).")
+    return "".join(out)
 
 
 def _epsilon_cell(cell: dict[str, Any]) -> str:

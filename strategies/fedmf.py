@@ -23,6 +23,7 @@ one full-batch step per round; on that path the server sees every node's item fa
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Mapping
 from functools import partial
@@ -39,6 +40,7 @@ from fedrec.recsys.mf import (
     PATIENCE,
     VALID_FRACTION,
     Adam,
+    EarlyStopped,
     init_item_factors,
     item_gradient,
     tune_early_stopped,
@@ -81,10 +83,40 @@ FEDMF_KEYS: tuple[Key, ...] = (
 )
 
 
-#: The reference's candidates as (lr, reg) multiples of the run's: the run's step and 1/3,
-#: 1/10, 1/30 of it (one Adam on all users takes ~nodes times the item steps a federated
-#: round averages), each at the run's L2 weight and three times it.
-REFERENCE_GRID = tuple((a, b) for b in (1.0, 3.0) for a in (1.0, 1 / 3, 0.1, 1 / 30))
+#: The reference's candidates, first pass: (user lr, item lr, reg) multiples of the run's
+#: ``mf-lr`` and ``mf-reg``, one Adam step size for both factors at 1, 1/3, 1/10, 1/30 of the
+#: run's (one Adam on all users takes ~nodes times the item steps a federated round
+#: averages), each at the run's L2 weight and three times it.
+REFERENCE_GRID = tuple((a, a, b) for b in (1.0, 3.0) for a in (1.0, 1 / 3, 0.1, 1 / 30))
+#: Second pass, at the first pass's best L2 weight: the item step 1/3 or 1/10 of the user
+#: step, for the same user steps. A FedMF round averages the nodes' item deltas, each made
+#: from one node's share of the batches, so the federated item factors move slower than its
+#: user factors, which one step size for both cannot do (ML-100K validation NDCG@20: one
+#: step at best 0.2085, user 1e-3 / item 3.3e-4 0.2138, the federated run 0.2074;
+#: results/fedmf/ceiling.md). Item steps below 1/100 of the run's are left out (1/30 x 1/10:
+#: the slowest to converge, the farthest from the run).
+REFERENCE_SPLIT_STEPS = tuple((a, a * c) for a in (1.0, 1 / 3, 0.1, 1 / 30)
+                              for c in (1 / 3, 0.1) if a * c >= 0.01 - 1e-12)
+
+
+def _label(lr: float, item_lr: float, reg: float) -> str:
+    """A reference candidate's name: ``lr,item_lr,reg`` (what :func:`_parse` reads)."""
+    return f"{lr!r},{item_lr!r},{reg!r}"
+
+
+def _at_edge(user: float, item_ratio: float) -> bool:
+    """Whether a chosen user step or item / user step ratio (multiples of the run's) is its
+    grid's smallest or largest: then the grid may have cut off a better value (reported,
+    not extended). The L2 weight has two values, so it is left out."""
+    pairs = [(a, b) for a, b, _ in REFERENCE_GRID] + list(REFERENCE_SPLIT_STEPS)
+    dims = ([a for a, _ in pairs], [b / a for a, b in pairs])
+    return any(math.isclose(x, min(d), rel_tol=1e-9) or math.isclose(x, max(d), rel_tol=1e-9)
+               for x, d in zip((user, item_ratio), dims))
+
+
+def _parse(label: str) -> tuple[float, float, float]:
+    lr, item_lr, reg = (float(x) for x in label.split(","))
+    return lr, item_lr, reg
 
 
 class _RoundLines:
@@ -137,40 +169,63 @@ class FedMF(ProtocolStrategy):
                          on_round=_RoundLines("fedmf reference: round") if progress else None)
 
     def reference(self, data: Any) -> dict[str, float]:
-        """The centralized ceiling: this run's model trained centrally to convergence, its
-        round count chosen by early stopping on a validation split carved from train and its
-        step size and L2 weight from REFERENCE_GRID around this run's (the federated run's
-        values came from a handful of trials; docs/protocols/fedmf.md), all on validation,
-        never the test split (``tune_early_stopped``), up to MAX_ROUND_FACTOR x this run's
-        rounds. Ranking metrics keyed as the federated run's, plus ``tuned-rounds``,
-        ``tuned-lr``, ``tuned-reg`` and ``tuned-valid`` (the chosen validation NDCG)."""
-        log.info("fedmf reference: centralized BPR-MF to convergence (early stopping on a "
-                 "%.0f%% validation split of train, patience %d, at most %d rounds; %d "
-                 "(lr, reg) candidates)", 100 * VALID_FRACTION, PATIENCE,
-                 MAX_ROUND_FACTOR * self.rounds, len(REFERENCE_GRID))
-        makers = {f"{self.lr * a:g},{self.reg * b:g}": partial(self._untrained, self.lr * a,
-                                                               self.reg * b)
-                  for a, b in REFERENCE_GRID}
-        def shown(k: int, n: int, label: str, out: Any) -> None:
-            log.info("fedmf reference: candidate %d of %d (lr, reg = %s) done, %d rounds, "
-                     "validation NDCG@%d %.4f", k, n, label, out.rounds, self.top_k,
-                     max(out.curve))
-
-        tuned = tune_early_stopped(makers, data.train, MAX_ROUND_FACTOR * self.rounds,
-                                   seed=self.seed, top_k=self.top_k, on_candidate=shown)
-        log.info("fedmf reference: lr, reg = %s, %d rounds chosen (validation NDCG@%d %.4f)",
-                 tuned.label, tuned.rounds, self.top_k, max(tuned.curve))
-        lr, reg = (float(x) for x in tuned.label.split(","))
+        """The centralized ceiling: this run's model trained centrally to convergence, tuned
+        on a validation split carved from train, never the test split (:meth:`tune`).
+        Ranking metrics keyed as the federated run's, plus ``tuned-rounds``, ``tuned-lr``,
+        ``tuned-item-lr``, ``tuned-reg``, ``tuned-valid`` (the chosen validation NDCG),
+        ``tuned-candidates`` and ``tuned-at-edge`` (1.0 when the chosen user step or item /
+        user step ratio is the grid's smallest or largest)."""
+        tuned = self.tune(data.train)
+        lr, item_lr, reg = _parse(tuned.label)
+        edge = _at_edge(lr / self.lr, item_lr / lr)
+        assert tuned.model is not None
         return {**evaluate_ranking(tuned.model.score, data.train, data.test,
                                    k=self.top_k).means(),
-                "tuned-rounds": float(tuned.rounds), "tuned-lr": lr, "tuned-reg": reg,
-                "tuned-valid": max(tuned.curve)}
+                "tuned-rounds": float(tuned.rounds), "tuned-lr": lr, "tuned-item-lr": item_lr,
+                "tuned-reg": reg, "tuned-valid": max(tuned.curve),
+                "tuned-candidates": float(len(tuned.tried)), "tuned-at-edge": float(edge)}
 
-    def _untrained(self, lr: float | None = None, reg: float | None = None) -> BPRMF:
+    def tune(self, train: Any, split_steps: bool = True) -> EarlyStopped:
+        """Rounds by early stopping on a validation split carved from ``train``, step size
+        and L2 weight from REFERENCE_GRID around this run's, then (``split_steps``) separate
+        user and item steps (REFERENCE_SPLIT_STEPS) at the best L2 weight, all on
+        validation (``tune_early_stopped``), up to MAX_ROUND_FACTOR x this run's rounds; the
+        winner retrained on ``train``. The federated run's values came from a handful of
+        trials (docs/protocols/fedmf.md). Labels are ``lr,item_lr,reg``."""
+        n = len(REFERENCE_GRID) + (len(REFERENCE_SPLIT_STEPS) if split_steps else 0)
+        log.info("fedmf reference: centralized BPR-MF to convergence (early stopping on a "
+                 "%.0f%% validation split of train, patience %d, at most %d rounds; %d "
+                 "(user lr, item lr, reg) candidates)", 100 * VALID_FRACTION, PATIENCE,
+                 MAX_ROUND_FACTOR * self.rounds, n)
+
+        def candidates(grid: Any) -> dict[str, Any]:
+            return {_label(self.lr * a, self.lr * b, self.reg * c):
+                    partial(self._untrained, self.lr * a, self.reg * c, self.lr * b)
+                    for a, b, c in grid}
+
+        def shown(k: int, n_: int, label: str, out: Any) -> None:
+            log.info("fedmf reference: candidate %d of %d (lr, item lr, reg = %s) done, %d "
+                     "rounds, validation NDCG@%d %.4f", k, n, label, out.rounds, self.top_k,
+                     max(out.curve))
+
+        def refine(label: str) -> dict[str, Any]:
+            reg = _parse(label)[2] / self.reg
+            return candidates([(a, b, reg) for a, b in REFERENCE_SPLIT_STEPS])
+
+        tuned = tune_early_stopped(candidates(REFERENCE_GRID), train,
+                                   MAX_ROUND_FACTOR * self.rounds,
+                                   refine=refine if split_steps else None, seed=self.seed,
+                                   top_k=self.top_k, on_candidate=shown)
+        log.info("fedmf reference: lr, item lr, reg = %s, %d rounds chosen (validation "
+                 "NDCG@%d %.4f)", tuned.label, tuned.rounds, self.top_k, max(tuned.curve))
+        return tuned
+
+    def _untrained(self, lr: float | None = None, reg: float | None = None,
+                   item_lr: float | None = None) -> BPRMF:
         return BPRMF(dim=self.dim, lr=self.lr if lr is None else lr,
                      reg=self.reg if reg is None else reg, negatives=self.negatives,
                      seed=self.seed, mode=self.mode, epochs=self.epochs,
-                     batch_size=self.batch_size)
+                     batch_size=self.batch_size, item_lr=item_lr)
 
     def node_config(self, round_: int) -> dict[str, Any]:
         """What every node needs for one round (public hyperparameters only)."""

@@ -153,13 +153,13 @@ def test_validation_split_is_carved_from_train_only() -> None:
 
 
 def test_fedmf_ceiling_is_early_stopped_on_validation_and_not_beaten() -> None:
-    """The centralized reference picks its rounds, step size and L2 weight from the validation
-    split alone (the best validation NDCG, then retrained on train for that many rounds), and
-    on a small split the federated run does not beat it."""
+    """The centralized reference picks its rounds, step sizes and L2 weight from the
+    validation split alone (the best validation NDCG, then retrained on train for that many
+    rounds), and on a small split the federated run does not beat it."""
     from fedrec.recsys.metrics import evaluate_ranking
     from fedrec.recsys.mf import fit_early_stopped, tune_early_stopped, validation_split
     from fl_app.registry import resolve_config
-    from strategies.fedmf import REFERENCE_GRID, FedMF
+    from strategies.fedmf import REFERENCE_GRID, REFERENCE_SPLIT_STEPS, FedMF
 
     cfg = resolve_config({**LOCAL, "rounds": 3, "aggregator": "plain",
                           "synthetic-users": 80, "synthetic-items": 100})
@@ -173,16 +173,137 @@ def test_fedmf_ceiling_is_early_stopped_on_validation_and_not_beaten() -> None:
     assert evaluate_ranking(check.score, fit, valid).means()["ndcg@20"] == pytest.approx(
         max(tuned.curve), abs=1e-12)
     again = strategy._untrained().fit(data.train, tuned.rounds)
+    assert tuned.model is not None
     np.testing.assert_array_equal(again.item_factors, tuned.model.item_factors)
     record = run_in_process(cfg, num_nodes=4, quiet=True, node_policy=PLAIN_OK)
     ceiling = strategy.reference(data)
     assert ceiling["tuned-rounds"] >= 1
-    grid = {(cfg["mf-lr"] * a, cfg["mf-reg"] * b) for a, b in REFERENCE_GRID}
-    assert any(ceiling["tuned-lr"] == pytest.approx(lr) and ceiling["tuned-reg"] ==
-               pytest.approx(reg) for lr, reg in grid)
+    lr, reg = cfg["mf-lr"], cfg["mf-reg"]
+    grid = {(lr * a, lr * b, reg * c) for a, b, c in REFERENCE_GRID}
+    grid |= {(lr * a, lr * b, reg * c) for a, b in REFERENCE_SPLIT_STEPS
+             for c in {c for *_, c in REFERENCE_GRID}}
+    assert any(ceiling["tuned-lr"] == pytest.approx(a) and ceiling["tuned-item-lr"] ==
+               pytest.approx(b) and ceiling["tuned-reg"] == pytest.approx(c)
+               for a, b, c in grid)
+    assert ceiling["tuned-candidates"] == len(REFERENCE_GRID) + len(REFERENCE_SPLIT_STEPS)
     picked = tune_early_stopped({"run": strategy._untrained,
                                  "slow": lambda: strategy._untrained(cfg["mf-lr"] / 10)},
                                 data.train, 12, patience=3, seed=cfg["seed"])
     assert picked.tried[picked.label] == max(picked.tried.values()) == max(picked.curve)
     assert record["metrics"]["ndcg@20"] <= ceiling["ndcg@20"] + 1e-9, (
+        record["metrics"]["ndcg@20"], ceiling)
+
+
+def test_tuning_refines_around_the_first_pass_best_and_retrains_only_the_winner() -> None:
+    """``refine`` gets the first pass's best label; its candidates are tried the same way;
+    the winner overall is the one retrained on train (the others are never fit on it)."""
+    from fedrec.recsys.mf import tune_early_stopped
+
+    data = load_dataset(DatasetSpec(name="synthetic", synthetic_users=60, synthetic_items=80))
+    fits: list[str] = []
+
+    class Counted(BPRMF):
+        def fit(self, train, rounds, on_round=None):  # type: ignore[no-untyped-def]
+            fits.append(f"{self.lr:g}/{train.nnz}")
+            return super().fit(train, rounds, on_round)
+
+    def make(lr: float):  # type: ignore[no-untyped-def]
+        return lambda: Counted(dim=8, lr=lr, reg=1e-3, mode="local", epochs=1, seed=1)
+
+    seen: list[str] = []
+
+    def refine(best: str) -> dict:  # type: ignore[type-arg]
+        seen.append(best)
+        return {"x3": make(3 * float(best)), best: make(float(best))}  # a repeat is skipped
+
+    out = tune_early_stopped({"0.001": make(0.001), "0.01": make(0.01)}, data.train, 6,
+                             patience=2, refine=refine, seed=1)
+    first = max(("0.001", "0.01"), key=lambda k: out.tried[k])
+    assert seen == [first] and set(out.tried) == {"0.001", "0.01", "x3"}
+    assert out.label == max(out.tried, key=out.tried.get)
+    on_train = [f for f in fits if f.endswith(f"/{data.train.nnz}")]
+    assert len(fits) == 4 and len(on_train) == 1  # three selection runs, one retrain
+
+
+def test_local_training_is_the_plain_adam_arithmetic() -> None:
+    """bpr_train_local (torch's fused Adam, float64) computes what the module docstring's
+    recipe computes written plainly with numpy and :meth:`Adam.step`: same triples, order,
+    gradients and Adam state, over two calls that carry the state (as a node's rounds)."""
+    from fedrec.recsys.mf import (
+        _SHUFFLE,
+        Adam,
+        bpr_train_local,
+        init_item_factors,
+        init_user_factors,
+        sample_bpr_triples,
+    )
+
+    data = load_dataset(DatasetSpec(name="synthetic", synthetic_users=50, synthetic_items=70))
+    users = np.arange(10, 40)  # a node's users: rows 10..39
+    train = data.train[users]
+    reg, lr, batch, epochs, seed = 0.01, 0.02, 32, 2, 5
+
+    def plain(U, V, round_, uo, io):  # type: ignore[no-untyped-def]
+        for e in range(epochs):
+            rows, pos, neg = sample_bpr_triples(train, users, seed,
+                                                (round_ - 1) * epochs + e + 1, 1)
+            order = np.random.default_rng([seed, _SHUFFLE, round_, e, int(users[0])]
+                                          ).permutation(len(rows))
+            for s in range(0, len(order), batch):
+                b = order[s:s + batch]
+                r, i, j = rows[b], pos[b], neg[b]
+                d = V[i] - V[j]
+                x = np.einsum("td,td->t", U[r], d)
+                coef = (-1.0 / (1.0 + np.exp(x)) / len(b))[:, None]
+                gU, gV = np.zeros_like(U), np.zeros_like(V)
+                np.add.at(gU, r, coef * d + 2 * reg / len(b) * U[r])
+                np.add.at(gV, i, coef * U[r] + 2 * reg / len(b) * V[i])
+                np.add.at(gV, j, -coef * U[r] + 2 * reg / len(b) * V[j])
+                U, V = uo.step(U, gU), io.step(V, gV)
+        return U, V
+
+    U0 = init_user_factors(users, 8, seed)
+    V0 = init_item_factors(data.n_items, 8, seed)
+    want_U, want_V, wu, wv = U0, V0, Adam(lr), Adam(lr / 3)
+    got_U, got_V, gu, gv = U0, V0, Adam(lr), Adam(lr / 3)
+    for round_ in (1, 2):
+        want_U, want_V = plain(want_U, want_V, round_, wu, wv)
+        out = bpr_train_local(got_U, got_V, train, users, seed=seed, round_=round_,
+                              epochs=epochs, batch_size=batch, reg=reg, negatives=1,
+                              user_opt=gu, item_opt=gv)
+        got_U, got_V = out.user_factors, out.item_factors
+    # float64 on both sides; torch folds Adam's bias corrections into the step size and the
+    # denominator (different rounding, ~1e-16 relative per step). After ~100 steps the
+    # difference stays ~1e-15; a changed gradient or step moves values by >= 1e-6.
+    np.testing.assert_allclose(got_U, want_U, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(got_V, want_V, rtol=0, atol=1e-12)
+    for got, want in ((gu, wu), (gv, wv)):
+        assert got.t == want.t > 0
+        np.testing.assert_allclose(got.m, want.m, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(got.v, want.v, rtol=0, atol=1e-12)
+    assert isinstance(got_U, np.ndarray) and got_U.dtype == np.float64
+
+
+def test_tuned_ceiling_is_not_beaten_on_validation(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The ceiling property where the choice is made: the federated configuration, run on
+    the same split (train = the reference's fit rows, test = its validation rows, a folder
+    split) scores no better validation NDCG@20 than the tuned centralized reference."""
+    import scipy.sparse as sp
+
+    from fedrec.recsys.mf import validation_split
+    from fl_app.registry import resolve_config
+    from strategies.fedmf import FedMF
+
+    cfg = resolve_config({**LOCAL, "rounds": 10, "aggregator": "plain",
+                          "synthetic-users": 80, "synthetic-items": 100})
+    data = load_dataset(DatasetSpec.from_config(cfg))
+    fit, valid = validation_split(data.train, seed=cfg["seed"])
+    (tmp_path / "fitvalid").mkdir()
+    sp.save_npz(tmp_path / "fitvalid" / "train.npz", fit.tocsr())
+    sp.save_npz(tmp_path / "fitvalid" / "test.npz", valid.tocsr())
+    on_valid = {k: v for k, v in cfg.items() if not k.startswith("synthetic-")}
+    on_valid.update({"dataset": "fitvalid", "data-dir": str(tmp_path)})
+    record = run_in_process(on_valid, num_nodes=8, quiet=True, node_policy=PLAIN_OK)
+    ceiling = FedMF.from_run_config(cfg).reference(data)
+    assert record["metrics"]["ndcg@20"] <= ceiling["tuned-valid"], (
         record["metrics"]["ndcg@20"], ceiling)

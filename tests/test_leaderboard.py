@@ -128,3 +128,35 @@ def test_the_board_says_how_each_ceiling_was_obtained() -> None:
     assert "chosen: ML-100K 37 rounds" in line
     assert "ML-1M (users 1-2999): still the fixed budget" in line
     assert set(lb.ORDER) <= set(lb.CEILING)
+
+
+def test_the_fedmf_line_names_the_chosen_user_and_item_steps() -> None:
+    cen = {"ndcg@20": 0.42, "tuned-rounds": 12.0, "tuned-lr": 1e-3, "tuned-item-lr": 1e-4,
+           "tuned-reg": 0.01, "tuned-valid": 0.2139, "tuned-at-edge": 1.0}
+    text = lb.markdown({"cells": {"ml-100k/fedmf": _cell("fedmf", {"ndcg@20": 0.40},
+                                                          centralized=cen)}})
+    line = next(x for x in text.splitlines() if x.startswith("- fedmf:"))
+    assert ("(chosen: ML-100K 12 rounds at lr 0.001, item lr 0.0001, reg 0.01, validation "
+            "NDCG@20 0.2139, at a grid edge)") in line
+
+
+def test_privirec_gap_note_only_where_the_filters_stay_below_099(tmp_path) -> None:
+    """The measured cause is quoted for a dataset whose federated filters are below 0.99 of
+    centralized, with the numbers of the gap file; a dataset at 0.99 or above gets none."""
+    import json
+
+    gap = {"r": 256, "gap": {"1r": 0.9986}, "exact": {"gf-cf": 0.40},
+           "rows": [{"L": 3, "p": 512, "ritz": True, "ndcg20": {"gf-cf": 0.398}},
+                    {"L": 3, "p": 256, "ritz": False, "ndcg20": {"gf-cf": 0.30}}]}
+    path = tmp_path / "rank_gap.json"
+    path.write_text(json.dumps({"datasets": {"ml-1m": gap, "ml-100k": gap}}))
+    low = {**_cell("privirec", {"gf-cf/ndcg@20": 0.39, "turbo-cf/ndcg@20": 0.3},
+                   centralized={"gf-cf/ndcg@20": 0.40, "turbo-cf/ndcg@20": 0.3}),
+           "dataset": "ml-1m"}
+    fine = _cell("privirec", {"gf-cf/ndcg@20": 0.397}, centralized={"gf-cf/ndcg@20": 0.40})
+    note = lb._privirec_gap({"cells": {"ml-1m/privirec": low, "ml-100k/privirec": fine}},
+                            path)
+    assert note.count("reach") == 1 and "ML-1M (users 1-2999)" in note
+    assert "0.975-0.975 of the exact ones" in note and "is 0.9986" in note
+    assert "privirec-rank=512`) measured 0.995-0.995" in note
+    assert lb._privirec_gap({"cells": {"ml-100k/privirec": fine}}, path) == ""

@@ -167,7 +167,7 @@ def test_fedmf_rounds_say_k_of_n_and_reference_progress(
     assert "fedmf: train round 1 of 3 done" in " ".join(fedrec_lines)
     assert any("fedmf reference: centralized BPR-MF to convergence" in line
                for line in fedrec_lines)
-    assert any(line.startswith("fedmf reference: candidate 8 of 8 (lr, reg = ")
+    assert any(line.startswith("fedmf reference: candidate 15 of 15 (lr, item lr, reg = ")
                for line in fedrec_lines)
     assert any(line.startswith("centralized reference done in") for line in fedrec_lines)
     out = capsys.readouterr().out

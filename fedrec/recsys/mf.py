@@ -29,12 +29,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from fedrec.recsys.arrays import sqrt, zeros_like
+
+if TYPE_CHECKING:  # torch is imported on first use (~2 s; a deployed message starts a
+    import torch  # fresh ClientApp process)
 
 #: Stream tags, so item init, user init, negative sampling and batch order never share draws.
 _ITEM_INIT, _USER_INIT, _NEGATIVES, _SHUFFLE = 11, 13, 17, 19
@@ -186,6 +189,19 @@ class LocalTraining:
     steps: int  # Adam steps taken
 
 
+def _adam_state(opt: Adam, param: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
+                                                         torch.Tensor]:
+    """``opt``'s moments and step count as tensors for torch's fused Adam (fresh zeros when
+    ``opt`` has none or they do not fit ``param``, as :meth:`Adam.step` would start)."""
+    import torch
+
+    if opt.m is None or opt.v is None or opt.m.shape != tuple(param.shape):
+        return (torch.zeros_like(param), torch.zeros_like(param),
+                torch.tensor(0.0, dtype=torch.float32))
+    return (torch.tensor(opt.m, dtype=param.dtype), torch.tensor(opt.v, dtype=param.dtype),
+            torch.tensor(float(opt.t), dtype=torch.float32))
+
+
 def bpr_train_local(user_factors: np.ndarray, item_factors: np.ndarray, train: sp.csr_matrix,
                     user_ids: np.ndarray, *, seed: int, round_: int, epochs: int,
                     batch_size: int, reg: float, negatives: int, user_opt: Adam,
@@ -195,11 +211,51 @@ def bpr_train_local(user_factors: np.ndarray, item_factors: np.ndarray, train: s
     Epoch e of round r samples triples with stream ``(round - 1) * epochs + e`` (the same
     triples for a user whichever node or process holds it) and visits them in an order
     drawn from ``(seed, round, epoch, first user id)``. ``user_opt`` / ``item_opt`` carry the
-    Adam state across calls (the caller keeps them).
+    Adam state across calls (the caller keeps them; their ``lr`` and betas apply).
+
+    The arithmetic runs in float64 torch tensors on the CPU: every Adam step moves the whole
+    U and V (the moments of rows outside the batch still move them), and torch's fused Adam
+    does that in one pass, where numpy's expression makes ~15 temporary arrays (ML-1M,
+    2,999 x 3,883 at dim 32: 12.3 s per 3-epoch pass in numpy at load ~1, 5.7 s here at load
+    ~7; docs/protocols/fedmf.md). Its update is
+    :meth:`Adam.step`'s formula with the bias corrections folded into the step size and the
+    denominator (equal to ~1e-16 relative per step; ``tests/test_fedmf.py``).
     """
-    U, V = user_factors.copy(), item_factors.copy()
+    import torch
+
+    threads = torch.get_num_threads()
+    # one thread: the tensors are small (a batch, and U and V of a few MB), and torch's
+    # worker threads on a loaded machine made a ML-1M pass 144 s instead of 6 s
+    torch.set_num_threads(1)
+    try:
+        return _train_local_torch(user_factors, item_factors, train, user_ids, seed=seed,
+                                  round_=round_, epochs=epochs, batch_size=batch_size, reg=reg,
+                                  negatives=negatives, user_opt=user_opt, item_opt=item_opt)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_local_torch(user_factors: np.ndarray, item_factors: np.ndarray,
+                       train: sp.csr_matrix, user_ids: np.ndarray, *, seed: int, round_: int,
+                       epochs: int, batch_size: int, reg: float, negatives: int,
+                       user_opt: Adam, item_opt: Adam) -> LocalTraining:
+    """:func:`bpr_train_local`'s loop (its docstring)."""
+    import torch
+    from torch.optim.adam import adam
+
+    U = torch.tensor(user_factors, dtype=torch.float64)
+    V = torch.tensor(item_factors, dtype=torch.float64)
+    grad_U, grad_V = torch.zeros_like(U), torch.zeros_like(V)
+    states = [_adam_state(user_opt, U), _adam_state(item_opt, V)]
     first = int(user_ids[0]) if len(user_ids) else 0
     loss, steps, n_users = 0.0, 0, 0
+
+    def step(opt: Adam, param: torch.Tensor, grad: torch.Tensor,
+             state: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
+        adam([param], [grad], [state[0]], [state[1]], [], [state[2]], fused=True,
+             amsgrad=False, beta1=opt.beta1, beta2=opt.beta2, lr=opt.lr, weight_decay=0.0,
+             eps=opt.eps, maximize=False)
+
     for e in range(epochs):
         rows, pos, neg = sample_bpr_triples(train, user_ids, seed, (round_ - 1) * epochs + e + 1,
                                             negatives)
@@ -207,24 +263,28 @@ def bpr_train_local(user_factors: np.ndarray, item_factors: np.ndarray, train: s
         if len(rows) == 0:
             break
         order = np.random.default_rng([seed, _SHUFFLE, round_, e, first]).permutation(len(rows))
-        total = 0.0
+        R, I, J = (torch.from_numpy(a[order]) for a in (rows, pos, neg))
+        total = torch.zeros((), dtype=torch.float64)
         for start in range(0, len(order), batch_size):
-            b = order[start:start + batch_size]
-            r, i, j = rows[b], pos[b], neg[b]
-            u, d = U[r], V[i] - V[j]
-            x = np.einsum("td,td->t", u, d)
-            total += float(np.logaddexp(0.0, -x).sum())
-            coef = (-1.0 / (1.0 + np.exp(x)) / len(b))[:, None]  # d mean(-log sig x) / d x
-            scale = 2.0 * reg / len(b)
-            grad_U = np.zeros_like(U)
-            np.add.at(grad_U, r, coef * d + scale * u)
-            grad_V = np.zeros_like(V)
-            np.add.at(grad_V, i, coef * u + scale * V[i])
-            np.add.at(grad_V, j, -coef * u + scale * V[j])
-            U, V = user_opt.step(U, grad_U), item_opt.step(V, grad_V)
+            batch = slice(start, start + batch_size)
+            r, i, j = R[batch], I[batch], J[batch]
+            n = len(r)
+            u, vi, vj = U[r], V[i], V[j]
+            d = vi - vj
+            x = (u * d).sum(dim=1)
+            total += torch.logaddexp(torch.zeros_like(x), -x).sum()
+            coef = (-torch.sigmoid(-x) / n)[:, None]  # d mean(-log sig x) / d x
+            scale = 2.0 * reg / n
+            grad_U.zero_().index_add_(0, r, coef * d + scale * u)
+            grad_V.zero_().index_add_(0, i, coef * u + scale * vi)
+            grad_V.index_add_(0, j, -coef * u + scale * vj)
+            step(user_opt, U, grad_U, states[0])
+            step(item_opt, V, grad_V, states[1])
             steps += 1
-        loss = total / len(rows)
-    return LocalTraining(U, V, loss, n_users, steps)
+        loss = float(total) / len(rows)
+    for opt, (m, v, t) in zip((user_opt, item_opt), states):
+        opt.m, opt.v, opt.t = m.numpy(), v.numpy(), int(t)
+    return LocalTraining(U.numpy(), V.numpy(), loss, n_users, steps)
 
 
 @dataclass
@@ -246,6 +306,10 @@ class BPRMF:
     mode: str = "exact"
     epochs: int = 1
     batch_size: int = 256
+    #: local mode: the item factors' Adam step (None: ``lr``). A FedMF round averages the
+    #: nodes' item deltas, each made from a node's share of the batches, so the federated
+    #: item factors move slower than the users'; the ceiling's tuning gets this knob too.
+    item_lr: float | None = None
     user_factors: np.ndarray | None = field(default=None, repr=False)
     item_factors: np.ndarray | None = field(default=None, repr=False)
     losses: list[float] = field(default_factory=list, repr=False)
@@ -261,7 +325,8 @@ class BPRMF:
         user_ids = np.arange(n_users)
         U = init_user_factors(user_ids, self.dim, self.seed)
         V = init_item_factors(n_items, self.dim, self.seed)
-        user_opt, item_opt = Adam(self.lr), Adam(self.lr)
+        user_opt = Adam(self.lr)
+        item_opt = Adam(self.lr if self.item_lr is None else self.item_lr)
         for r in range(1, rounds + 1):
             if self.mode == "exact":
                 step = bpr_step(U, V, train, user_ids, seed=self.seed, round_=r, lr=self.lr,
@@ -319,10 +384,11 @@ def validation_split(train: sp.csr_matrix, fraction: float = VALID_FRACTION,
 
 @dataclass
 class EarlyStopped:
-    """The tuned ceiling: the model retrained on all of train for the chosen rounds, the
-    validation NDCG@20 after every round of the selection run, and the rounds chosen."""
+    """The tuned ceiling: the model retrained on all of train for the chosen rounds (None
+    when the caller asked for the selection only), the validation NDCG@20 after every round
+    of the selection run, and the rounds chosen."""
 
-    model: BPRMF
+    model: BPRMF | None
     rounds: int
     curve: list[float]
     label: str = ""
@@ -331,14 +397,14 @@ class EarlyStopped:
 
 def fit_early_stopped(make: Callable[[], BPRMF], train: sp.csr_matrix, max_rounds: int, *,
                       patience: int = PATIENCE, fraction: float = VALID_FRACTION,
-                      seed: int = 0, top_k: int = 20) -> EarlyStopped:
+                      seed: int = 0, top_k: int = 20, retrain: bool = True) -> EarlyStopped:
     """A centralized reference trained to convergence without looking at the test split.
 
     ``make()`` builds an untrained model (fixed hyperparameters, as the federated run's). It
     trains on ``fit`` (``validation_split``), scores NDCG@top_k on ``valid`` after every
     round, stops after ``patience`` rounds without a better score or at ``max_rounds``, then
-    retrains ``make()`` on all of ``train`` for the best round count (same seeds, so the
-    same draws as the selection run up to the held-out items)."""
+    (``retrain``) retrains ``make()`` on all of ``train`` for the best round count (same
+    seeds, so the same draws as the selection run up to the held-out items)."""
     from fedrec.recsys.metrics import evaluate_ranking
 
     fit, valid = validation_split(train, fraction, seed)
@@ -351,26 +417,44 @@ def fit_early_stopped(make: Callable[[], BPRMF], train: sp.csr_matrix, max_round
 
     model.fit(fit, max_rounds, on_round=on_round)
     best = int(np.argmax(curve)) + 1
-    return EarlyStopped(make().fit(train, best), best, curve)
+    return EarlyStopped(make().fit(train, best) if retrain else None, best, curve)
 
 
 def tune_early_stopped(makers: dict[str, Callable[[], BPRMF]], train: sp.csr_matrix,
                        max_rounds: int, *,
+                       refine: Callable[[str], dict[str, Callable[[], BPRMF]]] | None = None,
                        on_candidate: Callable[[int, int, str, EarlyStopped], None] | None = None,
                        **kw: Any) -> EarlyStopped:
     """:func:`fit_early_stopped` for every candidate (label -> untrained model), keeping the
-    one with the best validation NDCG (the test split is never read). ``on_candidate(k, n,
-    label, result)`` is called after each, e.g. to show progress."""
+    one with the best validation NDCG (the test split is never read) and retraining only
+    that one on all of train. ``refine(best label)`` (optional) names further candidates
+    around the first pass's best (a coordinate step, e.g. the L2 weight at the best step
+    sizes), tried the same way. ``on_candidate(k, n, label, result)`` is called after each
+    selection run (n: the candidates known so far), e.g. to show progress."""
     best: EarlyStopped | None = None
     tried: dict[str, float] = {}
-    for k, (label, make) in enumerate(makers.items(), start=1):
-        out = fit_early_stopped(make, train, max_rounds, **kw)
-        tried[label] = max(out.curve)
-        if on_candidate is not None:
-            on_candidate(k, len(makers), label, out)
-        if best is None or tried[label] > max(best.curve):
-            best, best.label = out, label
+    pending = dict(makers)
+    every = dict(makers)
+
+    def run(todo: dict[str, Callable[[], BPRMF]]) -> None:
+        nonlocal best
+        for label, make in todo.items():
+            if label in tried:
+                continue
+            out = fit_early_stopped(make, train, max_rounds, retrain=False, **kw)
+            tried[label] = max(out.curve)
+            if on_candidate is not None:
+                on_candidate(len(tried), len(every), label, out)
+            if best is None or tried[label] > max(best.curve):
+                best, best.label = out, label
+
+    run(pending)
+    if best is not None and refine is not None:
+        more = {k: v for k, v in refine(best.label).items() if k not in every}
+        every.update(more)
+        run(more)
     if best is None:
         raise ValueError("tune_early_stopped needs at least one candidate")
+    best.model = every[best.label]().fit(train, best.rounds)
     best.tried = tried
     return best
