@@ -52,13 +52,23 @@ def stored_result(json_path: Path) -> Any | None:
     return json.loads(json_path.read_text()) if json_path.is_file() else None
 
 
-def rewrite_markdown(json_path: Path, markdown: Callable[[Any], str]) -> None:
+def rewrite_markdown(json_path: Path, markdown: Callable[[Any], str],
+                     plot: Callable[[Any, Path], None] | None = None,
+                     prepare: Callable[[Any], None] | None = None) -> Any:
     """``--markdown-only``: the report again from the stored JSON, nothing rerun; exits with
-    an error naming the file when there is none."""
+    an error naming the file when there is none. ``prepare`` updates the stored result in
+    place first (what the report derives from other files); ``plot`` redraws the figure
+    beside it (same stem, ``.png``). Returns the result reported."""
+    json_path = Path(json_path)
     result = stored_result(json_path)
     if result is None:
         raise SystemExit(f"error: {json_path} does not exist: run the benchmark first")
+    if prepare is not None:
+        prepare(result)
     write_report(json_path, result, markdown(result))
+    if plot is not None:
+        plot(result, json_path.with_suffix(".png"))
+    return result
 
 
 class Units:

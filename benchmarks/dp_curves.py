@@ -58,11 +58,12 @@ import numpy as np  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package named benchmarks
 
+from benchmarks._board import cells  # noqa: E402
 from benchmarks._report import (  # noqa: E402
     Units,
     log,
     machine_info,
-    stored_result,
+    rewrite_markdown,
     write_report,
 )
 
@@ -96,7 +97,6 @@ def run_config(protocol: str, seed: int, epsilon: float | None = None) -> tuple[
     """The resolved run config and node count of ``protocol``'s leaderboard cell on ML-1M
     at ``seed`` (dp-popularity: dp-prototypes' silos), with ``epsilon`` set through the
     protocol's own key."""
-    from benchmarks.leaderboard import cells
     from fl_app.registry import resolve_config
 
     base = "dp-prototypes" if protocol == "dp-popularity" else protocol
@@ -473,11 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown-only", action="store_true")
     args = ap.parse_args(argv)
     if args.markdown_only:
-        result = stored_result(args.out)
-        if result is None:
-            raise SystemExit(f"error: {args.out} does not exist: run the benchmark first")
-        write_report(args.out, result, markdown(result))
-        plot(result, args.out.with_suffix(".png"))
+        rewrite_markdown(args.out, markdown, plot)
         return 0
     from fedrec.recsys.power_svd import SvdParams
 

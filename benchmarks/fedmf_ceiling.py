@@ -40,10 +40,11 @@ import scipy.sparse as sp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package named benchmarks
 
+from benchmarks._board import OUT as BOARD  # noqa: E402
+from benchmarks._board import cells, label  # noqa: E402
 from benchmarks._report import log, machine_info, stored_result, write_report  # noqa: E402
 
 OUT = REPO / "results" / "fedmf" / "ceiling.json"
-BOARD = REPO / "results" / "leaderboard.json"
 
 
 def _ndcg(score: Any, train: sp.csr_matrix, test: sp.csr_matrix) -> float:
@@ -54,7 +55,6 @@ def _ndcg(score: Any, train: sp.csr_matrix, test: sp.csr_matrix) -> float:
 
 def measure(dataset: str, board: dict[str, Any], data_dir: str = "") -> dict[str, Any]:
     """The federated run and the chosen reference on (fit -> valid) and (fit -> test)."""
-    from benchmarks.leaderboard import cells
     from datasets import DatasetSpec, load_dataset
     from fedrec.recsys.mf import validation_split
     from fl_app.registry import resolve_config
@@ -105,7 +105,6 @@ def measure(dataset: str, board: dict[str, Any], data_dir: str = "") -> dict[str
 
 def single_step(dataset: str, data_dir: str = "") -> dict[str, Any]:
     """The reference tuned with one Adam step for both factors (the first pass alone)."""
-    from benchmarks.leaderboard import cells
     from datasets import DatasetSpec, load_dataset
     from fl_app.registry import resolve_config
     from strategies.fedmf import FedMF, _parse
@@ -123,8 +122,6 @@ def single_step(dataset: str, data_dir: str = "") -> dict[str, Any]:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    from benchmarks.leaderboard import label
-
     lines = ["# FedMF: the ceiling on validation and on test", "",
              "NDCG@20 of the leaderboard's federated run (its keys and nodes) and of its tuned "
              "centralized reference (the chosen lr, item lr, L2 weight and rounds), both "

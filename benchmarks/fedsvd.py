@@ -35,7 +35,7 @@ import scipy.sparse as sp  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package named benchmarks
 
-from benchmarks._report import log, machine_info, write_report  # noqa: E402
+from benchmarks._report import log, machine_info, rewrite_markdown, write_report  # noqa: E402
 from fedrec.recsys import power_svd as svd  # noqa: E402
 
 #: The paper's Sec. 6 settings; m_hat is the data's entry bound (only epsilon uses it).
@@ -471,8 +471,6 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.markdown_only:
-        from benchmarks._report import rewrite_markdown
-
         for name in args.datasets:
             rewrite_markdown(out / f"{name}.json",
                              lambda r: markdown(r, r.get("flower_simulation")))

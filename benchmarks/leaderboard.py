@@ -32,82 +32,34 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import sys
 import time
-from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package named benchmarks
 
-from benchmarks._report import log, machine_info, stored_result, write_report  # noqa: E402
-
-OUT = REPO / "results" / "leaderboard.json"
-LABEL = {"ml-100k": "ML-100K", "ml-1m": "ML-1M (users 1-2999)", "gowalla": "Gowalla",
-         "yelp2018": "Yelp2018"}
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One protocol on one dataset: its run config, node count and node policy."""
-
-    protocol: str
-    dataset: str
-    nodes: int
-    config: dict[str, Any] = field(default_factory=dict)
-    policy: dict[str, Any] = field(default_factory=dict)
-    note: str = ""
-
-    @property
-    def key(self) -> str:
-        return f"{self.dataset}/{self.protocol}"
-
-
-#: What each protocol needs from its nodes' policy beyond the safe default.
-POLICY = {
-    "dp-prototypes": {"dp-budget": 1.0},
-    "fedsvd-privacy": {"dp-budget": 1e9},
-    "fedpower": {"dp-budget": 1e9},
-    "fedsvd-utility": {"allow-noise-removal": True, "allow-ckks": True},
-    "privmvmf": {"allow-ckks": True},
-}
-#: Per protocol, the run config on a MovieLens split (everything else at its default).
-SETTINGS: dict[str, dict[str, Any]] = {
-    "fedmf": {},
-    "privirec": {},
-    "privirec-k": {},
-    # LP-GCN needs every item to have a training interaction: the split without the items
-    # it left cold (1 of ML-100K's 1,682), the same interactions otherwise. On ML-100K and
-    # ML-1M the cell is trained to convergence (CONVERGED_LPGCN); lpgcn-epochs is the
-    # fixed budget elsewhere
-    "lpgcn": {"lpgcn-epochs": 3, "lpgcn-dim": 20, "lpgcn-layers": 3, "lpgcn-lr": 0.01,
-              "lpgcn-reg": 1e-3, "drop-cold-items": True},
-    "fedpower": {},
-    "fedsvd-utility": {},
-    "fedsvd-privacy": {},
-    "dp-prototypes": {"implicit": False, "partition": "silo-zip", "dpp-k": 10},
-    "fedmvmf": {"implicit": False, "mvmf-top-k": 20, "item-servers": 1},
-    "privmvmf": {"implicit": False, "mvmf-top-k": 20, "item-servers": 1},
-}
-#: Node counts other than the default 8: DP prototypes' zip silos; FedSVD's nodes draw every
-#: noise value with OpenDP's exact sampler (~5,000 values/s here: d x r per iteration), so
-#: its cells use 4 nodes to stay within the hour.
-NODES = {"dp-prototypes": {"ml-100k": 11, "ml-1m": 10},
-         **{p: {"ml-100k": 4, "ml-1m": 4} for p in ("fedpower", "fedsvd-utility",
-                                                   "fedsvd-privacy")}}
-#: Datasets whose LP-GCN cell is the converged model (benchmarks/lpgcn_converged.py).
-CONVERGED_LPGCN = ("ml-100k", "ml-1m")
-ORDER = ["fedmf", "privirec", "privirec-k", "lpgcn", "fedpower", "fedsvd-utility",
-         "fedsvd-privacy", "dp-prototypes", "fedmvmf", "privmvmf"]
-
-
-def label(dataset: str) -> str:
-    """The board's heading for ``dataset``: a user's split keeps its folder name."""
-    from datasets.spec import display_name
-
-    return LABEL.get(dataset, display_name(dataset))
+from benchmarks._board import (  # noqa: E402
+    CONVERGED_LPGCN,
+    LABEL,
+    ORDER,
+    OUT,
+    Cell,
+    cells,
+    dp_epsilon,
+    server_sees,
+)
+from benchmarks._board_report import markdown, plot  # noqa: E402
+from benchmarks._report import (  # noqa: E402
+    log,
+    machine_info,
+    rewrite_markdown,
+    stored_result,
+    write_report,
+)
+from benchmarks.lpgcn_converged import converged_cell  # noqa: E402
 
 
 def check_datasets(datasets: list[str], data_dir: str = "") -> None:
@@ -122,71 +74,11 @@ def check_datasets(datasets: list[str], data_dir: str = "") -> None:
             raise SystemExit(f"error: --datasets {ds}: {exc}") from None
 
 
-def cells(datasets: list[str], protocols: list[str], data_dir: str = "") -> list[Cell]:
-    out = []
-    for ds in datasets:
-        for proto in protocols:
-            # a generous per-request timeout: a board runs for an hour on a shared machine
-            cfg = {"protocol": proto, "dataset": ds, "seed": 0, "timeout": 900.0,
-                   **SETTINGS[proto]}
-            if data_dir:
-                cfg["data-dir"] = data_dir
-            if proto == "dp-prototypes" and ds == "ml-1m":
-                cfg["dpp-k"] = 50  # Fig. 3's k on ML-1M
-            out.append(Cell(proto, ds, NODES.get(proto, {}).get(ds, 8), cfg,
-                            POLICY.get(proto, {})))
-    return out
-
-
-def _metric_keys(metrics: dict[str, Any]) -> list[str]:
-    """Model prefixes ("" or "gf-cf/") of the NDCG@20 entries a run reports."""
-    return sorted(k[: -len("ndcg@20")] for k in metrics if k.endswith("ndcg@20"))
-
-
-def _epsilon(privacy: Any, valid: bool = True) -> float | None:
-    """The run's DP epsilon, wherever its protocol reports it (``run_epsilon`` first); with
-    ``valid=False``, a claimed epsilon the record marks as not a guarantee (FedPower's)."""
-    found: list[float] = []
-
-    def walk(x: Any) -> None:
-        if isinstance(x, dict):
-            if (x.get("valid") is not False) == valid:  # this dict's kind of epsilon
-                for key in ("run_epsilon", "epsilon"):
-                    v = x.get(key)
-                    if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
-                        found.append(float(v))
-                        return
-            for v in x.values():
-                walk(v)
-
-    walk(privacy)
-    return found[0] if found else None
-
-
-def server_sees(protocol: str, privacy: dict[str, Any]) -> str:
-    """masked / encrypted / noised / plain, from the sums the run recorded and its DP."""
-    forms = {s.get("form") for s in privacy.get("sums", []) if isinstance(s, dict)}
-    kinds = []
-    if "plain" in forms:
-        kinds.append("plain")
-    if forms & {"masked"}:
-        kinds.append("masked")
-    if forms & {"encrypted", "ckks"}:
-        kinds.append("encrypted")
-    if protocol in ("dp-prototypes", "fedpower", "fedsvd-privacy", "fedsvd-utility"):
-        kinds.append("noised")
-    if protocol == "lpgcn":
-        kinds.append("sealed mail + covered partials")
-    return " + ".join(kinds) or "-"
-
-
 def run_cell(cell: Cell) -> dict[str, Any]:
     from fl_app.simulation import run_in_simulation
 
     if (cell.protocol == "lpgcn" and cell.dataset in CONVERGED_LPGCN
             and "data-dir" not in cell.config):
-        from benchmarks.lpgcn_converged import converged_cell
-
         return converged_cell(cell.dataset)  # its units resume from results/lpgcn/converged.json
 
     t0 = time.perf_counter()
@@ -203,229 +95,11 @@ def run_cell(cell: Cell) -> dict[str, Any]:
             "centralized": comp.get("centralized", {}), "popularity": comp["popularity"],
             "rounds": comm["total_rounds"], "bytes_per_node": bpn["mean_down"] + bpn["mean_up"],
             "server_sees": server_sees(cell.protocol, record["privacy"]),
-            "epsilon": _epsilon(record["privacy"].get("dp", record["privacy"])),
-            "epsilon_not_valid": _epsilon(record["privacy"].get("dp", record["privacy"]),
+            "epsilon": dp_epsilon(record["privacy"].get("dp", record["privacy"])),
+            "epsilon_not_valid": dp_epsilon(record["privacy"].get("dp", record["privacy"]),
                                           valid=False),
             "seconds": {"wall": wall, "federated": record["seconds"],
                         "centralized": comp.get("centralized_seconds")}}
-
-
-def _f(x: Any, fmt: str = "{:.4f}") -> str:
-    return fmt.format(x) if isinstance(x, (int, float)) and math.isfinite(x) else "-"
-
-
-#: Protocols whose metric is their own (MVMF: the paper's candidate set, ratings >= 4
-#: relevant): listed after the comparable rows and never "best".
-OWN_METRIC = ("fedmvmf", "privmvmf")
-
-
-def rows(result: dict[str, Any], dataset: str) -> list[dict[str, Any]]:
-    """One row per (protocol, model) of ``dataset``: the comparable rows by NDCG@20, best
-    first, then the rows with their own metric."""
-    out = []
-    for cell in result["cells"].values():
-        if cell["dataset"] != dataset:
-            continue
-        fed, cen = cell["federated"], cell["centralized"]
-        for prefix in _metric_keys(fed):
-            name = cell["protocol"] + (f" ({prefix.rstrip('/')})" if prefix else "")
-            if cell["protocol"] in OWN_METRIC:
-                name += " *"
-            out.append({"name": name, "ndcg": fed[f"{prefix}ndcg@20"],
-                        "recall": fed.get(f"{prefix}recall@20"),
-                        "cen_ndcg": cen.get(f"{prefix}ndcg@20"), "cell": cell})
-    return sorted(out, key=lambda r: (r["cell"]["protocol"] in OWN_METRIC, -r["ndcg"]))
-
-
-#: How each protocol's centralized reference is obtained, against the rule that a ceiling is
-#: the same model trained centrally to convergence (early stopping on a validation split of
-#: train, the federated run's hyperparameters).
-CEILING = {
-    "fedmf": "BPR-MF trained centrally to convergence: rounds chosen by early stopping on a "
-             "10% validation split carved from train (patience 5, at most 10x the run's "
-             "rounds); one Adam step size for user and item factors at 1, 1/3, 1/10, 1/30 "
-             "of the run's with the L2 weight at 1 and 3 times the run's (8 candidates), then "
-             "at the best L2 weight the item step at 1/3 or 1/10 of the user step (7 more: a "
-             "federated round averages the nodes' item deltas, so its item factors move "
-             "slower than its user factors), all on the same validation split; the best "
-             "retrained on all of train (`fedrec.recsys.mf.tune_early_stopped`; the "
-             "federated run on the same split: `results/fedmf/ceiling.md`)",
-    "privirec": "the same filters computed exactly in one process (exact P~ and exact top-r "
-                "eigenvectors, published hyperparameters): nothing is trained, this is the "
-                "target the power method approximates (a different basis can score higher, "
-                "e.g. Gowalla GF-CF)",
-    "lpgcn": "centralized LightGCN at the run's hyperparameters for the epochs paper 001's "
-             "stopping rule picks on a 10% validation split carved from train (NDCG@20 every 5 "
-             "epochs, stop after 50 without a better one, at most 1000; the test split is never "
-             "read), retrained on all of train; nothing else is tuned, on either side. The "
-             "federated cell is the same model: LP-GCN computes this arithmetic exactly, shown "
-             "by a Flower simulation of whole epochs of the same config (8 nodes) that matched "
-             "the centralized model at those epochs (`results/lpgcn/converged.md`; parameters "
-             "to 2e-13 in `results/lpgcn/ml-100k_simulation.md`), so the chosen epochs were "
-             "run centrally (`benchmarks/lpgcn_converged.py`); the cell's rounds and bytes are "
-             "that simulation's setup plus the chosen epochs x its per-epoch rounds and bytes",
-    "fedpower": "the exact truncated SVD (top-k eigenspace of M'), the power method's target; "
-                "nothing is trained",
-    "dp-prototypes": "the paper's Full baseline: the same NMF (fixed iterations) on every "
-                     "training row without DP; not tuned on a validation split",
-    "fedmvmf": "centralized MVMF with the same solver and iterations (equal by "
-               "construction); not tuned on a validation split",
-}
-for _p, _q in (("privirec-k", "privirec"), ("fedsvd-utility", "fedpower"),
-               ("fedsvd-privacy", "fedpower"), ("privmvmf", "fedmvmf")):
-    CEILING[_p] = CEILING[_q]
-
-
-def ceiling_lines(result: dict[str, Any]) -> list[str]:
-    """One line per protocol on the board: how its centralized column was obtained, with the
-    rounds early stopping chose per dataset where the reference records them."""
-    lines = ["## How each centralized column was obtained", ""]
-    present = {c["protocol"] for c in result["cells"].values()}
-    for proto in [p for p in ORDER if p in present]:
-        tuned = [f"{label(c['dataset'])} {_tuned(c['centralized'], 'epochs' if proto == 'lpgcn' else 'rounds')}"
-                 for c in result["cells"].values()
-                 if c["protocol"] == proto and "tuned-rounds" in c["centralized"]]
-        untuned = [label(c["dataset"]) for c in result["cells"].values()
-                   if c["protocol"] == proto and proto == "fedmf"
-                   and "tuned-rounds" not in c["centralized"]]
-        extra = (f" (chosen: {'; '.join(tuned)})" if tuned else "") + (
-            f"; {', '.join(untuned)}: still the fixed budget of the run (not regenerated)"
-            if untuned else "")
-        lines.append(f"- {proto}: {CEILING.get(proto, '-')}{extra}."
-                     + (_privirec_gap(result) if proto == "privirec" else ""))
-    return lines + [""]
-
-
-def _tuned(cen: dict[str, Any], unit: str = "rounds") -> str:
-    """The reference's chosen rounds (LP-GCN: epochs) and step sizes, as its cell records
-    them."""
-    out = f"{int(cen['tuned-rounds'])} {unit}"
-    if "tuned-item-lr" in cen:
-        out += (f" at lr {cen['tuned-lr']:.3g}, item lr {cen['tuned-item-lr']:.3g}, reg "
-                f"{cen['tuned-reg']:g}, validation NDCG@20 {cen['tuned-valid']:.4f}"
-                + (", at a grid edge" if cen.get("tuned-at-edge") else ""))
-    elif "tuned-lr" in cen:
-        out += f" at lr {cen['tuned-lr']:g}, reg {cen['tuned-reg']:g}"
-    return out
-
-
-#: Where PriviRec's eigengap at the filters' rank is measured per dataset.
-RANK_GAP = REPO / "results" / "privirec" / "rank_gap.json"
-
-
-def _privirec_gap(result: dict[str, Any], path: Path = RANK_GAP) -> str:
-    """Per dataset whose PriviRec filters stay below 0.99 of centralized, the measured
-    cause (results/privirec/rank_gap.json: P~'s eigenvalue ratio at the iteration rank)."""
-    gaps = (stored_result(path) or {}).get("datasets", {})
-    out = []
-    for ds, g in gaps.items():
-        cell = result["cells"].get(f"{ds}/privirec")
-        if cell is None:
-            continue
-        fed, cen = cell["federated"], cell["centralized"]
-        ratios = [fed[k] / cen[k] for k in fed if k.endswith("ndcg@20") and cen.get(k)
-                  and k.split("/")[0] in g["exact"]]
-        if not ratios or min(ratios) >= 0.99:
-            continue
-        ritz = [r for r in g["rows"] if r["ritz"] and r["p"] == 2 * g["r"]]
-        fixed = [r["ndcg20"][f] / g["exact"][f] for r in ritz for f in g["exact"]]
-        out.append(f" {label(ds)}: the filters that need the power method reach "
-                   f"{min(ratios):.3f}-{max(ratios):.3f} of the exact ones because P~'s "
-                   f"eigenvalue ratio at the default iteration rank p = r = {g['r']} is "
-                   f"{g['gap']['1r']:.4f} (the power method barely contracts in L = 3 rounds)"
-                   + (f"; p = 2r with Ritz (`--set privirec-rank={2 * g['r']}`) measured "
-                      f"{min(fixed):.3f}-{max(fixed):.3f}" if fixed else "")
-                   + " (`results/privirec/rank_gap.md`).")
-    return "".join(out)
-
-
-def _epsilon_cell(cell: dict[str, Any]) -> str:
-    if cell.get("epsilon") is not None:
-        return f"{cell['epsilon']:g}"
-    claim = cell.get("epsilon_not_valid")
-    return f"none (claims {claim:.3g}, not a guarantee)" if claim else "-"
-
-
-def markdown(result: dict[str, Any]) -> str:
-    lines = ["# Leaderboard: every protocol on the same splits", "",
-             "NDCG@20 and Recall@20 of the federated run, its centralized reference (how each "
-             "is obtained: last section) and item popularity on the same split; bytes per node (down "
-             "+ up, mean over nodes), synchronous rounds, what the server sees, and epsilon "
-             "where DP applies. `*`: MVMF's own metric (the paper's candidate set, test "
-             "ratings >= 4 relevant). LP-GCN runs on the split without the items it left "
-             "without a training interaction (`drop-cold-items`; LP-GCN refuses them), its "
-             "reference on the same. Command: `python benchmarks/leaderboard.py --resume`.",
-             ""]
-    for ds in _datasets(result):
-        rs = rows(result, ds)
-        if not rs:
-            continue
-        pop = next(iter(r["cell"]["popularity"] for r in rs))
-        lines += [f"## {label(ds)}", "",
-                  f"Item popularity: NDCG@20 {_f(pop.get('ndcg@20'))}, Recall@20 "
-                  f"{_f(pop.get('recall@20'))}.", "",
-                  "| protocol | NDCG@20 | centralized | fed / cen | Recall@20 | vs popularity "
-                  "| MB per node | rounds | server sees | epsilon | nodes |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in rs:
-            c = r["cell"]
-            ratio = r["ndcg"] / r["cen_ndcg"] if r["cen_ndcg"] else None
-            own_pop = c["popularity"].get("ndcg@20")  # popularity on this cell's own split
-            lift = (r["ndcg"] / own_pop if own_pop and c["protocol"] not in OWN_METRIC
-                    else None)
-            lines.append(
-                f"| {r['name']} | {_f(r['ndcg'])} | {_f(r['cen_ndcg'])} | "
-                f"{_f(ratio, '{:.3f}')} | {_f(r['recall'])} | {_f(lift, '{:.2f}x')} | "
-                f"{c['bytes_per_node'] / 1e6:.2f} | {c['rounds']} | {c['server_sees']} | "
-                f"{_epsilon_cell(c)} | {c['nodes']} |")
-        comparable = [r for r in rs if r["cell"]["protocol"] not in OWN_METRIC] or rs
-        best = comparable[0]
-        private = [r for r in comparable if r["cell"]["epsilon"] is not None]
-        lines += ["", f"Best NDCG@20: {best['name']} ({_f(best['ndcg'])}, "
-                  f"{_f(best['ndcg'] / pop['ndcg@20'], '{:.2f}')}x popularity)."
-                  + (f" Best with a DP guarantee: {private[0]['name']} "
-                     f"({_f(private[0]['ndcg'])} at epsilon {private[0]['cell']['epsilon']:g})."
-                     if private else ""), ""]
-    failed = result.get("failed", {})
-    if failed:
-        lines += ["## Cells that did not run", "",
-                  "A protocol that refuses a split says why; the board shows it, not a number.",
-                  ""] + [f"- `{key}`: {why}" for key, why in sorted(failed.items())] + [""]
-    lines += ceiling_lines(result)
-    lines += ["Plot: `results/leaderboard.png`. Machine: "
-              f"{result.get('machine', {})}.", ""]
-    return "\n".join(lines)
-
-
-def _datasets(result: dict[str, Any]) -> list[str]:
-    """The built-in datasets in their order, then a user's splits by name."""
-    seen = {cell["dataset"] for cell in result["cells"].values()}
-    return [ds for ds in LABEL if ds in seen] + sorted(seen - set(LABEL))
-
-
-def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    datasets = [ds for ds in _datasets(result) if rows(result, ds)]
-    if not datasets:
-        return
-    fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.5), squeeze=False)
-    for ax, ds in zip(axes[0], datasets):
-        rs = rows(result, ds)[::-1]
-        ax.barh([r["name"] for r in rs], [r["ndcg"] for r in rs], label="federated")
-        ax.scatter([r["cen_ndcg"] or 0 for r in rs], range(len(rs)), color="black", marker="|",
-                   s=200, label="centralized", zorder=3)
-        ax.axvline(rs[0]["cell"]["popularity"]["ndcg@20"], color="grey", ls=":",
-                   label="popularity")
-        ax.set_title(f"{label(ds)}: NDCG@20")
-        ax.tick_params(axis="y", labelsize=7)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def refresh_from_runs(result: dict[str, Any], runs: Path) -> None:
@@ -436,8 +110,8 @@ def refresh_from_runs(result: dict[str, Any], runs: Path) -> None:
         if path.is_file():
             privacy = json.loads(path.read_text()).get("privacy", {})
             dp = privacy.get("dp", privacy)
-            cell["epsilon"] = _epsilon(dp)
-            cell["epsilon_not_valid"] = _epsilon(dp, valid=False)
+            cell["epsilon"] = dp_epsilon(dp)
+            cell["epsilon_not_valid"] = dp_epsilon(dp, valid=False)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -454,12 +128,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--markdown-only", action="store_true")
     args = ap.parse_args(argv)
     if args.markdown_only:
-        result = stored_result(args.out)
-        if result is None:
-            raise SystemExit(f"error: {args.out} does not exist: run the benchmark first")
-        refresh_from_runs(result, REPO / "results" / "runs")
-        write_report(args.out, result, markdown(result))
-        plot(result, args.out.with_suffix(".png"))
+        rewrite_markdown(args.out, markdown, plot,
+                         prepare=partial(refresh_from_runs, runs=REPO / "results" / "runs"))
         return
     logging.getLogger("flwr").setLevel(logging.WARNING)
     check_datasets(args.datasets, args.data_dir)

@@ -45,6 +45,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package named benchmarks
 
+from benchmarks._board import OUT as BOARD  # noqa: E402
+from benchmarks._board import board_config, board_data, server_sees  # noqa: E402
+from benchmarks._board_report import markdown as board_markdown  # noqa: E402
+from benchmarks._board_report import plot as board_plot  # noqa: E402
 from benchmarks._report import (  # noqa: E402
     Units,
     log,
@@ -52,7 +56,7 @@ from benchmarks._report import (  # noqa: E402
     stored_result,
     write_report,
 )
-from benchmarks.lpgcn_table4 import CHECKPOINTS, train_job  # noqa: E402
+from benchmarks.lpgcn_table4 import CHECKPOINTS, available, model_builder, train_job  # noqa: E402
 
 OUT = REPO / "results" / "lpgcn" / "converged.json"
 #: Paper 001's stopping rule (digest section 2.12): evaluate every 5 epochs, stop after 50
@@ -81,41 +85,12 @@ class Phase:
                 if k.startswith("lpgcn-") and (self.phase == "final" or k != "lpgcn-epochs")}
 
 
-def board_config(dataset: str) -> dict[str, Any]:
-    """The leaderboard's LP-GCN run config on ``dataset``, every default resolved."""
-    from benchmarks.leaderboard import cells
-    from fl_app.registry import resolve_config
-
-    (cell,) = cells([dataset], ["lpgcn"])
-    return resolve_config(cell.config)
-
-
-def model_builder(cfg: dict[str, Any], device: str = "numpy") -> Any:
-    """``train -> untrained LightGCN`` with the run config's hyperparameters: the strategy's
-    own centralized reference model, so the ceiling is the model the nodes compute, on
-    ``device`` (numpy or a torch device; checkpoints are numpy either way)."""
-    import dataclasses
-
-    from strategies.lpgcn import LPGCN
-
-    make = LPGCN(cfg).reference_model
-    if device == "numpy":
-        return make
-    return lambda train: dataclasses.replace(make(train), device=device, losses=[])
-
-
-def load(cfg: dict[str, Any]) -> Any:
-    from datasets import DatasetSpec, load_dataset
-
-    return load_dataset(DatasetSpec.from_config(cfg))
-
-
 def select(dataset: str, cfg: dict[str, Any], ckpt: Path,
            device: str = "numpy") -> dict[str, Any]:
     """Unit 1: the epoch count the stopping rule picks on the validation split."""
     from fedrec.recsys.mf import validation_split
 
-    data = load(cfg)
+    data = board_data(cfg)
     fit, valid = validation_split(data.train, seed=int(cfg["seed"]))
     job = Phase(dataset, "select", tuple(sorted(cfg.items())))
     rec = train_job(job, fit, valid, ckpt, resume=True, max_epochs=MAX_EPOCHS,
@@ -134,7 +109,7 @@ def final(dataset: str, cfg: dict[str, Any], epochs: int, ckpt: Path,
     """Unit 2: the model on all of train for ``epochs``, its test metrics (the ceiling)."""
     from fedrec.recsys.metrics import evaluate_ranking, popularity_sums
 
-    data = load(cfg)
+    data = board_data(cfg)
     job = Phase(dataset, "final", tuple(sorted({**cfg, "lpgcn-epochs": epochs}.items())))
     build = model_builder(cfg, device)
     holder: dict[str, Any] = {}
@@ -159,7 +134,6 @@ def final(dataset: str, cfg: dict[str, Any], epochs: int, ckpt: Path,
 def federated(cfg: dict[str, Any], epochs: int) -> dict[str, Any]:
     """Unit 3: ``epochs`` whole epochs through a Flower simulation against the centralized
     model at the same epochs; rounds and bytes of setup and per training epoch."""
-    from benchmarks.leaderboard import server_sees
     from fl_app.simulation import run_in_simulation
 
     logging.getLogger("flwr").setLevel(logging.WARNING)
@@ -275,14 +249,12 @@ def write(units: Units) -> None:
 
 def put_cell(board: Path, cell: dict[str, Any]) -> None:
     """Put the cell into the leaderboard file and regenerate its Markdown and plot."""
-    from benchmarks import leaderboard
-
     result = stored_result(board) or {"cells": {}}
     key = f"{cell['dataset']}/lpgcn"
     result["cells"][key] = cell
     result.get("failed", {}).pop(key, None)
-    write_report(board, result, leaderboard.markdown(result))
-    leaderboard.plot(result, board.with_suffix(".png"))
+    write_report(board, result, board_markdown(result))
+    board_plot(result, board.with_suffix(".png"))
 
 
 def run(dataset: str, units: Units, fed_epochs: int, ckpt: Path,
@@ -317,8 +289,6 @@ def converged_cell(dataset: str, ckpt: Path = CHECKPOINTS) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from benchmarks.leaderboard import OUT as BOARD
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
     ap.add_argument("--fed-epochs", type=int, default=1, help="whole epochs of the federated "
@@ -330,8 +300,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="numpy", help="centralized training on numpy (the "
                     "reference) or a torch device: cpu, cuda, cuda:N")
     args = ap.parse_args(argv)
-    from benchmarks.lpgcn_table4 import available
-
     if (why := available(args.device)) is not None:
         raise SystemExit(f"error: --device: {why}")
     units = units_for(args.fed_epochs, args.out)

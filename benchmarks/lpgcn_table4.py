@@ -48,7 +48,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,14 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package named benchmarks
 
-from benchmarks._report import log, machine_info, stored_result, write_report  # noqa: E402
+from benchmarks._board import board_config, board_data  # noqa: E402
+from benchmarks._report import (  # noqa: E402
+    log,
+    machine_info,
+    rewrite_markdown,
+    stored_result,
+    write_report,
+)
 from datasets import DatasetSpec  # noqa: E402
 
 OUT = REPO / "results" / "lpgcn" / "table4.json"
@@ -121,6 +128,19 @@ def build_model(job: Job, train: Any, device: str = "numpy", threads: int = 0) -
     return LightGCN(train, dim=s["dim"], layers=job.layers, lr=s["lr"], reg=s["reg"],
                     batch_size=s["batch_size"], seed=job.seed, backbone=job.backbone,
                     dtype=np.dtype(s["dtype"]).type, device=device, threads=threads)
+
+
+def model_builder(cfg: dict[str, Any], device: str = "numpy") -> Any:
+    """``train -> untrained LightGCN`` with a run config's hyperparameters (the leaderboard's
+    LP-GCN cells): the strategy's own centralized reference model, so the ceiling is the
+    model the nodes compute, on ``device`` (numpy or a torch device; checkpoints are numpy
+    either way)."""
+    from strategies.lpgcn import LPGCN
+
+    make = LPGCN(cfg).reference_model
+    if device == "numpy":
+        return make
+    return lambda train: replace(make(train), device=device, losses=[])
 
 
 def checkpoint_path(root: Path, job: Job) -> Path:
@@ -297,10 +317,6 @@ def measure_cost(steps: int) -> dict[str, Any]:
     """Seconds per epoch of each Table 4 row (``steps`` timed steps) and of the LP-GCN
     leaderboard's ML-100K and ML-1M settings (whole epochs) on every device of this
     machine; the devices it lacks say why."""
-    import dataclasses
-
-    from benchmarks.lpgcn_converged import board_config, load, model_builder
-
     out: dict[str, Any] = {"rows": {}, "board": {}, "steps_timed": steps,
                            "load_average": os.getloadavg()[0],
                            "unavailable": {name: why for name, (d, _) in COST_DEVICES.items()
@@ -315,10 +331,10 @@ def measure_cost(steps: int) -> dict[str, Any]:
                     build_model(job, train, device, threads), steps)
     for ds in BOARD_DATASETS:
         cfg = board_config(ds)
-        train = load(cfg).train
+        train = board_data(cfg).train
         for name, (device, threads) in devices.items():
             log(f"cost leaderboard {ds} on {name}: one epoch")
-            model = dataclasses.replace(model_builder(cfg)(train), device=device,
+            model = replace(model_builder(cfg)(train), device=device,
                                         threads=threads, losses=[])
             out["board"].setdefault(ds, {})[name] = time_epoch(model)
     return out
@@ -539,10 +555,7 @@ def main() -> None:
             write_report(args.out, result, markdown(result))
         return
     if args.markdown_only:
-        from benchmarks._report import rewrite_markdown
-
-        rewrite_markdown(args.out, markdown)
-        plot(stored_result(args.out), args.out.with_suffix(".png"))
+        rewrite_markdown(args.out, markdown, plot)
         return
     deadline = time.time() + args.hours * 3600
     from fedrec.recsys.metrics import popularity_sums

@@ -59,12 +59,13 @@ def test_the_client_app_loads_no_server_code() -> None:
 PACKAGES = ("fl_app", "strategies", "clients", "fedrec", "datasets")
 
 
-def _imports() -> dict[str, set[str]]:
+def _imports(root: Path = REPO, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
     """Module -> project modules it imports, wherever the import statement is (module level,
-    inside functions, under TYPE_CHECKING). Packages' ``__init__`` are not targets: importing
-    ``pkg.mod`` is an edge to ``pkg.mod``."""
-    paths = {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
-             for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py")}
+    inside functions, under TYPE_CHECKING): an import deferred into a function still makes a
+    cycle, only a later one. Packages' ``__init__`` are not targets: importing ``pkg.mod``
+    is an edge to ``pkg.mod``."""
+    paths = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+             for pkg in packages for p in (root / pkg).rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for mod, path in paths.items():
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
@@ -88,26 +89,55 @@ def _imports() -> dict[str, set[str]]:
     return graph
 
 
-def test_no_import_cycle_in_the_project() -> None:
-    graph = _imports()
+def import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """The first import cycle in ``graph`` (``[a, b, ..., a]``), or None."""
     state: dict[str, int] = {}
     stack: list[str] = []
 
-    def visit(m: str) -> None:
+    def visit(m: str) -> list[str] | None:
         state[m] = 1
         stack.append(m)
         for d in sorted(graph[m]):
             if state.get(d) == 1:
-                cycle = stack[stack.index(d):] + [d]
-                raise AssertionError("import cycle: " + " -> ".join(cycle))
-            if d not in state:
-                visit(d)
+                return stack[stack.index(d):] + [d]
+            if d not in state and (cycle := visit(d)) is not None:
+                return cycle
         stack.pop()
         state[m] = 2
+        return None
 
     for module in sorted(graph):
-        if module not in state:
-            visit(module)
+        if module not in state and (cycle := visit(module)) is not None:
+            return cycle
+    return None
+
+
+def test_no_import_cycle_in_the_project() -> None:
+    cycle = import_cycle(_imports())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_no_import_cycle_among_the_benchmarks() -> None:
+    """benchmarks/ share the board's settings and report through modules below them
+    (``benchmarks._board``, ``benchmarks._board_report``), not by importing each other back."""
+    graph = _imports(REPO, ("benchmarks",))
+    assert "benchmarks.leaderboard" in graph  # the check reads the real scripts
+    cycle = import_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_cycle_check_sees_an_import_inside_a_function(tmp_path: Path) -> None:
+    """Two scripts that import each other, one of them only inside a function, are a cycle."""
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "__init__.py").write_text("")
+    (tmp_path / "benchmarks" / "a.py").write_text("from benchmarks.b import f\n")
+    (tmp_path / "benchmarks" / "b.py").write_text(
+        "def f():\n    from benchmarks import a\n    return a\n")
+    (tmp_path / "benchmarks" / "c.py").write_text("from benchmarks import b\n")
+    assert import_cycle(_imports(tmp_path, ("benchmarks",))) == [
+        "benchmarks.a", "benchmarks.b", "benchmarks.a"]
+    (tmp_path / "benchmarks" / "b.py").write_text("def f():\n    return 1\n")
+    assert import_cycle(_imports(tmp_path, ("benchmarks",))) is None
 
 
 # -- the core never loads the app, not even by name ------------------------------------------

@@ -71,3 +71,25 @@ def test_a_unit_another_process_stored_meanwhile_is_taken_not_rerun(tmp_path: Pa
         raise AssertionError("a unit another process stored was run again")
 
     assert one.get("attack/b", never) == 2
+
+
+def test_markdown_only_reports_the_stored_result_or_names_the_missing_file(
+        tmp_path: Path) -> None:
+    """``rewrite_markdown`` (every ``--markdown-only``): ``prepare`` changes the stored
+    result before the report and the plot see it, both get the same result, and a missing
+    file stops with its name instead of writing an empty report."""
+    from benchmarks._report import rewrite_markdown, write_report
+
+    path = tmp_path / "bench.json"
+    with pytest.raises(SystemExit, match="bench.json does not exist"):
+        rewrite_markdown(path, lambda r: "never")
+    assert not path.exists()
+    write_report(path, {"rows": [1, 2]}, "old\n")
+    plotted: list[tuple[dict, Path]] = []
+    result = rewrite_markdown(path, lambda r: f"rows {r['rows']}, {r['note']}\n",
+                              plot=lambda r, png: plotted.append((r, png)),
+                              prepare=lambda r: r.__setitem__("note", "prepared"))
+    assert result == {"rows": [1, 2], "note": "prepared"}
+    assert path.with_suffix(".md").read_text() == "rows [1, 2], prepared\n"
+    assert plotted == [(result, path.with_suffix(".png"))]
+    assert '"note": "prepared"' in path.read_text()

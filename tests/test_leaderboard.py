@@ -1,11 +1,14 @@
-"""The leaderboard (benchmarks/leaderboard.py): rows come from the runs' own records, what the
-server sees and epsilon are read from each run's privacy section, a refused cell is shown
-with its reason, and every cell of the default board is declared with its node policy."""
+"""The leaderboard (benchmarks/leaderboard.py, its cells in benchmarks/_board.py, its report in
+benchmarks/_board_report.py): rows come from the runs' own records, what the server sees and
+epsilon are read from each run's privacy section, a refused cell is shown with its reason, and
+every cell of the default board is declared with its node policy."""
 
 from __future__ import annotations
 
 import pytest
 
+from benchmarks import _board as board
+from benchmarks import _board_report as report
 from benchmarks import leaderboard as lb
 
 
@@ -14,8 +17,8 @@ def _cell(protocol: str, fed: dict, privacy: dict | None = None, **kw) -> dict:
             "centralized": kw.get("centralized", {}), "popularity": {"ndcg@20": 0.2,
                                                                    "recall@20": 0.15},
             "rounds": 10, "bytes_per_node": 2e6,
-            "server_sees": lb.server_sees(protocol, privacy or {}),
-            "epsilon": lb._epsilon(privacy or {})}
+            "server_sees": board.server_sees(protocol, privacy or {}),
+            "epsilon": board.dp_epsilon(privacy or {})}
 
 
 def test_rows_rank_every_model_of_every_cell_and_keep_its_reference() -> None:
@@ -28,11 +31,11 @@ def test_rows_rank_every_model_of_every_cell_and_keep_its_reference() -> None:
                                        {"sums": [{"form": "masked"}],
                                         "dp": {"run_epsilon": 1.0, "epsilon": 1.0}}),
     }, "failed": {"ml-100k/lpgcn": "RunFailedError: an item without training"}}
-    rows = lb.rows(result, "ml-100k")
+    rows = report.rows(result, "ml-100k")
     assert [r["name"] for r in rows] == ["privirec (gf-cf)", "privirec (bspm-lm)",
                                          "dp-prototypes"]
     assert rows[0]["cen_ndcg"] == 0.38 and rows[1]["cen_ndcg"] is None
-    text = lb.markdown(result)
+    text = report.markdown(result)
     assert "| privirec (gf-cf) | 0.3700 | 0.3800 | 0.974 | 0.3100 | 1.85x |" in text
     assert "| dp-prototypes | 0.0200 |" in text and "masked + noised | 1 |" in text
     assert "Best with a DP guarantee: dp-prototypes (0.0200 at epsilon 1)" in text
@@ -40,20 +43,20 @@ def test_rows_rank_every_model_of_every_cell_and_keep_its_reference() -> None:
 
 
 def test_what_the_server_sees_follows_the_recorded_sums() -> None:
-    assert lb.server_sees("fedmf", {"sums": [{"form": "plain"}]}) == "plain"
-    assert lb.server_sees("privmvmf", {"sums": [{"form": "ckks"}]}) == "encrypted"
-    assert lb.server_sees("fedsvd-privacy", {"sums": [{"form": "masked"}]}) == "masked + noised"
-    assert lb._epsilon({"sums": []}) is None
+    assert board.server_sees("fedmf", {"sums": [{"form": "plain"}]}) == "plain"
+    assert board.server_sees("privmvmf", {"sums": [{"form": "ckks"}]}) == "encrypted"
+    assert board.server_sees("fedsvd-privacy", {"sums": [{"form": "masked"}]}) == "masked + noised"
+    assert board.dp_epsilon({"sums": []}) is None
     # FedPower's claimed epsilon is marked not valid: it is no DP guarantee on the board
     fedpower = {"dp": {"epsilon": 10.7, "valid": False, "reason": "noise after D"}}
-    assert lb._epsilon(fedpower) is None and lb._epsilon(fedpower, valid=False) == 10.7
+    assert board.dp_epsilon(fedpower) is None and board.dp_epsilon(fedpower, valid=False) == 10.7
     cell = {"epsilon": None, "epsilon_not_valid": 10.7}
-    assert lb._epsilon_cell(cell) == "none (claims 10.7, not a guarantee)"
+    assert report._epsilon_cell(cell) == "none (claims 10.7, not a guarantee)"
 
 
 def test_every_default_cell_is_declared_with_its_policy() -> None:
-    cells = lb.cells(["ml-100k", "ml-1m"], lb.ORDER)
-    assert len(cells) == 2 * len(lb.ORDER) == len({c.key for c in cells})
+    cells = board.cells(["ml-100k", "ml-1m"], board.ORDER)
+    assert len(cells) == 2 * len(board.ORDER) == len({c.key for c in cells})
     by = {c.key: c for c in cells}
     assert by["ml-1m/dp-prototypes"].config["dpp-k"] == 50  # Fig. 3's k on ML-1M
     assert by["ml-100k/dp-prototypes"].nodes == 11 and by["ml-1m/dp-prototypes"].nodes == 10
@@ -89,7 +92,7 @@ def test_a_users_own_split_runs_on_the_board(tmp_path, monkeypatch, fmt) -> None
     _tiny_split(tmp_path / "data" / "my-split", fmt)
     seen = []
 
-    def fake_run(cell: lb.Cell) -> dict:
+    def fake_run(cell: board.Cell) -> dict:
         seen.append(cell.config)
         return {**_cell(cell.protocol, {"ndcg@20": 0.3, "recall@20": 0.2}),
                 "dataset": cell.dataset}
@@ -122,18 +125,18 @@ def test_the_board_says_how_each_ceiling_was_obtained() -> None:
                                                           "tuned-rounds": 37.0})
     old = {**_cell("fedmf", {"ndcg@20": 0.35}, centralized={"ndcg@20": 0.27}),
            "dataset": "ml-1m"}
-    text = lb.markdown({"cells": {"ml-100k/fedmf": tuned, "ml-1m/fedmf": old}})
+    text = report.markdown({"cells": {"ml-100k/fedmf": tuned, "ml-1m/fedmf": old}})
     line = next(x for x in text.splitlines() if x.startswith("- fedmf:"))
     assert "early stopping on a 10% validation split" in line and "8 candidates" in line
     assert "chosen: ML-100K 37 rounds" in line
     assert "ML-1M (users 1-2999): still the fixed budget" in line
-    assert set(lb.ORDER) <= set(lb.CEILING)
+    assert set(board.ORDER) <= set(report.CEILING)
 
 
 def test_the_fedmf_line_names_the_chosen_user_and_item_steps() -> None:
     cen = {"ndcg@20": 0.42, "tuned-rounds": 12.0, "tuned-lr": 1e-3, "tuned-item-lr": 1e-4,
            "tuned-reg": 0.01, "tuned-valid": 0.2139, "tuned-at-edge": 1.0}
-    text = lb.markdown({"cells": {"ml-100k/fedmf": _cell("fedmf", {"ndcg@20": 0.40},
+    text = report.markdown({"cells": {"ml-100k/fedmf": _cell("fedmf", {"ndcg@20": 0.40},
                                                           centralized=cen)}})
     line = next(x for x in text.splitlines() if x.startswith("- fedmf:"))
     assert ("(chosen: ML-100K 12 rounds at lr 0.001, item lr 0.0001, reg 0.01, validation "
@@ -154,9 +157,9 @@ def test_privirec_gap_note_only_where_the_filters_stay_below_099(tmp_path) -> No
                    centralized={"gf-cf/ndcg@20": 0.40, "turbo-cf/ndcg@20": 0.3}),
            "dataset": "ml-1m"}
     fine = _cell("privirec", {"gf-cf/ndcg@20": 0.397}, centralized={"gf-cf/ndcg@20": 0.40})
-    note = lb._privirec_gap({"cells": {"ml-1m/privirec": low, "ml-100k/privirec": fine}},
+    note = report._privirec_gap({"cells": {"ml-1m/privirec": low, "ml-100k/privirec": fine}},
                             path)
     assert note.count("reach") == 1 and "ML-1M (users 1-2999)" in note
     assert "0.975-0.975 of the exact ones" in note and "is 0.9986" in note
     assert "privirec-rank=512`) measured 0.995-0.995" in note
-    assert lb._privirec_gap({"cells": {"ml-100k/privirec": fine}}, path) == ""
+    assert report._privirec_gap({"cells": {"ml-100k/privirec": fine}}, path) == ""
