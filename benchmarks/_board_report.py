@@ -5,8 +5,11 @@ column was obtained) and its plot, from the stored board. Both runners that writ
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from benchmarks._board import LABEL, ORDER, REPO, label
 from benchmarks._report import stored_result
@@ -99,7 +102,8 @@ def ceiling_lines(result: dict[str, Any]) -> list[str]:
             f"; {', '.join(untuned)}: still the fixed budget of the run (not regenerated)"
             if untuned else "")
         lines.append(f"- {proto}: {CEILING.get(proto, '-')}{extra}."
-                     + (_privirec_gap(result) if proto == "privirec" else ""))
+                     + (_privirec_gap(result) + _privirec_spread(result)
+                        if proto == "privirec" else ""))
     return lines + [""]
 
 
@@ -144,6 +148,68 @@ def _privirec_gap(result: dict[str, Any], path: Path = RANK_GAP) -> str:
                       f"{min(fixed):.3f}-{max(fixed):.3f}" if fixed else "")
                    + " (`results/privirec/rank_gap.md`).")
     return "".join(out)
+
+
+#: A PriviRec cell above its exact filter is read against the run-to-run spread of the power
+#: method (each node's Omega is private and unseeded, so every run is a fresh draw): the
+#: default setting's draws in results/privirec/rank_gap.json. Rule (chosen): a ratio is a draw
+#: of that spread while it is at most the draws' mean plus SPREAD_Z sample standard
+#: deviations (about the top 2.5% of a normal spread), judged only with MIN_DRAWS draws or more.
+SPREAD_Z, MIN_DRAWS = 2.0, 5
+
+
+def within_spread(value: float, draws: Sequence[float], z: float = SPREAD_Z) -> bool | None:
+    """Whether ``value`` is at most mean + z sd of ``draws`` (None: too few draws to say)."""
+    if len(draws) < MIN_DRAWS:
+        return None
+    return value <= float(np.mean(draws)) + z * float(np.std(draws, ddof=1))
+
+
+def _default_draws(g: dict[str, Any]) -> dict[str, list[float]]:
+    """Per filter, the exact-filter ratios of the draws at a run's default setting (L = 3
+    rounds, p = r, no Ritz: ``privirec-ritz = auto`` skips Ritz at p = r)."""
+    rows = [r for r in g["rows"] if r["L"] == 3 and r["p"] == g["r"] and not r["ritz"]]
+    return {f: [r["ndcg20"][f] / g["exact"][f] for r in rows] for f in g["exact"]}
+
+
+def _privirec_spread(result: dict[str, Any], path: Path = RANK_GAP) -> str:
+    """Per dataset whose PriviRec cell scores above an exact filter, whether that is a draw of
+    the power method's run-to-run spread (``within_spread``) or a beaten ceiling."""
+    gaps = (stored_result(path) or {}).get("datasets", {})
+    out = []
+    for ds, g in gaps.items():
+        cell = result["cells"].get(f"{ds}/privirec")
+        if cell is None:
+            continue
+        fed, cen, draws = cell["federated"], cell["centralized"], _default_draws(g)
+        above = {f: fed[f"{f}/ndcg@20"] / cen[f"{f}/ndcg@20"] for f in draws
+                 if cen.get(f"{f}/ndcg@20") and fed.get(f"{f}/ndcg@20", 0) > cen[f"{f}/ndcg@20"]}
+        if not above:
+            continue
+        verdicts = {f: within_spread(v, draws[f]) for f, v in above.items()}
+        n = min(len(d) for d in draws.values())
+        if None in verdicts.values():
+            out.append(f" {label(ds)}: {_ratios(above)} above the exact filter, with {n} "
+                       f"draws of the run-to-run spread measured (fewer than {MIN_DRAWS}: not "
+                       "judged).")
+            continue
+        spread = "; ".join(f"{f} {min(d):.3f}-{max(d):.3f} (mean {np.mean(d):.3f}, sd "
+                           f"{np.std(d, ddof=1):.3f})" for f, d in draws.items())
+        inside = [f for f, ok in verdicts.items() if ok]
+        outside = [f for f, ok in verdicts.items() if not ok]
+        out.append(f" {label(ds)}: {_ratios(above)} above the exact filter; {n} draws of a "
+                   f"run at these settings (private Omega, L = 3, p = r) give {spread}"
+                   + (f"; {', '.join(inside)} within mean + {SPREAD_Z:g} sd (rule chosen: "
+                      "`_board_report.within_spread`), so a draw of the power method's spread, "
+                      "not a beaten ceiling" if inside else "")
+                   + (f"; {', '.join(outside)} beyond mean + {SPREAD_Z:g} sd: there the exact "
+                      "filter is not a ceiling for this run" if outside else "")
+                   + " (`results/privirec/rank_gap.md`).")
+    return "".join(out)
+
+
+def _ratios(ratios: dict[str, float]) -> str:
+    return ", ".join(f"{f} {v:.3f}" for f, v in ratios.items())
 
 
 def _epsilon_cell(cell: dict[str, Any]) -> str:

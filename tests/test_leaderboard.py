@@ -163,3 +163,41 @@ def test_privirec_gap_note_only_where_the_filters_stay_below_099(tmp_path) -> No
     assert "0.975-0.975 of the exact ones" in note and "is 0.9986" in note
     assert "privirec-rank=512`) measured 0.995-0.995" in note
     assert report._privirec_gap({"cells": {"ml-100k/privirec": fine}}, path) == ""
+
+
+def test_within_spread_is_a_rule_that_can_say_no() -> None:
+    """A tie with the draws is within; a value far above their spread is not; too few draws
+    are not judged."""
+    draws = [0.98, 0.99, 1.00, 0.985, 0.995]
+    assert report.within_spread(0.99, draws) is True
+    assert report.within_spread(1.001, draws) is True  # inside mean + 2 sd (1.0047)
+    assert report.within_spread(1.05, draws) is False
+    assert report.within_spread(1.0, draws[:4]) is None
+
+
+def test_privirec_cell_above_its_exact_filter_is_judged_against_the_draws(tmp_path) -> None:
+    """A cell above its exact filter is called a draw of the spread only inside mean + 2 sd
+    of the default setting's draws; one far above is called a beaten ceiling; draws at other
+    settings do not count."""
+    import json
+
+    exact = {"gf-cf": 0.40, "bspm-em": 0.30}
+    rows = [{"L": 3, "p": 256, "ritz": False, "seed": s,
+             "ndcg20": {"gf-cf": 0.40 * x, "bspm-em": 0.30 * x}}
+            for s, x in enumerate([0.98, 0.99, 1.00, 0.985, 0.995])]
+    rows.append({"L": 3, "p": 512, "ritz": True, "seed": 0,
+                 "ndcg20": {"gf-cf": 0.60, "bspm-em": 0.60}})
+    path = tmp_path / "rank_gap.json"
+    path.write_text(json.dumps({"datasets": {"ml-100k": {"r": 256, "exact": exact,
+                                                         "rows": rows}}}))
+    cen = {"gf-cf/ndcg@20": 0.40, "bspm-em/ndcg@20": 0.30}
+    tie = _cell("privirec", {"gf-cf/ndcg@20": 0.4004, "bspm-em/ndcg@20": 0.29}, centralized=cen)
+    note = report._privirec_spread({"cells": {"ml-100k/privirec": tie}}, path)
+    assert "gf-cf 1.001 above the exact filter" in note and "5 draws" in note
+    assert "gf-cf within mean + 2 sd" in note and "beyond" not in note
+    high = _cell("privirec", {"gf-cf/ndcg@20": 0.42, "bspm-em/ndcg@20": 0.29}, centralized=cen)
+    note = report._privirec_spread({"cells": {"ml-100k/privirec": high}}, path)
+    assert "gf-cf beyond mean + 2 sd" in note and "within" not in note
+    below = _cell("privirec", {"gf-cf/ndcg@20": 0.39, "bspm-em/ndcg@20": 0.29},
+                  centralized=cen)
+    assert report._privirec_spread({"cells": {"ml-100k/privirec": below}}, path) == ""
