@@ -130,21 +130,31 @@ class DPPrototypes(ProtocolStrategy):
         ``tuned-reg``, ``tuned-valid`` (the chosen validation NDCG), ``tuned-candidates``
         and ``tuned-at-edge`` (1.0 when the chosen L2 weight is the largest tried, or the
         smallest above 0)."""
-        from fedrec.recsys.nmf_ceiling import NMFModel, reg_at_edge
-        from fedrec.recsys.prototypes import silo_metric_sums
+        return self.ceiling_metrics(self.tune(data.train), data)
 
-        tuned = self.tune(data.train)
+    def ceiling_metrics(self, tuned: EarlyStopped, data: Any) -> dict[str, float]:
+        """:meth:`reference`'s metrics of a :meth:`tune` result (benchmarks keep the
+        result's per-candidate scores beside them)."""
+        from fedrec.recsys.nmf_ceiling import NMFModel, reg_at_edge
+
         model = tuned.model
-        assert isinstance(model, NMFModel) and model.item_factors is not None
-        V = model.item_factors
-        sums = silo_metric_sums(model.user_factors @ V.T, data.train, data.test,
-                                self.params.value_max, self.top_k)
+        assert isinstance(model, NMFModel)
         tried = [float(label) for label in tuned.tried]
-        return {**metric_means(self.top_k, sums[evaluation_wire.RANKING],
-                               sums[evaluation_wire.RATING]),
+        return {**self.model_metrics(model, data),
                 "tuned-rounds": float(model.sweeps), "tuned-reg": model.reg,
                 "tuned-valid": max(tuned.curve), "tuned-candidates": float(len(tried)),
                 "tuned-at-edge": float(reg_at_edge(model.reg, tried))}
+
+    def model_metrics(self, model: Any, data: Any) -> dict[str, float]:
+        """A centralized NMF (``NMFModel`` fitted on ``data.train``) scored on ``data.test``
+        exactly as the silos score the federated run (``silo_metric_sums``)."""
+        from fedrec.recsys.prototypes import silo_metric_sums
+
+        V = model.item_factors
+        sums = silo_metric_sums(model.user_factors @ V.T, data.train, data.test,
+                                self.params.value_max, self.top_k)
+        return metric_means(self.top_k, sums[evaluation_wire.RANKING],
+                            sums[evaluation_wire.RATING])
 
     def tune(self, train: Any) -> EarlyStopped:
         """HALS sweeps by early stopping and the L2 weight from a grid around this run's,
