@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -382,20 +382,31 @@ def validation_split(train: sp.csr_matrix, fraction: float = VALID_FRACTION,
     return part(keep), part(~keep)
 
 
+class Trainable(Protocol):
+    """What early stopping needs of a model: ``fit(train, rounds, on_round)`` calling
+    ``on_round(r, rounds, loss)`` after each round (a true return stops it) and ``score``
+    of a batch of users. :class:`BPRMF` is one; ``fedrec.recsys.nmf.NMFModel`` another."""
+
+    def fit(self, train: sp.csr_matrix, rounds: int,
+            on_round: Callable[[int, int, float], bool | None] | None = None) -> Any: ...
+
+    def score(self, users: np.ndarray) -> np.ndarray: ...
+
+
 @dataclass
 class EarlyStopped:
     """The tuned ceiling: the model retrained on all of train for the chosen rounds (None
     when the caller asked for the selection only), the validation NDCG@20 after every round
     of the selection run, and the rounds chosen."""
 
-    model: BPRMF | None
+    model: Trainable | None
     rounds: int
     curve: list[float]
     label: str = ""
     tried: dict[str, float] = field(default_factory=dict)  # label -> best validation NDCG
 
 
-def fit_early_stopped(make: Callable[[], BPRMF], train: sp.csr_matrix, max_rounds: int, *,
+def fit_early_stopped(make: Callable[[], Trainable], train: sp.csr_matrix, max_rounds: int, *,
                       patience: int = PATIENCE, fraction: float = VALID_FRACTION,
                       seed: int = 0, top_k: int = 20, retrain: bool = True) -> EarlyStopped:
     """A centralized reference trained to convergence without looking at the test split.
@@ -420,9 +431,9 @@ def fit_early_stopped(make: Callable[[], BPRMF], train: sp.csr_matrix, max_round
     return EarlyStopped(make().fit(train, best) if retrain else None, best, curve)
 
 
-def tune_early_stopped(makers: dict[str, Callable[[], BPRMF]], train: sp.csr_matrix,
+def tune_early_stopped(makers: dict[str, Callable[[], Trainable]], train: sp.csr_matrix,
                        max_rounds: int, *,
-                       refine: Callable[[str], dict[str, Callable[[], BPRMF]]] | None = None,
+                       refine: Callable[[str], dict[str, Callable[[], Trainable]]] | None = None,
                        on_candidate: Callable[[int, int, str, EarlyStopped], None] | None = None,
                        **kw: Any) -> EarlyStopped:
     """:func:`fit_early_stopped` for every candidate (label -> untrained model), keeping the
@@ -436,7 +447,7 @@ def tune_early_stopped(makers: dict[str, Callable[[], BPRMF]], train: sp.csr_mat
     pending = dict(makers)
     every = dict(makers)
 
-    def run(todo: dict[str, Callable[[], BPRMF]]) -> None:
+    def run(todo: dict[str, Callable[[], Trainable]]) -> None:
         nonlocal best
         for label, make in todo.items():
             if label in tried:

@@ -25,6 +25,7 @@ fixed, a convex problem HALS solves to its unique minimum.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -137,25 +138,31 @@ def _hals(W: np.ndarray, XH: np.ndarray, HtH: np.ndarray, reg: float) -> np.ndar
     return W
 
 
-def nmf(X: Matrix, rank: int, reg: float = 0.1, iters: int = 200,
-        tol: float = 1e-6) -> NMFResult:
+def nmf(X: Matrix, rank: int, reg: float = 0.1, iters: int = 200, tol: float = 1e-6,
+        on_sweep: Callable[[int, NMFResult, bool], bool | None] | None = None) -> NMFResult:
     """Regularized NMF of the zero-filled X by HALS from NNDSVD.
 
     Stops after ``iters`` sweeps or when a sweep lowers the objective by less than ``tol``
-    relative; deterministic for a given X.
+    relative; deterministic for a given X. ``on_sweep(s, result, last)`` is called after
+    sweep s with the factors so far (``last``: no sweep follows), e.g. to score a
+    validation split; a true return stops the fit there.
     """
     if reg < 0:
         raise ValueError(f"reg must be >= 0, got {reg}")
     X = X.tocsr() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
     U, V = nndsvd(X, rank)
-    history = [objective(X, U, V, reg)]
-    for _ in range(int(iters)):
-        U = _hals(U, np.asarray(X @ V), V.T @ V, reg)
-        V = _hals(V, np.asarray(X.T @ U), U.T @ U, reg)
-        history.append(objective(X, U, V, reg))
-        if history[-2] - history[-1] <= tol * max(history[-2], 1e-300):
+    out = NMFResult(U, V, [objective(X, U, V, reg)])
+    history = out.objective
+    for s in range(1, int(iters) + 1):
+        out.U = _hals(out.U, np.asarray(X @ out.V), out.V.T @ out.V, reg)
+        out.V = _hals(out.V, np.asarray(X.T @ out.U), out.U.T @ out.U, reg)
+        history.append(objective(X, out.U, out.V, reg))
+        done = history[-2] - history[-1] <= tol * max(history[-2], 1e-300)
+        if on_sweep is not None and on_sweep(s, out, done or s == int(iters)):
             break
-    return NMFResult(U, V, history)
+        if done:
+            break
+    return out
 
 
 def fit_user_factors(X: Matrix, V: np.ndarray, reg: float = 0.1, iters: int = 200,
