@@ -178,7 +178,10 @@ class FedMVMF(ProtocolStrategy):
         ``tuned-lam1``, ``tuned-lam2``, ``tuned-valid`` (the chosen validation NDCG@k),
         ``tuned-candidates`` and ``tuned-at-edge`` (1.0 when a chosen value is its grid's
         smallest or largest)."""
-        tuned = self.tune(data)
+        return self.ceiling_metrics(data, self.tune(data))
+
+    def ceiling_metrics(self, data: Any, tuned: Ceiling) -> dict[str, float]:
+        """:meth:`reference`'s dict for a tuning result (scored on ``data``'s test split)."""
         model = tuned.model
         assert model.model is not None
         return {**model.metrics(data.train, data.test), "train-loss": model.model.losses[-1],

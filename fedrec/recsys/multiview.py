@@ -1,7 +1,8 @@
 """Multi-view matrix factorization (paper 004, PrivMVMF): R ~ P Q^T, X ~ P U^T, Y ~ Q V^T.
 
 One module for the math every party runs, so the federated protocols (``strategies/mvmf.py``,
-``clients/mvmf.py``) and the centralized reference (:class:`MVMF`) call the same code:
+``clients/mvmf.py``) and the centralized reference (:class:`MVMF`; tuned to convergence on a
+validation split of train by :func:`tune_ceiling`) call the same code:
 
 - user i (a node): its ratings r_i, dummy attributes x_i and factor p_i; p_i by the SemiALS
   closed form (eq. 8/38) or one SGD step (eqs. 9-10); the gradients f(i,j) = c_ij (r_ij -
@@ -635,8 +636,10 @@ def rating_metrics(model: MVMF, R: sp.csr_matrix, X: np.ndarray, Y: np.ndarray,
 
 # ---------------------------------------------------------------------------- a ceiling
 #: The centralized ceiling (:func:`tune_ceiling`): validation NDCG every EPOCHS_PER_CHECK
-#: epochs (an ML-1M check costs about an epoch), at most MAX_EPOCH_FACTOR x the run's epochs.
-EPOCHS_PER_CHECK, MAX_EPOCH_FACTOR = 5, 5
+#: epochs (an ML-1M check costs about an epoch), at most MAX_EPOCH_FACTOR x the run's epochs
+#: (4 x 20 = 80: six candidates and the retraining take ~10 minutes on ML-1M here,
+#: results/mvmf/ceiling.md).
+EPOCHS_PER_CHECK, MAX_EPOCH_FACTOR = 5, 4
 #: Multipliers of the run's (lr, lambda1, lambda2): a first pass over the Adam step and
 #: lambda2 (the run's setting is (1, 1, 1)), then lambda1 at the best of them.
 CEILING_GRID = ((1.0, 1.0, 1.0), (3.0, 1.0, 1.0), (3.0, 1.0, 1 / 3), (3.0, 1.0, 3.0))
