@@ -636,9 +636,9 @@ def rating_metrics(model: MVMF, R: sp.csr_matrix, X: np.ndarray, Y: np.ndarray,
 
 # ---------------------------------------------------------------------------- a ceiling
 #: The centralized ceiling (:func:`tune_ceiling`): validation NDCG every EPOCHS_PER_CHECK
-#: epochs (an ML-1M check costs about an epoch), at most MAX_EPOCH_FACTOR x the run's epochs
-#: (4 x 20 = 80: six candidates and the retraining take ~10 minutes on ML-1M here,
-#: results/mvmf/ceiling.md).
+#: epochs (a check solves every user's p, as an epoch does), at most MAX_EPOCH_FACTOR x the
+#: run's epochs (4 x 20 = 80: six candidates and the retraining took 647 s on ML-1M on 2
+#: shared cores, results/mvmf/ceiling.md).
 EPOCHS_PER_CHECK, MAX_EPOCH_FACTOR = 5, 4
 #: Multipliers of the run's (lr, lambda1, lambda2): a first pass over the Adam step and
 #: lambda2 (the run's setting is (1, 1, 1)), then lambda1 at the best of them.
