@@ -34,18 +34,24 @@ from typing import Any
 import numpy as np
 
 from fedrec.config import ConfigError, Key
+from fedrec.recsys.mf import PATIENCE, VALID_FRACTION
 from fedrec.recsys.multiview import (
+    CEILING_GRID,
+    CEILING_REFINE,
+    EPOCHS_PER_CHECK,
+    MAX_EPOCH_FACTOR,
     MVMF,
     P_UPDATES,
     WEIGHTINGS,
+    Ceiling,
     MVMFConfig,
     attribute_dim,
     attribute_matrix,
     init_server_factors,
+    rating_metrics,
     rating_ranking_means,
-    rating_ranking_sums,
     server_gradients,
-    user_scores,
+    tune_ceiling,
 )
 from fedrec.transport.aggregators import Aggregator, CkksAggregator
 from fedrec.transport.factory import make_aggregator
@@ -134,14 +140,55 @@ class FedMVMF(ProtocolStrategy):
         return MVMF(self.model).fit(data.train, self.attributes(data), data.item_features,
                                     self.epochs, groups)
 
-    def reference(self, data: Any) -> dict[str, float]:
-        """Metrics of :meth:`reference_model` (keys as the federated run's)."""
+    def budget_metrics(self, data: Any) -> dict[str, float]:
+        """Metrics of :meth:`reference_model` (keys as the federated run's): the federated
+        arithmetic at this run's budget, equal to the run up to float64 rounding."""
         model = self.reference_model(data)
-        Q = model.item_factors(data.item_features, data.cold_items)
-        P = model.user_factors(data.train, self.attributes(data), Q)  # as the nodes do
-        sums = rating_ranking_sums(user_scores(P, Q), data.train, data.test, self.top_k,
-                                   self.threshold, data.cold_items)
-        return {**rating_ranking_means(sums, self.top_k), "train-loss": model.losses[-1]}
+        return {**rating_metrics(model, data.train, self.attributes(data),
+                                 data.item_features, data.test, data.cold_items, self.top_k,
+                                 self.threshold), "train-loss": model.losses[-1]}
+
+    def tune(self, data: Any) -> Ceiling:
+        """This run's MVMF trained centrally to convergence (``tune_ceiling``): epochs by
+        early stopping on a validation split carved from train, (lr, lambda1, lambda2) from
+        CEILING_GRID around this run's, then CEILING_REFINE; the test split is not passed."""
+        n = len(CEILING_GRID) + len(CEILING_REFINE)
+        log.info("%s reference: centralized MVMF to convergence (early stopping on a %.0f%% "
+                 "validation split of train, a check every %d epochs, patience %d checks, at "
+                 "most %d epochs; up to %d (lr, lambda1, lambda2) candidates)", self.name,
+                 100 * VALID_FRACTION, EPOCHS_PER_CHECK, PATIENCE,
+                 MAX_EPOCH_FACTOR * self.epochs, n)
+
+        def shown(i: int, n_: int, label: str, out: Any) -> None:
+            log.info("%s reference: candidate %d (lr, lambda1, lambda2 = %s) done, %d epochs, "
+                     "validation NDCG@%d %.4f", self.name, i, label,
+                     out.rounds * EPOCHS_PER_CHECK, self.top_k, max(out.curve))
+
+        tuned = tune_ceiling(self.model, self.attributes(data), data.item_features,
+                             data.cold_items, data.train, self.epochs, self.top_k,
+                             self.threshold, on_candidate=shown, seed=self.model.seed)
+        log.info("%s reference: lr %g, lambda1 %g, lambda2 %g, %d epochs chosen (validation "
+                 "NDCG@%d %.4f)", self.name, tuned.cfg.lr, tuned.cfg.lam1, tuned.cfg.lam2,
+                 tuned.epochs, self.top_k, tuned.valid)
+        return tuned
+
+    def reference(self, data: Any) -> dict[str, float]:
+        """The centralized ceiling (:meth:`tune`), scored on test as the federated run is
+        (keys as its metrics), plus ``tuned-rounds`` (epochs), ``tuned-lr``,
+        ``tuned-lam1``, ``tuned-lam2``, ``tuned-valid`` (the chosen validation NDCG@k),
+        ``tuned-candidates`` and ``tuned-at-edge`` (1.0 when a chosen value is its grid's
+        smallest or largest)."""
+        return self.ceiling_metrics(data, self.tune(data))
+
+    def ceiling_metrics(self, data: Any, tuned: Ceiling) -> dict[str, float]:
+        """:meth:`reference`'s dict for a tuning result (scored on ``data``'s test split)."""
+        model = tuned.model
+        assert model.model is not None
+        return {**model.metrics(data.train, data.test), "train-loss": model.model.losses[-1],
+                "tuned-rounds": float(tuned.epochs), "tuned-lr": tuned.cfg.lr,
+                "tuned-lam1": tuned.cfg.lam1, "tuned-lam2": tuned.cfg.lam2,
+                "tuned-valid": tuned.valid, "tuned-candidates": float(len(tuned.tried)),
+                "tuned-at-edge": float(tuned.at_edge)}
 
     # -- the protocol --------------------------------------------------------------------------
     def _sum(self, fed: Federation, action: str, arrays: Mapping[str, np.ndarray],

@@ -287,7 +287,7 @@ def test_fedmvmf_equals_the_centralized_reference(fed_plain, data) -> None:
     np.testing.assert_allclose(record["extra"]["Q"], ref.Q, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(record["extra"]["U"], ref.U, rtol=1e-12, atol=1e-14)
     assert [h["loss"] for h in record["history"]] == pytest.approx(ref.losses, rel=1e-12)
-    central = strategy.reference(data)
+    central = strategy.budget_metrics(data)
     for key in ("ndcg@10", "precision@10", "recall@10", "f1@10", "precision@10-all",
                 "recall@10-all"):
         assert record["metrics"][key] == pytest.approx(central[key], abs=1e-9), key
@@ -396,7 +396,7 @@ def test_sgd_path_equals_the_reference(data) -> None:
     strategy = FedMVMF.from_run_config(cfg)
     ref = strategy.reference_model(data, _groups(data, cfg))
     np.testing.assert_allclose(record["extra"]["Q"], ref.Q, rtol=1e-12, atol=1e-14)
-    assert record["metrics"]["ndcg@10"] == pytest.approx(strategy.reference(data)["ndcg@10"],
+    assert record["metrics"]["ndcg@10"] == pytest.approx(strategy.budget_metrics(data)["ndcg@10"],
                                                          abs=1e-9)
 
 
@@ -432,3 +432,90 @@ def test_ml1m_users_become_dummy_attributes_and_bad_values_are_named() -> None:
     with pytest.raises(ValueError, match="attribute 'occupation' of local user row 2"):
         attribute_matrix({**attrs, "occupation": np.array(["writer", "writer", "pilot"])},
                          "ml-1m")
+
+
+# -- the centralized ceiling ------------------------------------------------------------------
+class _NoTest:
+    """``data`` whose test split cannot be read: the ceiling's tuning must not touch it."""
+
+    def __init__(self, data) -> None:
+        self._data = data
+
+    def __getattr__(self, name: str):
+        if name == "test":
+            raise AssertionError("the ceiling's tuning read the test split")
+        return getattr(self._data, name)
+
+
+def _ceiling_strategy(**over):
+    from fl_app.registry import resolve_config
+    from strategies.mvmf import FedMVMF
+
+    cfg = resolve_config({**BASE, "protocol": "fedmvmf", "rounds": 4, **over})
+    return FedMVMF.from_run_config(cfg)
+
+
+def test_mvmf_ceiling_is_tuned_on_validation_without_the_test_split(data) -> None:
+    """Epochs, lr and lambdas come from a validation split of train (the test split is never
+    read); the run's own setting is a candidate, so the ceiling is at least as good there;
+    the reference reports what it chose in the keys the leaderboard reads."""
+    strategy = _ceiling_strategy()
+    run = strategy.model
+    tuned = strategy.tune(_NoTest(data))
+    own = f"{run.lr:.6g},{run.lam1:.6g},{run.lam2:.6g}"
+    assert own in tuned.tried
+    assert tuned.valid == max(tuned.tried.values()) >= tuned.tried[own]
+    assert len(tuned.tried) == len(M.CEILING_GRID) + len(M.CEILING_REFINE)
+    assert tuned.cfg.dim == run.dim and tuned.cfg.weighting == run.weighting
+    assert tuned.epochs % M.EPOCHS_PER_CHECK == 0
+    assert 1 <= tuned.epochs <= M.MAX_EPOCH_FACTOR * strategy.epochs
+    ref = strategy.reference(data)
+    for key in ("ndcg@10", "precision@10-all", "train-loss", "tuned-rounds", "tuned-lr",
+                "tuned-lam1", "tuned-lam2", "tuned-valid", "tuned-candidates",
+                "tuned-at-edge"):
+        assert key in ref, key
+    assert ref["tuned-valid"] == pytest.approx(tuned.valid)
+
+
+def test_mvmf_early_stopping_picks_the_curves_argmax(data) -> None:
+    """The chosen epochs are the validation curve's argmax (x the epochs per check); the
+    selection run stops ``patience`` checks after it; the retrained model is the same model
+    trained on all of train for that many epochs."""
+    from fedrec.recsys.mf import fit_early_stopped, validation_split
+
+    strategy = _ceiling_strategy()
+    X = strategy.attributes(data)
+
+    def make() -> M.RatingMVMF:
+        return M.RatingMVMF(strategy.model, X, data.item_features, data.cold_items, 10, 4.0, 2)
+
+    out = fit_early_stopped(make, data.train, 15, patience=2, seed=1,
+                            metric=M.RatingMVMF.validation_ndcg)
+    best = int(np.argmax(out.curve)) + 1
+    assert out.rounds == best
+    assert len(out.curve) == min(15, best + 2)
+    fit, valid = validation_split(data.train, seed=1)
+    check = make().fit(fit, best)
+    assert M.RatingMVMF.validation_ndcg(check, fit, valid) == pytest.approx(max(out.curve),
+                                                                            abs=1e-12)
+    again = M.MVMF(strategy.model).fit(data.train, X, data.item_features, 2 * best)
+    assert out.model is not None and out.model.model is not None
+    np.testing.assert_array_equal(again.Q, out.model.model.Q)
+
+
+def test_mvmf_ceiling_grid_without_its_best_setting_scores_lower(data) -> None:
+    """The grid matters (a test that can fail): leaving out the setting the full grid
+    chooses gives a lower validation score."""
+    strategy = _ceiling_strategy()
+    run, X = strategy.model, strategy.attributes(data)
+    grid = ((1.0, 1.0, 1.0), (1.0, 1.0, 1 / 30), (1.0, 1.0, 30.0))
+
+    def tune(mults):
+        return M.tune_ceiling(run, X, data.item_features, data.cold_items, data.train,
+                              strategy.epochs, 10, 4.0, grid=mults, refine=(), seed=1)
+
+    full = tune(grid)
+    chosen = (full.cfg.lr / run.lr, full.cfg.lam1 / run.lam1, full.cfg.lam2 / run.lam2)
+    rest = tuple(g for g in grid if not np.allclose(g, chosen))
+    assert len(rest) == len(grid) - 1
+    assert tune(rest).valid < full.valid

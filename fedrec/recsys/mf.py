@@ -384,46 +384,64 @@ def validation_split(train: sp.csr_matrix, fraction: float = VALID_FRACTION,
 
 class Trainable(Protocol):
     """What early stopping needs of a model: ``fit(train, rounds, on_round)`` calling
-    ``on_round(r, rounds, loss)`` after each round (a true return stops it) and ``score``
-    of a batch of users. :class:`BPRMF` is one; ``fedrec.recsys.nmf.NMFModel`` another."""
+    ``on_round(r, rounds, loss)`` after each round (its factors are the model's then; a true
+    return stops training), and whatever the validation ``metric`` reads (the default,
+    :func:`ndcg_metric`, calls ``score`` on a batch of users). :class:`BPRMF` is one;
+    ``fedrec.recsys.nmf_ceiling.NMFModel`` and ``fedrec.recsys.multiview.RatingMVMF`` adapt
+    to it."""
 
     def fit(self, train: sp.csr_matrix, rounds: int,
             on_round: Callable[[int, int, float], bool | None] | None = None) -> Any: ...
 
-    def score(self, users: np.ndarray) -> np.ndarray: ...
+
+#: A validation score of a model being trained on ``fit``, from the held-out ``valid`` rows
+#: (higher is better): ``metric(model, fit, valid)``.
+Metric = Callable[[Any, sp.csr_matrix, sp.csr_matrix], float]
+
+
+def ndcg_metric(top_k: int = 20) -> Metric:
+    """NDCG@top_k of ``model.score`` on the held-out items, training items excluded (the
+    implicit-feedback metric of the ranking protocols; the default of early stopping)."""
+    def metric(model: Any, fit: sp.csr_matrix, valid: sp.csr_matrix) -> float:
+        from fedrec.recsys.metrics import evaluate_ranking
+
+        return float(evaluate_ranking(model.score, fit, valid, k=top_k)
+                     .means()[f"ndcg@{top_k}"])
+
+    return metric
 
 
 @dataclass
 class EarlyStopped:
     """The tuned ceiling: the model retrained on all of train for the chosen rounds (None
-    when the caller asked for the selection only), the validation NDCG@20 after every round
-    of the selection run, and the rounds chosen."""
+    when the caller asked for the selection only), the validation score (default NDCG@20)
+    after every round of the selection run, and the rounds chosen."""
 
     model: Trainable | None
     rounds: int
     curve: list[float]
     label: str = ""
-    tried: dict[str, float] = field(default_factory=dict)  # label -> best validation NDCG
+    tried: dict[str, float] = field(default_factory=dict)  # label -> best validation score
 
 
-def fit_early_stopped(make: Callable[[], Trainable], train: sp.csr_matrix, max_rounds: int, *,
-                      patience: int = PATIENCE, fraction: float = VALID_FRACTION,
-                      seed: int = 0, top_k: int = 20, retrain: bool = True) -> EarlyStopped:
+def fit_early_stopped(make: Callable[[], Trainable], train: sp.csr_matrix, max_rounds: int,
+                      *, patience: int = PATIENCE, fraction: float = VALID_FRACTION,
+                      seed: int = 0, top_k: int = 20, retrain: bool = True,
+                      metric: Metric | None = None) -> EarlyStopped:
     """A centralized reference trained to convergence without looking at the test split.
 
     ``make()`` builds an untrained model (fixed hyperparameters, as the federated run's). It
-    trains on ``fit`` (``validation_split``), scores NDCG@top_k on ``valid`` after every
-    round, stops after ``patience`` rounds without a better score or at ``max_rounds``, then
-    (``retrain``) retrains ``make()`` on all of ``train`` for the best round count (same
-    seeds, so the same draws as the selection run up to the held-out items)."""
-    from fedrec.recsys.metrics import evaluate_ranking
-
+    trains on ``fit`` (``validation_split``), scores ``metric`` (default NDCG@top_k of
+    ``model.score``, :func:`ndcg_metric`) on ``valid`` after every round, stops after
+    ``patience`` rounds without a better score or at ``max_rounds``, then (``retrain``)
+    retrains ``make()`` on all of ``train`` for the best round count (same seeds, so the
+    same draws as the selection run up to the held-out items)."""
     fit, valid = validation_split(train, fraction, seed)
     model, curve = make(), []
+    score = ndcg_metric(top_k) if metric is None else metric
 
     def on_round(r: int, rounds: int, loss: float) -> bool:
-        curve.append(float(evaluate_ranking(model.score, fit, valid, k=top_k)
-                           .means()[f"ndcg@{top_k}"]))
+        curve.append(float(score(model, fit, valid)))
         return r - (int(np.argmax(curve)) + 1) >= patience
 
     model.fit(fit, max_rounds, on_round=on_round)
@@ -437,7 +455,7 @@ def tune_early_stopped(makers: dict[str, Callable[[], Trainable]], train: sp.csr
                        on_candidate: Callable[[int, int, str, EarlyStopped], None] | None = None,
                        **kw: Any) -> EarlyStopped:
     """:func:`fit_early_stopped` for every candidate (label -> untrained model), keeping the
-    one with the best validation NDCG (the test split is never read) and retraining only
+    one with the best validation score (the test split is never read) and retraining only
     that one on all of train. ``refine(best label)`` (optional) names further candidates
     around the first pass's best (a coordinate step, e.g. the L2 weight at the best step
     sizes), tried the same way. ``on_candidate(k, n, label, result)`` is called after each

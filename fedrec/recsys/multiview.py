@@ -1,7 +1,8 @@
 """Multi-view matrix factorization (paper 004, PrivMVMF): R ~ P Q^T, X ~ P U^T, Y ~ Q V^T.
 
 One module for the math every party runs, so the federated protocols (``strategies/mvmf.py``,
-``clients/mvmf.py``) and the centralized reference (:class:`MVMF`) call the same code:
+``clients/mvmf.py``) and the centralized reference (:class:`MVMF`; tuned to convergence on a
+validation split of train by :func:`tune_ceiling`) call the same code:
 
 - user i (a node): its ratings r_i, dummy attributes x_i and factor p_i; p_i by the SemiALS
   closed form (eq. 8/38) or one SGD step (eqs. 9-10); the gradients f(i,j) = c_ij (r_ij -
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -457,7 +459,8 @@ RANK_FIELDS = ("ndcg_users", "ndcg", "prf_users", "precision", "recall",
 
 def rating_ranking_sums(scores: np.ndarray, train: sp.csr_matrix, test: sp.csr_matrix,
                         k: int = 10, threshold: float = 4.0,
-                        new_items: np.ndarray | None = None) -> np.ndarray:
+                        new_items: np.ndarray | None = None,
+                        all_unrated: bool = True) -> np.ndarray:
     """Sums over users of the paper's App. .2 metrics (a node's share of a sum), on two
     candidate sets, since the paper does not say which items it ranks:
 
@@ -475,7 +478,9 @@ def rating_ranking_sums(scores: np.ndarray, train: sp.csr_matrix, test: sp.csr_m
       0.17 needs the new items as candidates).
 
     Relevant: rating >= threshold. Returns :data:`RANK_FIELDS`: ``[users with a test item,
-    NDCG sum, users with a relevant item, P sum, R sum, the same three for all unrated]``.
+    NDCG sum, users with a relevant item, P sum, R sum, the same three for all unrated]``;
+    ``all_unrated=False`` leaves the last three 0 (early stopping reads NDCG alone, and the
+    all-item ranking costs as much as the rest).
     """
     test = sp.csr_matrix(test)
     train = sp.csr_matrix(train)
@@ -500,6 +505,8 @@ def rating_ranking_sums(scores: np.ndarray, train: sp.csr_matrix, test: sp.csr_m
             out[2] += 1
             out[3] += hits / min(k, items.size)
             out[4] += hits / n_rel
+    if not all_unrated:
+        return out
     # all unrated candidates: the platform's all-ranking sums (training items at -inf) on
     # the relevant test items that are not training items
     relevant = (test >= threshold).astype(np.float64) - (train != 0).multiply(test >= threshold)
@@ -547,11 +554,14 @@ class MVMF:
     on_epoch: Callable[[int, UserStep, MVMF], None] | None = None
 
     def fit(self, R: sp.csr_matrix, X: np.ndarray, Y: np.ndarray, epochs: int,
-            groups: Iterable[np.ndarray] | None = None) -> MVMF:
+            groups: Iterable[np.ndarray] | None = None,
+            on_round: Callable[[int, int, float], bool | None] | None = None) -> MVMF:
         """``epochs`` epochs on ratings R (users x items), attributes X, item features Y.
 
         ``groups``: user index sets summed first and then added in order (a federation's
-        nodes), so the float64 sums run in the federation's order.
+        nodes), so the float64 sums run in the federation's order. ``on_round(e, epochs,
+        loss)`` is called after each epoch's step (Q, U and V are then the model's, so it can
+        score a validation split); a true return stops training (early stopping).
         """
         cfg = self.cfg
         R = sp.csr_matrix(R)
@@ -582,6 +592,10 @@ class MVMF:
             dQ, dU = server_gradients(Q, U, gQ, gU, item_term, cfg.lam1, cfg.lam2)
             self.Q, self.U = optQ.step(Q, dQ), optU.step(U, dU)
             self.losses.append(loss)
+            if on_round is not None:
+                self.V = item_server_step(Y, self.Q, cfg.lam1, cfg.lam2)[0]
+                if on_round(len(self.losses), epochs, loss):
+                    break
         self.V = item_server_step(Y, self.Q, cfg.lam1, cfg.lam2)[0]
         return self
 
@@ -605,3 +619,138 @@ class MVMF:
             Q[cold_items] = cold_item_factors(Y[cold_items], self.V, self.cfg.lam1,
                                               self.cfg.lam2)
         return Q
+
+
+def rating_metrics(model: MVMF, R: sp.csr_matrix, X: np.ndarray, Y: np.ndarray,
+                   test: sp.csr_matrix, cold_items: np.ndarray, k: int, threshold: float,
+                   all_unrated: bool = True) -> dict[str, float]:
+    """:func:`rating_ranking_means` of a trained model as the federation evaluates it: new
+    items from eq. 17, users' p by eq. 8 at that Q (eq. 15 without ratings), ``test``
+    against the ratings ``R`` the model was trained on."""
+    Q = model.item_factors(Y, cold_items)
+    P = model.user_factors(R, X, Q)
+    sums = rating_ranking_sums(user_scores(P, Q), R, test, k, threshold, cold_items,
+                               all_unrated=all_unrated)
+    return rating_ranking_means(sums, k)
+
+
+# ---------------------------------------------------------------------------- a ceiling
+#: The centralized ceiling (:func:`tune_ceiling`): validation NDCG every EPOCHS_PER_CHECK
+#: epochs (a check solves every user's p, as an epoch does), at most MAX_EPOCH_FACTOR x the
+#: run's epochs (4 x 20 = 80: six candidates and the retraining took 647 s on ML-1M on 2
+#: shared cores, results/mvmf/ceiling.md).
+EPOCHS_PER_CHECK, MAX_EPOCH_FACTOR = 5, 4
+#: Multipliers of the run's (lr, lambda1, lambda2): a first pass over the Adam step and
+#: lambda2 (the run's setting is (1, 1, 1)), then lambda1 at the best of them.
+CEILING_GRID = ((1.0, 1.0, 1.0), (3.0, 1.0, 1.0), (3.0, 1.0, 1 / 3), (3.0, 1.0, 3.0))
+CEILING_REFINE = ((1.0, 1 / 3, 1.0), (1.0, 3.0, 1.0))
+
+
+@dataclass
+class RatingMVMF:
+    """:class:`MVMF` with the side data bound, in the ``fit(train, rounds, on_round)``
+    protocol of ``fedrec.recsys.mf``'s early stopping (``fit_early_stopped``,
+    ``tune_early_stopped``), so the centralized ceiling reuses that selection code. A round
+    is ``epochs_per_round`` epochs (a validation check after each); its validation score is
+    :meth:`validation_ndcg`, MVMF's own metric."""
+
+    cfg: MVMFConfig
+    X: np.ndarray
+    Y: np.ndarray
+    cold_items: np.ndarray
+    k: int = 10
+    threshold: float = 4.0
+    epochs_per_round: int = 1
+    model: MVMF | None = None
+
+    def fit(self, train: sp.csr_matrix, rounds: int,
+            on_round: Callable[[int, int, float], bool | None] | None = None) -> RatingMVMF:
+        """``rounds`` x ``epochs_per_round`` epochs; ``on_round(r, rounds, loss)`` after
+        each round (a true return stops)."""
+        per = self.epochs_per_round
+
+        def check(epoch: int, epochs: int, loss: float) -> bool:
+            return bool(epoch % per == 0 and on_round is not None
+                        and on_round(epoch // per, rounds, loss))
+
+        self.model = MVMF(self.cfg)  # before training: on_round scores it
+        self.model.fit(train, self.X, self.Y, rounds * per,
+                       on_round=check if on_round is not None else None)
+        return self
+
+    def metrics(self, train: sp.csr_matrix, test: sp.csr_matrix,
+                all_unrated: bool = True) -> dict[str, float]:
+        """:func:`rating_metrics` of the model trained on ``train``."""
+        if self.model is None:
+            raise RuntimeError("RatingMVMF.metrics called before fit")
+        return rating_metrics(self.model, train, self.X, self.Y, test, self.cold_items,
+                              self.k, self.threshold, all_unrated)
+
+    @staticmethod
+    def validation_ndcg(model: RatingMVMF, fit: sp.csr_matrix, valid: sp.csr_matrix) -> float:
+        """NDCG@k of the held-out ratings ranked among themselves (the test metric's
+        candidate set, graded by the rating): the early-stopping metric."""
+        return model.metrics(fit, valid, all_unrated=False)[f"ndcg@{model.k}"]
+
+
+@dataclass
+class Ceiling:
+    """The tuned ceiling: the winner retrained on all of train, its hyperparameters and
+    epochs, the validation NDCG of every candidate, and whether a grid edge won."""
+
+    model: RatingMVMF
+    cfg: MVMFConfig
+    epochs: int
+    valid: float
+    tried: dict[str, float]
+    at_edge: bool
+
+
+def tune_ceiling(cfg: MVMFConfig, X: np.ndarray, Y: np.ndarray, cold_items: np.ndarray,
+                 train: sp.csr_matrix, epochs: int, k: int, threshold: float, *,
+                 grid: Iterable[tuple[float, float, float]] = CEILING_GRID,
+                 refine: Iterable[tuple[float, float, float]] = CEILING_REFINE,
+                 per_check: int = EPOCHS_PER_CHECK, factor: int = MAX_EPOCH_FACTOR,
+                 on_candidate: Callable[[int, int, str, Any], None] | None = None,
+                 **kw: Any) -> Ceiling:
+    """The run's MVMF (same dim, weights, sampling) trained centrally to convergence: epochs
+    by early stopping on a validation split carved from ``train`` (``validation_split``;
+    the test split is never an argument), (lr, lambda1, lambda2) from ``grid`` x the run's
+    ``cfg`` and then ``refine``'s lambda1 multipliers at the grid's best (lr, lambda2), at
+    most ``factor`` x ``epochs`` epochs; the winner retrained on all of ``train``.
+    ``kw``: ``fit_early_stopped``'s (patience, fraction, seed)."""
+    from dataclasses import replace
+
+    from fedrec.recsys.mf import tune_early_stopped
+
+    configs: dict[str, MVMFConfig] = {}
+
+    def candidates(mults: Iterable[tuple[float, float, float]]) -> dict[str, Any]:
+        out = {}
+        for a, b, c in mults:
+            c2 = replace(cfg, lr=cfg.lr * a, lam1=cfg.lam1 * b, lam2=cfg.lam2 * c)
+            label = f"{c2.lr:.6g},{c2.lam1:.6g},{c2.lam2:.6g}"
+            configs[label] = c2
+            out[label] = (lambda c3=c2: RatingMVMF(c3, X, Y, cold_items, k, threshold,
+                                                    per_check))
+        return out
+
+    def around(label: str) -> dict[str, Any]:
+        best = configs[label]
+        return candidates([(best.lr / cfg.lr * a, b, best.lam2 / cfg.lam2 * c)
+                           for a, b, c in refine])
+
+    first = candidates(grid)
+    tuned = tune_early_stopped(first, train, max(1, factor * epochs // per_check),
+                               refine=around, metric=RatingMVMF.validation_ndcg,
+                               on_candidate=on_candidate, **kw)
+    assert isinstance(tuned.model, RatingMVMF)
+    chosen = configs[tuned.label]
+    ratios = [(c.lr / cfg.lr, c.lam1 / cfg.lam1, c.lam2 / cfg.lam2) for c in configs.values()]
+    at_edge = any(
+        (r == min(x[i] for x in ratios) or r == max(x[i] for x in ratios))
+        and min(x[i] for x in ratios) < max(x[i] for x in ratios)
+        for i, r in enumerate((chosen.lr / cfg.lr, chosen.lam1 / cfg.lam1,
+                               chosen.lam2 / cfg.lam2)))
+    return Ceiling(tuned.model, chosen, tuned.rounds * per_check, max(tuned.curve),
+                   tuned.tried, at_edge)
