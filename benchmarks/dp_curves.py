@@ -66,6 +66,7 @@ from benchmarks._report import (  # noqa: E402
     log,
     machine_info,
     rewrite_markdown,
+    stored_result,
     write_report,
 )
 
@@ -85,6 +86,9 @@ FINE_COMMAND = ("python benchmarks/dp_curves.py --resume --seeds 5 --protocols "
 PROTOTYPES_COMMAND = ("python benchmarks/dp_curves.py --resume --protocols dp-prototypes "
                       "--epsilons " + " ".join(f"{e:g}" for e in PROTOTYPES_FINE))
 REFRESH_COMMAND = "python benchmarks/dp_curves.py --refresh-full-nmf"
+#: 5 seeds where dp-prototypes crosses popularity (the verdict's epsilons).
+PROTOTYPES_SEEDS_COMMAND = ("python benchmarks/dp_curves.py --resume --seeds 5 --protocols "
+                            "dp-prototypes --epsilons 1000 3000 10000")
 PROTOCOLS = ["dp-popularity", "fedsvd-privacy", "dp-prototypes"]
 #: L1 bound of a user's contribution to DP popularity: dp-prototypes' per-user sparsity
 #: (``dpp-sparsity`` = 50 entries), so the baseline bounds a user as the protocol does.
@@ -385,7 +389,9 @@ def markdown(result: Mapping[str, Any]) -> str:
         "numpy's seeded generator (same distribution; OpenDP's sampler would take ~10 min of "
         "noise per point here). "
         f"Command: `{COMMAND}` (the decade grid, 3 seeds), then `{FINE_COMMAND}` (half-decades "
-        f"and 5 seeds for the two cheap methods) and `{PROTOTYPES_COMMAND}`; dp-prototypes' "
+        f"and 5 seeds for the two cheap methods), `{PROTOTYPES_COMMAND}` and "
+        f"`{PROTOTYPES_SEEDS_COMMAND}` (5 seeds where dp-prototypes crosses popularity); "
+        "dp-prototypes' "
         f"Full NMF reference recomputed alone as the tuned ceiling by `{REFRESH_COMMAND}`. flwr "
         f"{cfg['machine']['flwr_version']}, machine {cfg['machine']}.", "",
         f"- Item popularity: NDCG@20 {_f(pop[0])} +- {_f(pop[1])}.",
