@@ -465,7 +465,7 @@ def test_mvmf_ceiling_is_tuned_on_validation_without_the_test_split(data) -> Non
     own = f"{run.lr:.6g},{run.lam1:.6g},{run.lam2:.6g}"
     assert own in tuned.tried
     assert tuned.valid == max(tuned.tried.values()) >= tuned.tried[own]
-    assert len(tuned.tried) == len(M.CEILING_GRID) + len(M.CEILING_REFINE)
+    assert len(tuned.tried) >= len(M.CEILING_GRID) + len(M.CEILING_REFINE)
     assert tuned.cfg.dim == run.dim and tuned.cfg.weighting == run.weighting
     assert tuned.epochs % M.EPOCHS_PER_CHECK == 0
     assert 1 <= tuned.epochs <= M.MAX_EPOCH_FACTOR * strategy.epochs
@@ -519,3 +519,25 @@ def test_mvmf_ceiling_grid_without_its_best_setting_scores_lower(data) -> None:
     rest = tuple(g for g in grid if not np.allclose(g, chosen))
     assert len(rest) == len(grid) - 1
     assert tune(rest).valid < full.valid
+
+
+def test_mvmf_ceiling_steps_past_a_grid_edge_its_best_sits_on(data) -> None:
+    """With two lambda2 values the first best is an edge of what was tried, so the walk
+    tries one step (x 3 or / 3) past it; a walk of zero passes does not."""
+    strategy = _ceiling_strategy()
+    run, X = strategy.model, strategy.attributes(data)
+
+    def tune(passes: int):
+        return M.tune_ceiling(run, X, data.item_features, data.cold_items, data.train,
+                              strategy.epochs, 10, 4.0, grid=((1.0, 1.0, 1.0), (1.0, 1.0, 3.0)),
+                              refine=(), passes=passes, seed=1)
+
+    def lam2s(tuned) -> set[float]:
+        return {round(float(label.split(",")[2]) / run.lam2, 6) for label in tuned.tried}
+
+    flat = tune(0)
+    assert lam2s(flat) == {1.0, 3.0} and flat.at_edge
+    first = flat.cfg.lam2 / run.lam2
+    walked = tune(1)
+    assert round(first * (3.0 if np.isclose(first, 3.0) else 1 / 3), 6) in lam2s(walked)
+    assert walked.valid >= flat.valid

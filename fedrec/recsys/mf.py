@@ -453,13 +453,15 @@ def tune_early_stopped(makers: dict[str, Callable[[], Trainable]], train: sp.csr
                        max_rounds: int, *,
                        refine: Callable[[str], dict[str, Callable[[], Trainable]]] | None = None,
                        on_candidate: Callable[[int, int, str, EarlyStopped], None] | None = None,
-                       **kw: Any) -> EarlyStopped:
+                       refine_passes: int = 1, **kw: Any) -> EarlyStopped:
     """:func:`fit_early_stopped` for every candidate (label -> untrained model), keeping the
     one with the best validation score (the test split is never read) and retraining only
     that one on all of train. ``refine(best label)`` (optional) names further candidates
     around the first pass's best (a coordinate step, e.g. the L2 weight at the best step
-    sizes), tried the same way. ``on_candidate(k, n, label, result)`` is called after each
-    selection run (n: the candidates known so far), e.g. to show progress."""
+    sizes), tried the same way, up to ``refine_passes`` times around the best so far (a pass
+    that names nothing new ends it: a walk that steps past a grid edge the best sits on).
+    ``on_candidate(k, n, label, result)`` is called after each selection run (n: the
+    candidates known so far), e.g. to show progress."""
     best: EarlyStopped | None = None
     tried: dict[str, float] = {}
     pending = dict(makers)
@@ -478,8 +480,12 @@ def tune_early_stopped(makers: dict[str, Callable[[], Trainable]], train: sp.csr
                 best, best.label = out, label
 
     run(pending)
-    if best is not None and refine is not None:
+    for _ in range(refine_passes if refine is not None else 0):
+        if best is None:
+            break
         more = {k: v for k, v in refine(best.label).items() if k not in every}
+        if not more:
+            break
         every.update(more)
         run(more)
     if best is None:

@@ -644,6 +644,10 @@ EPOCHS_PER_CHECK, MAX_EPOCH_FACTOR = 5, 4
 #: lambda2 (the run's setting is (1, 1, 1)), then lambda1 at the best of them.
 CEILING_GRID = ((1.0, 1.0, 1.0), (3.0, 1.0, 1.0), (3.0, 1.0, 1 / 3), (3.0, 1.0, 3.0))
 CEILING_REFINE = ((1.0, 1 / 3, 1.0), (1.0, 3.0, 1.0))
+#: Refinement passes: after lambda1, a best that sits on the edge of what was tried in lr or
+#: lambda2 gets one more step (x 3 or / 3) in that direction, until the best is inside or
+#: this many passes are spent (a ceiling chosen at the grid's edge may not be one).
+CEILING_REFINE_PASSES = 2
 
 
 @dataclass
@@ -711,13 +715,15 @@ def tune_ceiling(cfg: MVMFConfig, X: np.ndarray, Y: np.ndarray, cold_items: np.n
                  grid: Iterable[tuple[float, float, float]] = CEILING_GRID,
                  refine: Iterable[tuple[float, float, float]] = CEILING_REFINE,
                  per_check: int = EPOCHS_PER_CHECK, factor: int = MAX_EPOCH_FACTOR,
+                 passes: int = CEILING_REFINE_PASSES,
                  on_candidate: Callable[[int, int, str, Any], None] | None = None,
                  **kw: Any) -> Ceiling:
     """The run's MVMF (same dim, weights, sampling) trained centrally to convergence: epochs
     by early stopping on a validation split carved from ``train`` (``validation_split``;
     the test split is never an argument), (lr, lambda1, lambda2) from ``grid`` x the run's
-    ``cfg`` and then ``refine``'s lambda1 multipliers at the grid's best (lr, lambda2), at
-    most ``factor`` x ``epochs`` epochs; the winner retrained on all of ``train``.
+    ``cfg`` and then ``refine``'s lambda1 multipliers at the grid's best (lr, lambda2) and a
+    step past any lr or lambda2 edge the best sits on (up to ``passes`` passes),
+    at most ``factor`` x ``epochs`` epochs; the winner retrained on all of ``train``.
     ``kw``: ``fit_early_stopped``'s (patience, fraction, seed)."""
     from dataclasses import replace
 
@@ -735,14 +741,29 @@ def tune_ceiling(cfg: MVMFConfig, X: np.ndarray, Y: np.ndarray, cold_items: np.n
                                                     per_check))
         return out
 
+    def mults(c: MVMFConfig) -> tuple[float, float, float]:
+        return (c.lr / cfg.lr, c.lam1 / cfg.lam1, c.lam2 / cfg.lam2)
+
     def around(label: str) -> dict[str, Any]:
-        best = configs[label]
-        return candidates([(best.lr / cfg.lr * a, b, best.lam2 / cfg.lam2 * c)
-                           for a, b, c in refine])
+        """lambda1 around the best, then one step past any edge it sits on in lr or
+        lambda2 (the labels already tried are skipped by the caller)."""
+        a0, b0, c0 = mults(configs[label])
+        steps = [(a0 * a, b0 * b, c0 * c) for a, b, c in refine]
+        tried = [mults(c) for c in configs.values()]
+        for i in (0, 2):
+            values = [t[i] for t in tried]
+            best = (a0, b0, c0)[i]
+            for edge, step in ((max(values), 3.0), (min(values), 1 / 3)):
+                if np.isclose(best, edge) and min(values) < max(values):
+                    m = [a0, b0, c0]
+                    m[i] = best * step
+                    steps.append((m[0], m[1], m[2]))
+        return candidates(steps)
 
     first = candidates(grid)
     tuned = tune_early_stopped(first, train, max(1, factor * epochs // per_check),
-                               refine=around, metric=RatingMVMF.validation_ndcg,
+                               refine=around, refine_passes=passes,
+                               metric=RatingMVMF.validation_ndcg,
                                on_candidate=on_candidate, **kw)
     assert isinstance(tuned.model, RatingMVMF)
     chosen = configs[tuned.label]
