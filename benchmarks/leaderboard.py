@@ -74,18 +74,46 @@ def check_datasets(datasets: list[str], data_dir: str = "") -> None:
             raise SystemExit(f"error: --datasets {ds}: {exc}") from None
 
 
-def run_cell(cell: Cell) -> dict[str, Any]:
+#: Protocols whose centralized reference is another's, computed the same way on the same data
+#: and keys (PrivMVMF inherits FedMVMF.reference; the aggregator never enters it): the board
+#: copies that cell's reference instead of tuning it twice, and says so in the cell.
+SHARED_REFERENCE = {"privmvmf": "fedmvmf"}
+#: Keys that differ between such a pair without entering the reference.
+NOT_IN_REFERENCE = ("protocol", "aggregator")
+
+
+def shared_reference(cell: Cell, board: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The board cell whose reference ``cell`` may copy (its key and the cell), or None."""
+    other = SHARED_REFERENCE.get(cell.protocol)
+    source = board.get("cells", {}).get(f"{cell.dataset}/{other}") if other else None
+    if source is None or "centralized_from" in source:
+        return None
+
+    def keys(config: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in config.items() if k not in NOT_IN_REFERENCE}
+
+    same = keys(source["config"]) == keys(cell.config)
+    return (f"{cell.dataset}/{other}", source) if same and source["centralized"] else None
+
+
+def run_cell(cell: Cell, board: dict[str, Any] | None = None) -> dict[str, Any]:
     from fl_app.simulation import run_in_simulation
 
     if (cell.protocol == "lpgcn" and cell.dataset in CONVERGED_LPGCN
             and "data-dir" not in cell.config):
         return converged_cell(cell.dataset)  # its units resume from results/lpgcn/converged.json
 
+    shared = shared_reference(cell, board or {})
     t0 = time.perf_counter()
-    record = run_in_simulation(cell.config, cell.nodes, quiet=True, compare=True,
+    record = run_in_simulation(cell.config, cell.nodes, quiet=True, compare=shared is None,
                                node_policy=cell.policy, overwrite=True)
     wall = time.perf_counter() - t0
-    comp = record["comparison"]
+    if shared is None:
+        comp = record["comparison"]
+    else:  # the same reference, on the same split (dataset and seed are among the keys)
+        key, source = shared
+        comp = {"federated": dict(record["metrics"]), "centralized": source["centralized"],
+                "popularity": source["popularity"], "centralized_from": key}
     comm = record["communication"]
     bpn = comm["bytes_per_node"]
     return {"protocol": cell.protocol, "dataset": cell.dataset, "nodes": cell.nodes,
@@ -99,7 +127,9 @@ def run_cell(cell: Cell) -> dict[str, Any]:
             "epsilon_not_valid": dp_epsilon(record["privacy"].get("dp", record["privacy"]),
                                           valid=False),
             "seconds": {"wall": wall, "federated": record["seconds"],
-                        "centralized": comp.get("centralized_seconds")}}
+                        "centralized": comp.get("centralized_seconds")},
+            **({"centralized_from": comp["centralized_from"]} if "centralized_from" in comp
+               else {})}
 
 
 def refresh_from_runs(result: dict[str, Any], runs: Path) -> None:
@@ -139,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     for i, cell in enumerate(todo, 1):
         log(f"[{i}/{len(todo)}] {cell.key}: {cell.nodes} nodes")
         try:
-            result["cells"][cell.key] = run_cell(cell)
+            result["cells"][cell.key] = run_cell(cell, result)
             result.get("failed", {}).pop(cell.key, None)
         except Exception as exc:  # a failed cell is reported, the board goes on
             log(f"  {cell.key} failed: {type(exc).__name__}: {exc}")

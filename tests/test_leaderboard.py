@@ -92,7 +92,7 @@ def test_a_users_own_split_runs_on_the_board(tmp_path, monkeypatch, fmt) -> None
     _tiny_split(tmp_path / "data" / "my-split", fmt)
     seen = []
 
-    def fake_run(cell: board.Cell) -> dict:
+    def fake_run(cell: board.Cell, result: dict | None = None) -> dict:
         seen.append(cell.config)
         return {**_cell(cell.protocol, {"ndcg@20": 0.3, "recall@20": 0.2}),
                 "dataset": cell.dataset}
@@ -109,7 +109,7 @@ def test_a_users_own_split_runs_on_the_board(tmp_path, monkeypatch, fmt) -> None
 
 def test_a_missing_split_stops_the_board_before_any_cell(tmp_path, monkeypatch) -> None:
     (tmp_path / "data").mkdir()
-    monkeypatch.setattr(lb, "run_cell", lambda cell: pytest.fail("a cell ran"))
+    monkeypatch.setattr(lb, "run_cell", lambda cell, result=None: pytest.fail("a cell ran"))
     with pytest.raises(SystemExit, match="--datasets no-such-split: .*no-such-split"):
         lb.main(["--datasets", "no-such-split", "--data-dir", str(tmp_path / "data"),
                  "--protocols", "fedmf", "--out", str(tmp_path / "board.json")])
@@ -201,3 +201,20 @@ def test_privirec_cell_above_its_exact_filter_is_judged_against_the_draws(tmp_pa
     below = _cell("privirec", {"gf-cf/ndcg@20": 0.39, "bspm-em/ndcg@20": 0.29},
                   centralized=cen)
     assert report._privirec_spread({"cells": {"ml-100k/privirec": below}}, path) == ""
+
+
+def test_privmvmf_copies_fedmvmfs_reference_only_for_the_same_keys() -> None:
+    """The board copies a reference only from the named protocol's cell on the same dataset
+    with the same keys (protocol and aggregator aside), never a copy of a copy."""
+    cell = next(c for c in board.cells(["ml-100k"], ["privmvmf"]))
+    source = {"config": {**cell.config, "protocol": "fedmvmf", "aggregator": "secagg+"},
+              "centralized": {"ndcg@20": 0.87}, "popularity": {"ndcg@20": 0.8}}
+    found = lb.shared_reference(cell, {"cells": {"ml-100k/fedmvmf": source}})
+    assert found is not None and found[0] == "ml-100k/fedmvmf"
+    other = {**source, "config": {**source["config"], "mvmf-top-k": 10}}
+    assert lb.shared_reference(cell, {"cells": {"ml-100k/fedmvmf": other}}) is None
+    copied = {**source, "centralized_from": "ml-100k/x"}
+    assert lb.shared_reference(cell, {"cells": {"ml-100k/fedmvmf": copied}}) is None
+    assert lb.shared_reference(cell, {"cells": {}}) is None
+    fedmvmf = next(c for c in board.cells(["ml-100k"], ["fedmvmf"]))
+    assert lb.shared_reference(fedmvmf, {"cells": {"ml-100k/fedmvmf": source}}) is None
