@@ -38,6 +38,7 @@ from fedrec.recsys.mf import PATIENCE, VALID_FRACTION
 from fedrec.recsys.multiview import (
     CEILING_GRID,
     CEILING_REFINE,
+    CEILING_REFINE_PASSES,
     EPOCHS_PER_CHECK,
     MAX_EPOCH_FACTOR,
     MVMF,
@@ -151,13 +152,15 @@ class FedMVMF(ProtocolStrategy):
     def tune(self, data: Any) -> Ceiling:
         """This run's MVMF trained centrally to convergence (``tune_ceiling``): epochs by
         early stopping on a validation split carved from train, (lr, lambda1, lambda2) from
-        CEILING_GRID around this run's, then CEILING_REFINE; the test split is not passed."""
+        CEILING_GRID around this run's, then CEILING_REFINE and steps past an edge; the test
+        split is not passed."""
         n = len(CEILING_GRID) + len(CEILING_REFINE)
         log.info("%s reference: centralized MVMF to convergence (early stopping on a %.0f%% "
                  "validation split of train, a check every %d epochs, patience %d checks, at "
-                 "most %d epochs; up to %d (lr, lambda1, lambda2) candidates)", self.name,
-                 100 * VALID_FRACTION, EPOCHS_PER_CHECK, PATIENCE,
-                 MAX_EPOCH_FACTOR * self.epochs, n)
+                 "most %d epochs; %d (lr, lambda1, lambda2) candidates, then a step past any "
+                 "edge the best sits on, up to %d passes)", self.name, 100 * VALID_FRACTION,
+                 EPOCHS_PER_CHECK, PATIENCE, MAX_EPOCH_FACTOR * self.epochs, n,
+                 CEILING_REFINE_PASSES)
 
         def shown(i: int, n_: int, label: str, out: Any) -> None:
             log.info("%s reference: candidate %d (lr, lambda1, lambda2 = %s) done, %d epochs, "
