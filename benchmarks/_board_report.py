@@ -128,7 +128,8 @@ def ceiling_lines(result: dict[str, Any]) -> list[str]:
             if untuned else "")
         lines.append(f"- {proto}: {CEILING.get(proto, '-')}{extra}."
                      + (_privirec_gap(result) + _privirec_spread(result)
-                        if proto == "privirec" else ""))
+                        if proto == "privirec" else "")
+                     + (_mvmf_cap(result, proto) if proto in ("fedmvmf", "privmvmf") else ""))
     return lines + [""]
 
 
@@ -237,6 +238,31 @@ def _privirec_spread(result: dict[str, Any], path: Path = RANK_GAP) -> str:
                    + (f"; {', '.join(outside)} beyond mean + {SPREAD_Z:g} sd: there the exact "
                       "filter is not a ceiling for this run" if outside else "")
                    + " (`results/privirec/rank_gap.md`).")
+    return "".join(out)
+
+
+#: Where MVMF's ceiling is trained past its epoch cap (``benchmarks/mvmf_ceiling.py``).
+MVMF_CEILING = REPO / "results" / "mvmf" / "ceiling.json"
+
+
+def _mvmf_cap(result: dict[str, Any], proto: str, path: Path = MVMF_CEILING) -> str:
+    """Per dataset whose MVMF ceiling chose the epoch cap, what training on past it gives on
+    validation (the chosen setting to twice the cap, measured in ``path``)."""
+    stored = (stored_result(path) or {}).get("datasets", {})
+    out = []
+    for ds, r in stored.items():
+        cell = result["cells"].get(f"{ds}/{proto}")
+        past = r.get("beyond_cap")
+        cap = r.get("tuning", {}).get("max_epochs")
+        if cell is None or past is None or cell["centralized"].get("tuned-rounds") != cap:
+            continue
+        at_cap = past["valid"][past["epochs"].index(cap)] if cap in past["epochs"] else None
+        gain = (f"; at the cap {at_cap:.4f}, so the cap costs {past['best_valid'] - at_cap:.4f}"
+                if at_cap is not None else "")
+        out.append(f" {label(ds)}: the chosen epochs are the cap ({cap}); the chosen setting "
+                   f"trained on to {2 * cap} epochs peaks at validation NDCG@20 "
+                   f"{past['best_valid']:.4f} at {past['best_epochs']} epochs{gain} "
+                   "(`results/mvmf/ceiling.md`).")
     return "".join(out)
 
 

@@ -218,3 +218,20 @@ def test_privmvmf_copies_fedmvmfs_reference_only_for_the_same_keys() -> None:
     assert lb.shared_reference(cell, {"cells": {}}) is None
     fedmvmf = next(c for c in board.cells(["ml-100k"], ["fedmvmf"]))
     assert lb.shared_reference(fedmvmf, {"cells": {"ml-100k/fedmvmf": source}}) is None
+
+
+def test_mvmf_cap_note_only_where_the_ceiling_chose_the_cap(tmp_path) -> None:
+    """A ceiling whose epochs are the cap gets what training past it measured; one inside
+    the cap gets no note."""
+    import json
+
+    past = {"epochs": [5, 10, 15, 20], "valid": [0.80, 0.85, 0.86, 0.855], "best_epochs": 15,
+            "best_valid": 0.86}
+    path = tmp_path / "ceiling.json"
+    path.write_text(json.dumps({"datasets": {"ml-100k": {"tuning": {"max_epochs": 10},
+                                                         "beyond_cap": past}}}))
+    at_cap = _cell("fedmvmf", {"ndcg@20": 0.8}, centralized={"tuned-rounds": 10})
+    note = report._mvmf_cap({"cells": {"ml-100k/fedmvmf": at_cap}}, "fedmvmf", path)
+    assert "the chosen epochs are the cap (10)" in note and "costs 0.0100" in note
+    inside = _cell("fedmvmf", {"ndcg@20": 0.8}, centralized={"tuned-rounds": 5})
+    assert report._mvmf_cap({"cells": {"ml-100k/fedmvmf": inside}}, "fedmvmf", path) == ""
