@@ -159,7 +159,7 @@ def test_fedmf_ceiling_is_early_stopped_on_validation_and_not_beaten() -> None:
     from fedrec.recsys.metrics import evaluate_ranking
     from fedrec.recsys.mf import fit_early_stopped, tune_early_stopped, validation_split
     from fl_app.registry import resolve_config
-    from strategies.fedmf import REFERENCE_GRID, REFERENCE_SPLIT_STEPS, FedMF
+    from strategies.fedmf import EDGE_PASSES, REFERENCE_GRID, REFERENCE_SPLIT_STEPS, FedMF
 
     cfg = resolve_config({**LOCAL, "rounds": 3, "aggregator": "plain",
                           "synthetic-users": 80, "synthetic-items": 100})
@@ -182,10 +182,13 @@ def test_fedmf_ceiling_is_early_stopped_on_validation_and_not_beaten() -> None:
     grid = {(lr * a, lr * b, reg * c) for a, b, c in REFERENCE_GRID}
     grid |= {(lr * a, lr * b, reg * c) for a, b in REFERENCE_SPLIT_STEPS
              for c in {c for *_, c in REFERENCE_GRID}}
-    assert any(ceiling["tuned-lr"] == pytest.approx(a) and ceiling["tuned-item-lr"] ==
-               pytest.approx(b) and ceiling["tuned-reg"] == pytest.approx(c)
-               for a, b, c in grid)
-    assert ceiling["tuned-candidates"] == len(REFERENCE_GRID) + len(REFERENCE_SPLIT_STEPS)
+    n = len(REFERENCE_GRID) + len(REFERENCE_SPLIT_STEPS)
+    # the edge walk adds at most one step per coordinate (user step, ratio) per pass
+    assert n <= ceiling["tuned-candidates"] <= n + 2 * EDGE_PASSES
+    if ceiling["tuned-candidates"] == n:
+        assert any(ceiling["tuned-lr"] == pytest.approx(a) and ceiling["tuned-item-lr"] ==
+                   pytest.approx(b) and ceiling["tuned-reg"] == pytest.approx(c)
+                   for a, b, c in grid)
     picked = tune_early_stopped({"run": strategy._untrained,
                                  "slow": lambda: strategy._untrained(cfg["mf-lr"] / 10)},
                                 data.train, 12, patience=3, seed=cfg["seed"])
@@ -307,3 +310,18 @@ def test_tuned_ceiling_is_not_beaten_on_validation(tmp_path) -> None:  # type: i
     ceiling = FedMF.from_run_config(cfg).reference(data)
     assert record["metrics"]["ndcg@20"] <= ceiling["tuned-valid"], (
         record["metrics"]["ndcg@20"], ceiling)
+
+
+def test_steps_past_edges_walks_only_off_an_edge_it_sits_on() -> None:
+    """A best on the largest tried value of a coordinate gets a step x 3, on the smallest a
+    step / 3, inside none; a coordinate tried at one value has no edge; only ``dims`` walk."""
+    from fedrec.recsys.mf import steps_past_edges
+
+    tried = [(1.0, 1.0, 1.0), (1 / 3, 1.0, 1.0), (0.1, 1.0, 3.0), (1 / 3, 1 / 3, 1.0)]
+    assert steps_past_edges((1.0, 1.0, 1.0), tried, dims=(0, 1)) == [(3.0, 1.0, 1.0),
+                                                                    (1.0, 3.0, 1.0)]
+    assert steps_past_edges((1 / 3, 1 / 3, 1.0), tried, dims=(0, 1)) == [
+        (1 / 3, 1 / 9, 1.0)]
+    assert steps_past_edges((1 / 3, 1.0, 1.0), tried, dims=(0,)) == []
+    assert steps_past_edges((1.0, 1.0, 1.0), [(1.0, 1.0, 1.0)], dims=(0, 1, 2)) == []
+    assert steps_past_edges((0.1, 1.0, 3.0), tried, dims=(2,)) == [(0.1, 1.0, 9.0)]

@@ -27,7 +27,8 @@ Two ways to train it, both used federated and centralized:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -409,6 +410,24 @@ def ndcg_metric(top_k: int = 20) -> Metric:
                      .means()[f"ndcg@{top_k}"])
 
     return metric
+
+
+def steps_past_edges(best: Sequence[float], tried: Iterable[Sequence[float]],
+                     dims: Sequence[int], factor: float = 3.0) -> list[tuple[float, ...]]:
+    """One step (x ``factor`` or / ``factor``) past each edge of ``tried`` that ``best``
+    sits on, per coordinate in ``dims`` (the other coordinates as ``best``'s): the next
+    candidates of a grid walk, so a ceiling is not chosen where the grid cut it off. A
+    coordinate tried at one value only has no edge."""
+    tried = [tuple(t) for t in tried]
+    out = []
+    for i in dims:
+        values = [t[i] for t in tried]
+        if not values or math.isclose(min(values), max(values), rel_tol=1e-9):
+            continue
+        for edge, step in ((max(values), factor), (min(values), 1 / factor)):
+            if math.isclose(best[i], edge, rel_tol=1e-9):
+                out.append(tuple(best[j] * (step if j == i else 1.0) for j in range(len(best))))
+    return out
 
 
 @dataclass

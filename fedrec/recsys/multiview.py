@@ -727,7 +727,7 @@ def tune_ceiling(cfg: MVMFConfig, X: np.ndarray, Y: np.ndarray, cold_items: np.n
     ``kw``: ``fit_early_stopped``'s (patience, fraction, seed)."""
     from dataclasses import replace
 
-    from fedrec.recsys.mf import tune_early_stopped
+    from fedrec.recsys.mf import steps_past_edges, tune_early_stopped
 
     configs: dict[str, MVMFConfig] = {}
 
@@ -747,18 +747,10 @@ def tune_ceiling(cfg: MVMFConfig, X: np.ndarray, Y: np.ndarray, cold_items: np.n
     def around(label: str) -> dict[str, Any]:
         """lambda1 around the best, then one step past any edge it sits on in lr or
         lambda2 (the labels already tried are skipped by the caller)."""
-        a0, b0, c0 = mults(configs[label])
-        steps = [(a0 * a, b0 * b, c0 * c) for a, b, c in refine]
-        tried = [mults(c) for c in configs.values()]
-        for i in (0, 2):
-            values = [t[i] for t in tried]
-            best = (a0, b0, c0)[i]
-            for edge, step in ((max(values), 3.0), (min(values), 1 / 3)):
-                if np.isclose(best, edge) and min(values) < max(values):
-                    m = [a0, b0, c0]
-                    m[i] = best * step
-                    steps.append((m[0], m[1], m[2]))
-        return candidates(steps)
+        best = mults(configs[label])
+        steps = [(best[0] * a, best[1] * b, best[2] * c) for a, b, c in refine]
+        return candidates(steps + steps_past_edges(best, map(mults, configs.values()),
+                                                   dims=(0, 2)))
 
     first = candidates(grid)
     tuned = tune_early_stopped(first, train, max(1, factor * epochs // per_check),
