@@ -57,8 +57,9 @@ CEILING = {
              "of the run's with the L2 weight at 1 and 3 times the run's (8 candidates), then "
              "at the best L2 weight the item step at 1/3 or 1/10 of the user step (7 more: a "
              "federated round averages the nodes' item deltas, so its item factors move "
-             "slower than its user factors), all on the same validation split; the best "
-             "retrained on all of train (`fedrec.recsys.mf.tune_early_stopped`; the "
+             "slower than its user factors), then one step past any edge of what was tried "
+             "that the best sits on in the user step or the ratio (2 passes at most), all on "
+             "the same validation split; the best retrained on all of train (`fedrec.recsys.mf.tune_early_stopped`; the "
              "federated run on the same split: `results/fedmf/ceiling.md`)",
     "privirec": "the same filters computed exactly in one process (exact P~ and exact top-r "
                 "eigenvectors, published hyperparameters): nothing is trained, this is the "
