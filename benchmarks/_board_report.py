@@ -5,7 +5,7 @@ column was obtained) and its plot, from the stored board. Both runners that writ
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,15 +158,21 @@ def _tuned(cen: dict[str, Any], unit: str = "rounds") -> str:
 RANK_GAP = REPO / "results" / "privirec" / "rank_gap.json"
 
 
+def _privirec_cells(result: dict[str, Any], path: Path
+                    ) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(dataset, its rank-gap measurements, its PriviRec cell) for every dataset of
+    ``path`` (results/privirec/rank_gap.json) with a PriviRec cell on the board."""
+    for ds, g in (stored_result(path) or {}).get("datasets", {}).items():
+        cell = result["cells"].get(f"{ds}/privirec")
+        if cell is not None:
+            yield ds, g, cell
+
+
 def _privirec_gap(result: dict[str, Any], path: Path = RANK_GAP) -> str:
     """Per dataset whose PriviRec filters stay below 0.99 of centralized, the measured
     cause (results/privirec/rank_gap.json: P~'s eigenvalue ratio at the iteration rank)."""
-    gaps = (stored_result(path) or {}).get("datasets", {})
     out = []
-    for ds, g in gaps.items():
-        cell = result["cells"].get(f"{ds}/privirec")
-        if cell is None:
-            continue
+    for ds, g, cell in _privirec_cells(result, path):
         fed, cen = cell["federated"], cell["centralized"]
         ratios = [fed[k] / cen[k] for k in fed if k.endswith("ndcg@20") and cen.get(k)
                   and k.split("/")[0] in g["exact"]]
@@ -209,12 +215,8 @@ def _default_draws(g: dict[str, Any]) -> dict[str, list[float]]:
 def _privirec_spread(result: dict[str, Any], path: Path = RANK_GAP) -> str:
     """Per dataset whose PriviRec cell scores above an exact filter, whether that is a draw of
     the power method's run-to-run spread (``within_spread``) or a beaten ceiling."""
-    gaps = (stored_result(path) or {}).get("datasets", {})
     out = []
-    for ds, g in gaps.items():
-        cell = result["cells"].get(f"{ds}/privirec")
-        if cell is None:
-            continue
+    for ds, g, cell in _privirec_cells(result, path):
         fed, cen, draws = cell["federated"], cell["centralized"], _default_draws(g)
         above = {f: fed[f"{f}/ndcg@20"] / cen[f"{f}/ndcg@20"] for f in draws
                  if cen.get(f"{f}/ndcg@20") and fed.get(f"{f}/ndcg@20", 0) > cen[f"{f}/ndcg@20"]}

@@ -3,6 +3,7 @@ and the JSON + Markdown pair under ``results/``."""
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import json
 import os
@@ -50,6 +51,24 @@ def stored_result(json_path: Path) -> Any | None:
     ``--resume`` keeps and a ``--markdown-only`` reports again."""
     json_path = Path(json_path)
     return json.loads(json_path.read_text()) if json_path.is_file() else None
+
+
+def dataset_parser(description: str) -> argparse.ArgumentParser:
+    """The options every per-dataset benchmark shares (the ceiling scripts): ``--datasets``,
+    ``--data-dir``, ``--resume`` (keep datasets already measured), ``--markdown-only``."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--datasets", nargs="+", default=["ml-100k", "ml-1m"])
+    ap.add_argument("--data-dir", default="")
+    ap.add_argument("--resume", action="store_true", help="keep datasets already measured")
+    ap.add_argument("--markdown-only", action="store_true")
+    return ap
+
+
+def stored_datasets(json_path: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The stored result to extend (``--resume``) or report (``--markdown-only``), else a
+    fresh ``{"datasets": {}}``."""
+    stored = stored_result(json_path) if args.resume or args.markdown_only else None
+    return stored or {"datasets": {}}
 
 
 def rewrite_markdown(json_path: Path, markdown: Callable[[Any], str],

@@ -22,7 +22,6 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import argparse  # noqa: E402
 import logging  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -32,7 +31,15 @@ from typing import Any  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package named benchmarks
 
-from benchmarks._report import log, machine_info, stored_result, write_report  # noqa: E402
+from benchmarks._board import cells, label  # noqa: E402
+from benchmarks._report import (  # noqa: E402
+    dataset_parser,
+    log,
+    machine_info,
+    stored_datasets,
+    stored_result,
+    write_report,
+)
 
 OUT = REPO / "results" / "dp_prototypes" / "ceiling.json"
 BOARD = REPO / "results" / "leaderboard.json"
@@ -41,7 +48,6 @@ COMMAND = "python benchmarks/dp_prototypes_ceiling.py --datasets ml-100k ml-1m"
 
 def measure(dataset: str, data_dir: str = "") -> dict[str, Any]:
     """Popularity, the old Full reference and the tuned ceiling on validation and test."""
-    from benchmarks.leaderboard import cells
     from datasets import DatasetSpec, load_dataset
     from fedrec.recsys.metrics import evaluate_ranking, popularity_sums
     from fedrec.recsys.mf import validation_split
@@ -90,7 +96,6 @@ def measure(dataset: str, data_dir: str = "") -> dict[str, Any]:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    from benchmarks.leaderboard import label
     from fedrec.recsys.mf import MAX_ROUND_FACTOR, PATIENCE, VALID_FRACTION
     from fedrec.recsys.nmf_ceiling import REG_FACTORS, REG_REFINE, SWEEPS_PER_CHECK
 
@@ -140,14 +145,9 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--datasets", nargs="+", default=["ml-100k", "ml-1m"])
-    ap.add_argument("--data-dir", default="")
-    ap.add_argument("--resume", action="store_true", help="keep datasets already measured")
-    ap.add_argument("--markdown-only", action="store_true")
+    ap = dataset_parser(__doc__.splitlines()[0])
     args = ap.parse_args(argv)
-    result = (stored_result(OUT) if args.resume or args.markdown_only else None) or {
-        "datasets": {}}
+    result = stored_datasets(OUT, args)
     if not args.markdown_only:
         logging.basicConfig(level=logging.INFO, format="  %(message)s")
         logging.getLogger("flwr").setLevel(logging.WARNING)

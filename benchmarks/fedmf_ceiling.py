@@ -27,7 +27,6 @@ already in the file are kept (``--resume``).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import tempfile
@@ -42,7 +41,14 @@ sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package name
 
 from benchmarks._board import OUT as BOARD  # noqa: E402
 from benchmarks._board import cells, label  # noqa: E402
-from benchmarks._report import log, machine_info, stored_result, write_report  # noqa: E402
+from benchmarks._report import (  # noqa: E402
+    dataset_parser,
+    log,
+    machine_info,
+    stored_datasets,
+    stored_result,
+    write_report,
+)
 
 OUT = REPO / "results" / "fedmf" / "ceiling.json"
 
@@ -168,17 +174,12 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--datasets", nargs="+", default=["ml-100k", "ml-1m"])
-    ap.add_argument("--data-dir", default="")
-    ap.add_argument("--resume", action="store_true", help="keep datasets already measured")
-    ap.add_argument("--markdown-only", action="store_true")
+    ap = dataset_parser(__doc__.splitlines()[0])
     ap.add_argument("--single-step", action="store_true",
                     help="also tune the reference with one step for both factors (the "
                          "first pass alone: 8 more early-stopped candidates)")
     args = ap.parse_args(argv)
-    result = (stored_result(OUT) if args.resume or args.markdown_only else None) or {
-        "datasets": {}}
+    result = stored_datasets(OUT, args)
     if not args.markdown_only:
         logging.getLogger("flwr").setLevel(logging.WARNING)
         board = stored_result(BOARD)

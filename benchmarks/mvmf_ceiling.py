@@ -29,7 +29,6 @@ epoch cap with its validation curve (what the cap leaves when the choice sits at
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -43,7 +42,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package named benchmarks
 
 from benchmarks._board import cells, label  # noqa: E402
-from benchmarks._report import log, machine_info, stored_result, write_report  # noqa: E402
+from benchmarks._report import (  # noqa: E402
+    dataset_parser,
+    log,
+    machine_info,
+    stored_datasets,
+    stored_result,
+    write_report,
+)
 
 OUT = REPO / "results" / "mvmf" / "ceiling.json"
 BOARD = REPO / "results" / "leaderboard.json"
@@ -212,17 +218,12 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--datasets", nargs="+", default=["ml-100k", "ml-1m"])
-    ap.add_argument("--data-dir", default="")
-    ap.add_argument("--resume", action="store_true", help="keep datasets already measured")
-    ap.add_argument("--markdown-only", action="store_true")
+    ap = dataset_parser(__doc__.splitlines()[0])
     ap.add_argument("--beyond-cap", action="store_true",
                     help="also train the chosen setting on fit to twice the cap (the "
                          "validation curve past it)")
     args = ap.parse_args(argv)
-    result = (stored_result(OUT) if args.resume or args.markdown_only else None) or {
-        "datasets": {}}
+    result = stored_datasets(OUT, args)
     if not args.markdown_only:
         logging.getLogger("flwr").setLevel(logging.WARNING)
         logging.basicConfig(level=logging.INFO, format="  %(message)s")

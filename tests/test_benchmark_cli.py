@@ -52,3 +52,45 @@ def test_every_benchmark_prints_its_usage(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", CHECK, *paths], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr[-2000:]}"
+
+
+def _missing_imports(root: Path) -> list[str]:
+    """``from benchmarks.X import name`` statements anywhere in ``root``'s scripts (inside
+    functions too, which ``--help`` never runs) whose ``name`` module X does not bind at its
+    top level: a name moved to another module leaves such an import broken until the line
+    runs, hours into a benchmark or in a ``--markdown-only``."""
+    import ast
+
+    bound: dict[str, set[str]] = {}
+    for path in root.glob("*.py"):
+        names: set[str] = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names.update(n.id for t in targets for n in ast.walk(t)
+                             if isinstance(n, ast.Name))
+        bound[path.stem] = names
+    missing = []
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("benchmarks."):
+                module = node.module.split(".", 1)[1]
+                missing += [f"{path.name}:{node.lineno} {node.module}.{a.name}"
+                            for a in node.names if module in bound
+                            and a.name not in bound[module]]
+    return missing
+
+
+def test_every_benchmark_import_names_what_its_module_binds() -> None:
+    assert _missing_imports(REPO / "benchmarks") == []
+
+
+def test_the_import_check_sees_a_moved_name(tmp_path: Path) -> None:
+    (tmp_path / "board.py").write_text("def cells():\n    return []\n")
+    (tmp_path / "runner.py").write_text(
+        "def main():\n    from benchmarks.board import cells, label\n    return cells, label\n")
+    assert _missing_imports(tmp_path) == ["runner.py:2 benchmarks.board.label"]
