@@ -95,7 +95,8 @@ def test_ctrl_c_stops_within_seconds_writes_partial_results_and_leaves_no_proces
     runs = list((tmp_path / "out" / "runs").glob("*.json"))
     assert len(runs) == 1, runs
     record = json.loads(runs[0].read_text())
-    assert record["status"] == "interrupted" and record["history"], record.get("status")
+    assert record["status"] == "interrupted" and record["history"], (
+        record.get("status"), record.get("error"), record.get("seconds"), text[-3000:])
     assert f"partial results written to {runs[0]}" in text
     deadline = time.monotonic() + 10
     while _processes_with(marker) and time.monotonic() < deadline:
