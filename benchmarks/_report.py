@@ -71,6 +71,28 @@ def stored_datasets(json_path: Path, args: argparse.Namespace) -> dict[str, Any]
     return stored or {"datasets": {}}
 
 
+def measure_datasets(json_path: Path, result: dict[str, Any], datasets: list[str],
+                     measure: Callable[[str], dict[str, Any]],
+                     markdown: Callable[[Any], str],
+                     extra: tuple[str, str, Callable[[str, dict[str, Any]], Any]] | None = None
+                     ) -> None:
+    """Measure every dataset ``result`` does not hold yet (``measure(ds)``), then the
+    optional ``extra`` = (key, what, step(ds, stored)) where its key is missing; the report is
+    rewritten after each unit, so an interrupted run keeps what finished."""
+    for ds in datasets:
+        if ds not in result["datasets"]:
+            log(ds)
+            result["datasets"][ds] = measure(ds)
+            result["machine"] = machine_info()
+            write_report(json_path, result, markdown(result))
+        if extra is not None and extra[0] not in result["datasets"][ds]:
+            key, what, step = extra
+            log(f"{ds}: {what}")
+            result["datasets"][ds][key] = step(ds, result["datasets"][ds])
+            write_report(json_path, result, markdown(result))
+    write_report(json_path, result, markdown(result))
+
+
 def rewrite_markdown(json_path: Path, markdown: Callable[[Any], str],
                      plot: Callable[[Any, Path], None] | None = None,
                      prepare: Callable[[Any], None] | None = None) -> Any:

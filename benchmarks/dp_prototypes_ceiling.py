@@ -35,7 +35,7 @@ from benchmarks._board import cells, label  # noqa: E402
 from benchmarks._report import (  # noqa: E402
     dataset_parser,
     log,
-    machine_info,
+    measure_datasets,
     stored_datasets,
     stored_result,
     write_report,
@@ -151,12 +151,9 @@ def main(argv: list[str] | None = None) -> None:
     if not args.markdown_only:
         logging.basicConfig(level=logging.INFO, format="  %(message)s")
         logging.getLogger("flwr").setLevel(logging.WARNING)
-        for ds in args.datasets:
-            if ds not in result["datasets"]:
-                log(ds)
-                result["datasets"][ds] = measure(ds, args.data_dir)
-                result["machine"] = machine_info()
-                write_report(OUT, result, markdown(result))
+        measure_datasets(OUT, result, args.datasets, lambda ds: measure(ds, args.data_dir),
+                         markdown)
+        return
     write_report(OUT, result, markdown(result))
 
 

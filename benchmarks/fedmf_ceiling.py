@@ -44,7 +44,7 @@ from benchmarks._board import cells, label  # noqa: E402
 from benchmarks._report import (  # noqa: E402
     dataset_parser,
     log,
-    machine_info,
+    measure_datasets,
     stored_datasets,
     stored_result,
     write_report,
@@ -185,16 +185,11 @@ def main(argv: list[str] | None = None) -> None:
         board = stored_result(BOARD)
         if board is None:
             raise SystemExit(f"error: {BOARD} does not exist: run benchmarks/leaderboard.py")
-        for ds in args.datasets:
-            if ds not in result["datasets"]:
-                log(f"{ds}")
-                result["datasets"][ds] = measure(ds, board, args.data_dir)
-                result["machine"] = machine_info()
-                write_report(OUT, result, markdown(result))
-            if args.single_step and "single_step" not in result["datasets"][ds]:
-                log(f"{ds}: the reference with one step for both factors")
-                result["datasets"][ds]["single_step"] = single_step(ds, args.data_dir)
-                write_report(OUT, result, markdown(result))
+        measure_datasets(
+            OUT, result, args.datasets, lambda ds: measure(ds, board, args.data_dir), markdown,
+            ("single_step", "the reference with one step for both factors",
+             lambda ds, stored: single_step(ds, args.data_dir)) if args.single_step else None)
+        return
     write_report(OUT, result, markdown(result))
 
 

@@ -45,7 +45,7 @@ from benchmarks._board import cells, label  # noqa: E402
 from benchmarks._report import (  # noqa: E402
     dataset_parser,
     log,
-    machine_info,
+    measure_datasets,
     stored_datasets,
     stored_result,
     write_report,
@@ -228,17 +228,11 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger("flwr").setLevel(logging.WARNING)
         logging.basicConfig(level=logging.INFO, format="  %(message)s")
         board = stored_result(BOARD) or {"cells": {}}
-        for ds in args.datasets:
-            if ds not in result["datasets"]:
-                log(ds)
-                result["datasets"][ds] = measure(ds, board, args.data_dir)
-                result["machine"] = machine_info()
-                write_report(OUT, result, markdown(result))
-            if args.beyond_cap and "beyond_cap" not in result["datasets"][ds]:
-                log(f"{ds}: the chosen setting to twice the cap")
-                result["datasets"][ds]["beyond_cap"] = beyond_cap(
-                    ds, result["datasets"][ds], args.data_dir)
-                write_report(OUT, result, markdown(result))
+        measure_datasets(
+            OUT, result, args.datasets, lambda ds: measure(ds, board, args.data_dir), markdown,
+            ("beyond_cap", "the chosen setting to twice the cap",
+             lambda ds, stored: beyond_cap(ds, stored, args.data_dir))
+            if args.beyond_cap else None)
     refresh_federated(result, stored_result(BOARD) or {"cells": {}})
     write_report(OUT, result, markdown(result))
 

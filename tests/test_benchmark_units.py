@@ -93,3 +93,24 @@ def test_markdown_only_reports_the_stored_result_or_names_the_missing_file(
     assert path.with_suffix(".md").read_text() == "rows [1, 2], prepared\n"
     assert plotted == [(result, path.with_suffix(".png"))]
     assert '"note": "prepared"' in path.read_text()
+
+
+def test_measure_datasets_runs_only_what_the_stored_result_lacks(tmp_path) -> None:
+    """A stored dataset is not measured again; the extra step runs where its key is
+    missing; the report is written after each unit."""
+    from benchmarks._report import measure_datasets, stored_result
+
+    path = tmp_path / "r.json"
+    result = {"datasets": {"a": {"x": 1, "more": 0}}}
+    seen: list[str] = []
+
+    def measure(ds: str) -> dict:
+        seen.append(ds)
+        return {"x": 2}
+
+    measure_datasets(path, result, ["a", "b"], measure, lambda r: f"{sorted(r['datasets'])}",
+                     ("more", "extra", lambda ds, stored: stored["x"] * 10))
+    assert seen == ["b"]
+    assert result["datasets"] == {"a": {"x": 1, "more": 0}, "b": {"x": 2, "more": 20}}
+    assert stored_result(path)["datasets"]["b"]["more"] == 20
+    assert path.with_suffix(".md").read_text().startswith("['a', 'b']")
