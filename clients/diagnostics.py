@@ -40,7 +40,7 @@ def diagnostic_vector(seed: int, partition_id: int, shape: tuple[int, ...]) -> n
     return np.random.default_rng([seed, 99, partition_id]).standard_normal(shape)
 
 
-@diagnostic(Action.SECURE_SUM)
+@diagnostic(Action.SECURE_SUM, sums=True)
 def diag_secure_sum(content: RecordDict, node: NodeContext) -> RecordDict:
     """A sum contribution with known values (see :func:`diagnostic_vector`)."""
     cfg = content.config_records[diag_wire.DIAG]

@@ -101,7 +101,7 @@ def dpp_prototypes(content: RecordDict, node: NodeContext) -> RecordDict:
     })
 
 
-@handler(Action.EVALUATE)
+@handler(Action.EVALUATE, sums=True)
 def dpp_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Fit U >= 0 against the broadcast item factors; reply metric sums only."""
     cfg = node.config()

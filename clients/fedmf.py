@@ -121,7 +121,7 @@ def _reserve_training(node: NodeContext, V: np.ndarray, cfg: dict[str, Any], mod
     node.reserve(n_bytes, f"FedMF {mode} training (mf-dim={dim}, negatives, batch size)")
 
 
-@handler(Action.TRAIN)
+@handler(Action.TRAIN, sums=True)
 def fedmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
     """Train this node's users on the broadcast V; reply this node's share of the item sum."""
     cfg = node.config()
@@ -140,7 +140,7 @@ def fedmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
     return sum_reply(node, share)
 
 
-@handler(Action.EVALUATE)
+@handler(Action.EVALUATE, sums=True)
 def fedmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Recall/NDCG sums of this node's users with the final V, as its share of a sum."""
     cfg = node.config()

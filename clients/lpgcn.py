@@ -280,7 +280,7 @@ def _real_rows(node: NodeContext) -> sp.csr_matrix:
     return train
 
 
-@handler(Action.COUNT)
+@handler(Action.COUNT, sums=True)
 def count(content: RecordDict, node: NodeContext) -> RecordDict:
     """This node's number of training interactions, as a share of a sum (batches per epoch)."""
     return sum_reply(node, {"n": np.array([float(_real_rows(node).nnz)])})
@@ -933,7 +933,7 @@ def lpgcn_round(content: RecordDict, node: NodeContext) -> RecordDict:
     return reply
 
 
-@handler(Action.EVALUATE)
+@handler(Action.EVALUATE, sums=True)
 def lpgcn_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Recall/NDCG sums of this node's users against the final item table (sum share).
 
@@ -960,7 +960,7 @@ def lpgcn_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     return sum_reply(node, {evaluation_wire.RANKING: sums.to_vector()})
 
 
-@handler(Action.LOSSES)
+@handler(Action.LOSSES, sums=True)
 def lpgcn_losses(content: RecordDict, node: NodeContext) -> RecordDict:
     """This node's loss share of every training step so far, as a share of a sum."""
     steps = node.size(_hp(node), "steps", minimum=0)

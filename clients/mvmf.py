@@ -84,7 +84,7 @@ def _factors(node: NodeContext) -> dict[int, np.ndarray]:
     return {int(u): p for u, p in zip(stored["ids"], stored["P"])}
 
 
-@handler(Action.TRAIN)
+@handler(Action.TRAIN, sums=True)
 def mvmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
     """One epoch of this node's users; their summed gradients as a share of a sum."""
     _require(node, "user", Action.TRAIN)
@@ -103,7 +103,7 @@ def mvmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
                             "users": np.array([float(step.n_users)])})
 
 
-@handler(Action.EVALUATE)
+@handler(Action.EVALUATE, sums=True)
 def mvmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Ranking sums of this node's users (new users' p from eq. 15) as a share of a sum."""
     _require(node, "user", Action.EVALUATE)

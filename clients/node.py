@@ -70,6 +70,9 @@ class NodeContext:
     base_policy: NodePolicy | None = None
     #: Bytes this request's estimates reserved so far (:meth:`reserve` adds them up).
     reserved: float = field(default=0.0, init=False)
+    #: The request's sum record once ``clients.sums_node.check_sum_request`` checked it
+    #: (before a sum handler runs); ``sum_reply`` answers only a checked request.
+    sum_record: ConfigRecord | None = field(default=None, init=False)
 
     @property
     def state(self) -> RecordDict:

@@ -77,7 +77,7 @@ def omega_rows(user_ids: np.ndarray, p: int, mode: str, seed: int) -> np.ndarray
     return np.clip(rows, -OMEGA_CLIP, OMEGA_CLIP)
 
 
-@handler(Action.DEGREES)
+@handler(Action.DEGREES, sums=True)
 def degrees(content: RecordDict, node: NodeContext) -> RecordDict:
     """Secure sum #1 (Eq. 6): this node's item degree counts."""
     deg = np.asarray(_binary_rows(node).sum(axis=0)).ravel()
@@ -96,7 +96,7 @@ def _reserve_product(node: NodeContext, train: sp.csr_matrix, user_deg: np.ndarr
                  f"PriviRec's item-item product ({n} items)")
 
 
-@handler(Action.GRAM)
+@handler(Action.GRAM, sums=True)
 def gram(content: RecordDict, node: NodeContext) -> RecordDict:
     """Secure sum #2 (Theorem 3.1): sum over this node's users of d_u^{-2 alpha} R_u^T R_u."""
     cfg = content.config_records[privirec_wire.CONFIG_KEY]
@@ -129,7 +129,7 @@ def gram(content: RecordDict, node: NodeContext) -> RecordDict:
     return sum_reply(node, {privirec_wire.GRAM: dense})
 
 
-@handler(Action.POWER)
+@handler(Action.POWER, sums=True)
 def power_step(content: RecordDict, node: NodeContext) -> RecordDict:
     """Algorithm 1, one secure-sum round.
 
@@ -186,7 +186,7 @@ def _check_triangles(node: NodeContext, declared: dict[str, int], n_items: int) 
                              "pointers, a shape of 2 numbers)")
 
 
-@handler(Action.EVALUATE)
+@handler(Action.EVALUATE, sums=True)
 def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Build every requested filter from the broadcast pieces and score this node's users.
 

@@ -271,11 +271,42 @@ def _pairwise_keys(st: ConfigRecord, me: int, sum_id: int, bound: bytes) -> dict
     }
 
 
-def mask_values(node: NodeContext, vec: np.ndarray, bound: bytes = b"") -> np.ndarray:
-    """Fixed-point encode ``vec`` and add the self mask and the pairwise masks for this sum,
-    the pairwise ones bound to ``bound`` (the digest of the request answered)."""
-    state, me = node.state, node.context.node_id
-    cfg = _fields(node.request, ("sum-id", "max-abs", "frac-bits", "alive"), node, "masked sum")
+def _codec(node: NodeContext, cfg: ConfigRecord, sum_id: int) -> FixedPoint:
+    """The fixed-point codec of masked sum ``sum_id``, derived by this node: ``max-abs`` and
+    the run's committed node set less its signed dropouts give the fractional bits
+    (``FixedPoint.for_sum``, as the server computes them); a request declaring others is
+    refused.
+
+    Why: fractional bits chosen per node (one more for one node only) would let two sums
+    of one request decode to that node's input; the sum digest binds them too
+    (``clients/sums_node.py`` ``request_digest``), and deriving them leaves the server
+    nothing to choose."""
+    members, dropped = _committed(node)
+    n = len(set(members) - dropped)
+    try:
+        codec = FixedPoint.for_sum(float(cfg["max-abs"]), max(n, 1))
+    except (OverflowError, ValueError):  # the server's own number, echoed
+        raise SecAggError(f"{node.who} refuses sum {sum_id}: field '{SUM_KEY}.max-abs' = "
+                          f"{cfg['max-abs']!r} gives no fixed-point encoding of a sum over "
+                          f"{n} nodes in its 64-bit ring") from None
+    declared = cfg["frac-bits"]
+    if isinstance(declared, bool) or not isinstance(declared, int) or \
+            declared != codec.frac_bits:
+        raise SecAggError(f"{node.who} refuses sum {sum_id}: field '{SUM_KEY}.frac-bits' = "
+                          f"{declared!r}, but max-abs = {cfg['max-abs']!r} over the run's {n} "
+                          f"committed node(s) gives {codec.frac_bits} (every node derives "
+                          "it; the server chooses none)")
+    return codec
+
+
+def begin_masked_sum(node: NodeContext) -> None:
+    """Check a masked sum's request before the handler computes anything (the ClientApp
+    runs it first, through ``clients/sums_node.py`` ``check_sum_request``): the sum id is
+    spent here, refused or not, then the alive list, the set size and the codec are
+    checked. Every check depends on the request and this node's own record only."""
+    state = node.state
+    cfg = _fields(node.request, ("sum-id", "max-abs", "frac-bits", "alive"), node,
+                  "masked sum")
     _receive_shares(node)
     st = _state(state)
     sum_id = int(cfg["sum-id"])
@@ -298,26 +329,36 @@ def mask_values(node: NodeContext, vec: np.ndarray, bound: bytes = b"") -> np.nd
         raise SecAggError(f"{node.who} refuses sum {sum_id}: the run's node set has "
                           f"{len(set(members) - dropped)} node(s) left, its node policy's "
                           f"min-survivors is {node.policy.min_survivors}")
-    try:
-        codec = FixedPoint(max_abs=float(cfg["max-abs"]), frac_bits=int(cfg["frac-bits"]))
-    except (OverflowError, ValueError):  # the server's own numbers, echoed
-        raise SecAggError(f"{node.who} refuses sum {sum_id}: fields '{SUM_KEY}.max-abs' = "
-                          f"{cfg['max-abs']!r} and '{SUM_KEY}.frac-bits' = {cfg['frac-bits']!r} "
-                          "give no fixed-point encoding in its 64-bit ring") from None
+    _codec(node, cfg, sum_id)
+    needed = masking_minimum(len(st["neighbours"]), int(st["threshold"]))
+    if len(alive) < needed:
+        raise SecAggError(
+            f"{node.who} refuses sum {sum_id}: the server's alive list leaves "
+            f"{len(alive)} of its {len(st['neighbours'])} neighbours to mask with; it "
+            f"needs {needed} (with fewer, the neighbours asked for pairwise keys and those "
+            "asked for self-mask shares could be disjoint and together unmask its input)")
+
+
+def mask_values(node: NodeContext, vec: np.ndarray, bound: bytes = b"") -> np.ndarray:
+    """Fixed-point encode ``vec`` and add the self mask and the pairwise masks for this sum,
+    the pairwise ones bound to ``bound`` (the digest of the request answered). The request
+    was checked, and its sum id spent, by :func:`begin_masked_sum`; each seed masks once."""
+    state, me = node.state, node.context.node_id
+    cfg = _fields(node.request, ("sum-id", "max-abs", "frac-bits", "alive"), node, "masked sum")
+    st = _state(state)
+    sum_id = int(cfg["sum-id"])
+    seeds = _record(state, _SEEDS)
+    if sum_id != int(st["last-sum"]) or str(sum_id) not in seeds:
+        raise SecAggError(f"{node.who} refuses to mask sum {sum_id}: it is not the sum its "
+                          "request check began, or it was masked already")
+    codec = _codec(node, cfg, sum_id)
     try:
         out = codec.encode(vec)  # sum_reply clipped vec into the range first
     except (OverflowError, ValueError) as exc:  # names the range, never values or counts
         raise OverflowError(f"{node.who}: {exc}") from None
     n = out.shape[0]
     out += self_mask(bytes(seeds[str(sum_id)]), sum_id, n)
-    masked_with = alive
-    needed = masking_minimum(len(st["neighbours"]), int(st["threshold"]))
-    if len(masked_with) < needed:
-        raise SecAggError(
-            f"{node.who} refuses sum {sum_id}: the server's alive list leaves "
-            f"{len(masked_with)} of its {len(st['neighbours'])} neighbours to mask with; it "
-            f"needs {needed} (with fewer, the neighbours asked for pairwise keys and those "
-            "asked for self-mask shares could be disjoint and together unmask its input)")
+    alive = {int(v) for v in cfg["alive"]}
     _record(state, _BOUNDS)[str(sum_id)] = bytes(bound)  # for a dropped peer's key later
     for v, key in _pairwise_keys(st, me, sum_id, bound).items():
         if v in alive:  # the lower id adds the pairwise mask, the higher subtracts it

@@ -24,6 +24,7 @@ from fedrec.wire.sums import (
     CIPHER_KEY,
     CLIPPED_KEY,
     CONTRIB_KEY,
+    PER_NODE_SUM_FIELDS,
     SHAPES_KEY,
     SIGNED_KEY,
     SUM_KEY,
@@ -60,18 +61,12 @@ def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
     ``extra`` records travel in clear beside the values (only what the protocol already
     reveals, e.g. a public count).
     """
-    if SUM_KEY not in node.request.config_records:
-        raise AggregationError(f"request has no '{SUM_KEY}' record: it is not a sum request")
-    cfg = node.request.config_records[SUM_KEY]
-    if "mode" not in cfg:
-        raise AggregationError(f"{node.who}: sum request has no field '{SUM_KEY}.mode'")
+    if node.sum_record is None:
+        raise AggregationError(f"{node.who}: a handler replied with a sum without being "
+                               "declared a sum handler (@handler(..., sums=True)), so its "
+                               "request was not checked before it ran")
+    cfg = node.sum_record
     mode = str(cfg["mode"])
-    if mode == "plain":
-        node.policy.require("allow-plain", "a plain sum (mode 'plain': the server would see "
-                            "this node's values)", node.who)
-    elif mode == "ckks":
-        node.policy.require("allow-ckks", "a CKKS sum (mode 'ckks': every node and the "
-                            "decrypter hold the secret key)", node.who)
     node.reserve(_SUM_BYTES.get(mode, 0.0) * sum(np.size(a) for a in arrays.values()),
                  f"its share of a '{mode}' sum")
     if mode in ("secagg+", "ckks"):
@@ -111,13 +106,65 @@ def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
     return reply
 
 
+def check_sum_request(node: NodeContext) -> ConfigRecord:
+    """The request's sum record, checked before the handler computes or keeps anything
+    (the ClientApp calls this first for every handler declared with ``sums=True``).
+
+    Every check depends on the request and the node's policy only: the record is present,
+    its mode is one the policy allows, its declared range is finite and > 0, and under
+    SecAgg+ its sum id is spent and its alive list and fixed-point parameters are the ones
+    this node derives itself (``clients/secagg_node.py`` ``begin_masked_sum``). Checked
+    once per request (:attr:`NodeContext.sum_record`)."""
+    if node.sum_record is not None:
+        return node.sum_record
+    cfg = config_record(node.request, SUM_KEY)
+    if cfg is None:
+        raise AggregationError(f"{node.who}: request has no '{SUM_KEY}' record: it is not a "
+                               "sum request")
+    if "mode" not in cfg:
+        raise AggregationError(f"{node.who}: sum request has no field '{SUM_KEY}.mode'")
+    mode = str(cfg["mode"])
+    if mode == "plain":
+        node.policy.require("allow-plain", "a plain sum (mode 'plain': the server would see "
+                            "this node's values)", node.who)
+    elif mode == "ckks":
+        node.policy.require("allow-ckks", "a CKKS sum (mode 'ckks': every node and the "
+                            "decrypter hold the secret key)", node.who)
+        _declared_range(cfg, node)
+    elif mode == "secagg+":
+        from clients.secagg_node import begin_masked_sum
+
+        _declared_range(cfg, node)
+        begin_masked_sum(node)
+    else:
+        raise AggregationError(f"{node.who}: unknown sum mode {mode!r} (secagg+, plain or "
+                               "ckks)")
+    node.sum_record = cfg
+    return cfg
+
+
 def request_digest(node: NodeContext) -> bytes:
-    """Digest of the request this node answers, less the per-node records (the sum record
-    with its alive list, relayed mail): what its masked or encrypted contribution is bound
-    to, so that nodes sent different models cannot be summed (``fedrec.records``)."""
+    """Digest of the request this node answers, less what differs per node by design (the
+    sum record's :data:`~fedrec.wire.sums.PER_NODE_SUM_FIELDS`, relayed mail): what its
+    masked or encrypted contribution is bound to.
+
+    Why the sum record's other fields are in it: the node encodes its input with them
+    (declared range, fixed-point bits, mode, sum id), so a server that gives one node
+    other parameters than its neighbours -- one more fractional bit, a smaller range whose
+    clip flag answers yes or no -- gets masks that do not cancel (SecAgg+) or a contribution
+    the decrypter refuses (CKKS), never that node's input as a difference of two sums.
+    Nodes sent different models cannot be summed either (``fedrec.records``)."""
     from fedrec.wire.mail import MAIL_DIRECTORY, MAIL_IN, MAIL_ROUND
 
-    return content_digest(node.request, skip=(SUM_KEY, MAIL_IN, MAIL_DIRECTORY, MAIL_ROUND))
+    shared = RecordDict(dict(node.request.items()))
+    for key in (MAIL_IN, MAIL_DIRECTORY, MAIL_ROUND):
+        if key in shared:
+            del shared[key]
+    record = config_record(node.request, SUM_KEY)
+    if record is not None:
+        shared[SUM_KEY] = ConfigRecord({k: v for k, v in record.items()
+                                        if k not in PER_NODE_SUM_FIELDS})
+    return content_digest(shared)
 
 
 def _declared_range(cfg: ConfigRecord, node: NodeContext) -> float:

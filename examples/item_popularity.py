@@ -34,13 +34,13 @@ class Action(StrEnum):
     EVALUATE = "popularity_evaluate"
 
 
-@handler(Action.DEGREES)
+@handler(Action.DEGREES, sums=True)
 def degrees(content: RecordDict, node: NodeContext) -> RecordDict:
     """This node's item degrees (interactions per item), as its share of a sum."""
     return sum_reply(node, {"deg": np.asarray(node.data().train.sum(axis=0)).ravel()})
 
 
-@handler(Action.EVALUATE)
+@handler(Action.EVALUATE, sums=True)
 def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Score this node's users by global popularity; reply the ranking sums."""
     deg = node.arrays()["deg"]

@@ -31,9 +31,11 @@ from clients.handlers import (
     QUERY_HANDLERS,
     TRAIN_HANDLERS,
     Handler,
+    is_sum_handler,
 )
 from clients.node import DATA_KEY, STATE_DATA_KEY, NodeContext
 from clients.policy import NodePolicy
+from clients.sums_node import check_sum_request
 from fedrec.records import config_record
 from fedrec.secure.sealed import MAIL_DIRECTORY, MAIL_IN
 from fl_app.quiet import quiet_flower_noise
@@ -68,6 +70,8 @@ def _run(fn: Handler, message: Message, context: Context,
         check_finite(message.content, node.who)
         if MAIL_DIRECTORY in records or MAIL_IN in records:
             node.mailbox  # noqa: B018  (keeps directory and mail even if this handler reads none)
+        if is_sum_handler(fn):  # before the handler computes or keeps anything
+            check_sum_request(node)
         reply: RecordDict = fn(message.content, node)
     except Exception as exc:  # its text goes to the server: no path of this node in it
         data = records.get(DATA_KEY) or config_record(context.state, STATE_DATA_KEY)

@@ -58,7 +58,7 @@ from fedrec.wire import evaluation as evaluation_wire
 from fedrec.wire import privirec as privirec_wire
 from fedrec.wire import request as request_wire
 from fedrec.wire.privirec import Action
-from fedrec.wire.sums import WIRE_DTYPES
+from fedrec.wire.sums import SUM_KEY, WIRE_DTYPES
 from strategies.base import Federation, ProtocolStrategy, RunOutcome, data_config
 from strategies.policy_needs import PolicyNeed
 
@@ -335,6 +335,8 @@ class PriviRec(ProtocolStrategy):
             "alpha": alpha, "transport": "sparse" if self.aggregator == "plain" else "dense"})})
         phase = f"gram@{alpha:g}"
         if self.aggregator == "plain":  # sparse clear sum, in node order (reproducible)
+            # a plain sum the nodes check as one (their policy's allow-plain) before any work
+            req[SUM_KEY] = ConfigRecord({"mode": "plain"})
             total = sp.csr_matrix((n_items, n_items))
             replies = messenger.iter_replies(Action.GRAM, dict.fromkeys(agg.nodes, req),
                                              phase=phase)

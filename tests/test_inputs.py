@@ -21,7 +21,7 @@ from datasets.containers import NodeData
 from fedrec.records import to_array_record
 from fedrec.transport.aggregators import PlainAggregator
 from fedrec.transport.messenger import Messenger, NodeError
-from fedrec.wire.sums import SHAPES_KEY, VALUES_KEY, AggregationError, reply_values
+from fedrec.wire.sums import SHAPES_KEY, SUM_KEY, VALUES_KEY, AggregationError, reply_values
 from fl_app.client_app import build_client_app
 from fl_app.registry import resolve_config
 from tests.localgrid import LocalGrid
@@ -172,9 +172,14 @@ def test_a_plain_sum_refuses_a_nodes_nan_reply() -> None:
 # -- 3. server-chosen sizes -------------------------------------------------------------------
 def _ask(action: str, records: dict[str, Any], policy: dict | None = None,
          data: dict | None = None, node_configs: dict | None = None) -> RecordDict:
-    """One made-up request to the first node of a 3-node grid with the production app."""
-    content = RecordDict({"data": ConfigRecord({**TINY, **(data or {})}), **records})
-    with MaliciousGrid(build_client_app(policy=policy or {}), 3,
+    """One made-up request to the first node of a 3-node grid with the production app.
+
+    A sum handler checks its request's sum record before anything else, so the request
+    carries a plain one (and the policy allows plain sums unless the test says otherwise):
+    what these tests refuse is a size, after that check."""
+    content = RecordDict({"data": ConfigRecord({**TINY, **(data or {})}),
+                          SUM_KEY: ConfigRecord({"mode": "plain", "sum-id": 1}), **records})
+    with MaliciousGrid(build_client_app(policy={"allow-plain": True, **(policy or {})}), 3,
                        node_configs=node_configs) as grid:
         return grid.ask(grid.ids[0], action, content)
 

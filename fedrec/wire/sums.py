@@ -30,6 +30,11 @@ AGGREGATORS = ("secagg+", "plain", "ckks")
 WIRE_DTYPES = ("float64", "float32")
 #: RecordDict keys used by the sum layer inside protocol messages.
 SUM_KEY = "secagg"  # ConfigRecord in requests: mode, sum id, range, wire dtype
+#: Fields of a sum request's :data:`SUM_KEY` record that differ per node by design (under
+#: SecAgg+, each node's live neighbours). Every other field is the same for every node of
+#: the sum and is bound into the digest its masks and signature cover
+#: (``clients/sums_node.py`` ``request_digest``).
+PER_NODE_SUM_FIELDS = ("alive",)
 VALUES_KEY = "secagg.values"  # ArrayRecord in replies: masked or plain values
 CIPHER_KEY = "secagg.cipher"  # ConfigRecord in replies: CKKS chunks
 SHAPES_KEY = "secagg.shapes"  # ConfigRecord in replies: name -> shape, in order
