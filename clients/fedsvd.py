@@ -9,7 +9,8 @@ charged to its DP ledger (``clients/dp_ledger.py``) before it is computed, by Th
 the rank, bounds, sigma and iteration count the node itself uses, and a delta outside (0, 1)
 is refused; server-chosen sizes are bounded by ``memory-budget-mb``; the noise product needs
 ``allow-noise-removal``, is answered once per synchronization and only if its update went
-into a masked sum.
+into a masked sum. A reply holds the protocol's values alone: FedPower's noise scale is a
+public bound (``power_svd.FEDPOWER_Z_MAX``), never the node's ||Z||_max.
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def _work(node: NodeContext) -> tuple[_Block, svd.SyncContribution | np.ndarray]
                                  block.params, block.sigma, block.weight, _noise)
 
 
-@handler(Action.SYNC)
+@handler(Action.SYNC, sums=True)
 def sync(content: RecordDict, node: NodeContext) -> RecordDict:
     """Local iterations t_from+1 .. t_to-1 from the common basis, then this node's weighted
     noisy update of synchronization t_to as its share of the sum."""
@@ -146,14 +147,11 @@ def sync(content: RecordDict, node: NodeContext) -> RecordDict:
     if not isinstance(out, svd.SyncContribution):
         raise ValueError(f"{node.who} refuses {Action.SYNC}: t-to = {block.t_to} is not a "
                          f"synchronization (the output rule is '{Action.OUTPUT}')")
-    arrays = {"Y": out.update}
-    if block.scheme == "fedpower":  # Alg. 1's noise scale, inside the sum (power_svd)
-        arrays["z-above"] = svd.z_max_indicator(out.z_max, block.rows.shape[1])
     if out.noise is not None:
         node.store_arrays(_NOISE, {"N": out.noise})
         node.state[_NOISE_INFO] = ConfigRecord({"t": block.t_to, "mode": block.mode,
                                                 "weight": block.weight, "std": block.sigma})
-    return sum_reply(node, arrays)
+    return sum_reply(node, {"Y": out.update})
 
 
 @handler(Action.NOISE_PRODUCT)
@@ -225,7 +223,7 @@ def _selection_context(node: NodeContext, public: bytes):
     return hit
 
 
-@handler(Action.OUTPUT)
+@handler(Action.OUTPUT, sums=True)
 def output(content: RecordDict, node: NodeContext) -> RecordDict:
     """The output rule when T is not a synchronization: the last local iterations, then
     w_i Z_T^(i) D_{T+1}^(i) as this node's share of a sum."""
@@ -236,7 +234,7 @@ def output(content: RecordDict, node: NodeContext) -> RecordDict:
     return sum_reply(node, {"Z": np.asarray(Z)})
 
 
-@handler(Action.EVALUATE)
+@handler(Action.EVALUATE, sums=True)
 def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Recall/NDCG sums of this node's users scored r_u Z Z^T (the subspace as a low-pass
     filter), as its share of a sum."""

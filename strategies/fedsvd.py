@@ -8,10 +8,10 @@ basis, each node runs its p - 1 local power iterations and its part of the synch
 and answers its weighted noisy update through the run's aggregator (SecAgg+ by default), so
 the server learns only the weighted sum. Then:
 
-- ``fedpower``: the server adds central noise N(0, max_i ||Z D||_max^2 sigma'^2) and
-  orthonormalizes. Alg. 1 step 8 needs the max; each node's ||Z D||_max goes into the same
-  secure sum as a grid indicator, so the server learns only the max rounded up to a public
-  grid (``fedrec/recsys/power_svd.py``, ``z_max_bound``), never one node's value.
+- ``fedpower``: the server adds central noise and orthonormalizes. Alg. 1 scales the
+  nodes' and the server's noise by ||Z||_max of the nodes' local bases; both use its public
+  bound 1 instead (``power_svd.FEDPOWER_Z_MAX``), so a node's reply is its update alone and
+  nothing in it depends on how the server chose the basis.
 - ``fedsvd-utility``: one more round removes every node's noise but one (Alg. 2 steps 8-13):
   the server holds a CKKS key pair, sends each node a fresh encryption of its selection
   value (0 for one node j drawn from the OS CSPRNG, 1 for the others, replicated over the
@@ -52,9 +52,9 @@ FEDSVD_KEYS: tuple[Key, ...] = (
     Key("fedsvd-sync-every", 4, "p: synchronize every p iterations (floor(T/p) rounds)",
         min=1),
     Key("fedsvd-sigma", 0.1, "sigma: standard deviation of each node's Gaussian noise "
-        "(FedPower: times ||Z||_max); 0 = no noise", min=0.0),
-    Key("fedsvd-sigma-server", 0.1, "sigma': FedPower's central noise (times max_i "
-        "||Z D||_max)", min=0.0),
+        "(FedPower: times the public bound 1 on ||Z||_max); 0 = no noise", min=0.0),
+    Key("fedsvd-sigma-server", 0.1, "sigma': FedPower's central noise (times the public "
+        "bound 1 on ||Z D||_max)", min=0.0),
     Key("fedsvd-z-hat", 0.2, "z_hat: fedsvd-privacy clips every entry of Z to [-z_hat, "
         "z_hat]", min=1e-12),
     Key("fedsvd-m-hat", 1.0, "m_hat: declared bound on the entries of every node's M'_i = "
@@ -140,13 +140,13 @@ class FedSvd(ProtocolStrategy):
     def max_abs(self, fed: Federation) -> float:
         """Range of every value a node sends: w_i |(M'_i Z D + N)_jl| <= sqrt(d r) m_hat
         (row norms of M'_i are <= sqrt(d) m_hat, columns of Z have norm <= 1, D is
-        orthogonal) plus 12 noise standard deviations (exceeded with probability < 1e-32);
-        FedPower's grid indicators of its noise scale are 0 or 1."""
+        orthogonal) plus 12 noise standard deviations (exceeded with probability < 1e-32;
+        FedPower's is sigma times the public bound on ||Z||_max)."""
         d, p = fed.n_items, self.params
         total = sum(i.n_users for i in fed.infos.values())
         w_max = fed.max_users / total
-        bound = float(w_max * (np.sqrt(d * p.r) * p.m_hat + 12.0 * max(p.sigma, 1e-12)))
-        return max(bound, 1.0) if self.scheme == "fedpower" else bound
+        std = p.sigma * (svd.FEDPOWER_Z_MAX if self.scheme == "fedpower" else 1.0)
+        return float(w_max * (np.sqrt(d * p.r) * p.m_hat + 12.0 * max(std, 1e-12)))
 
     # -- the run ------------------------------------------------------------------------
     def run(self, fed: Federation) -> RunOutcome:
@@ -167,15 +167,13 @@ class FedSvd(ProtocolStrategy):
             sums = fed.aggregator.sum(Action.SYNC, fed.request({"Z": common}, conf),
                                       max_abs=max_abs, phase="sync")
             total = sums["Y"]
-            z_bound = svd.z_max_bound(sums["z-above"], fed.n_items) \
-                if self.scheme == "fedpower" else 0.0
             removed = None
             if he is not None:
                 removed = he.remove_noise(fed, t_to, total.shape)
                 last_Y = total - removed
             else:
                 last_Y = total
-            common = svd.server_step(self.scheme, total, p, removed=removed, z_max=z_bound)
+            common = svd.server_step(self.scheme, total, p, removed=removed)
             Z_bar = common
             history.append({"t": t_to, "sync": t_to // p.p})
             log.info("%s: synchronization %d of %d (t = %d)", self.scheme, t_to // p.p,

@@ -368,17 +368,3 @@ def test_the_sparse_true_eigenspace_equals_the_dense_one(monkeypatch) -> None:
     # LAPACK); a wrong scaling, order or sign is off by O(1)
     np.testing.assert_allclose(w_sparse, w_dense, rtol=1e-10, atol=1e-14)
     np.testing.assert_allclose(V_sparse, V_dense, atol=1e-9)
-
-
-def test_fedpower_noise_scale_from_the_sum_is_the_max_rounded_up_one_grid_step() -> None:
-    """The server's noise scale, from the summed grid indicators only, is never below the
-    paper's max_i ||Z D||_max and at most one grid step above it."""
-    rng = np.random.default_rng(0)
-    for d in (24, 1682):
-        step = svd.Z_MAX_STEP
-        for _ in range(50):
-            z = rng.uniform(1 / np.sqrt(d), 1.0, size=rng.integers(1, 6))
-            counts = sum(svd.z_max_indicator(v, d) for v in z)
-            bound = svd.z_max_bound(counts, d)
-            assert z.max() <= bound <= z.max() * step * (1 + 1e-12)
-    assert svd.z_max_bound(svd.z_max_indicator(3.0, 24), 24) == 1.0  # clipped to 1

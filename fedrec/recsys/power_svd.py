@@ -20,12 +20,11 @@ both give the same numbers. Decisions on the paper's open points (``docs/protoco
   extra message and reveals nothing; with p = 1 it is the identity.
 - Algorithm 3's clip(., z_hat) clamps every entry to [-z_hat, z_hat] (the proof of Theorem 1
   uses |z_jl| <= z_hat).
-- FedPower's central noise scale max_i ||Z_{t-1}^(i) D||_max (Alg. 1 step 8) reaches the
-  server only inside the secure sum: each node adds the indicator of its value exceeding each
-  edge of a public geometric grid on [1/sqrt(d), 1] (:func:`z_max_indicator`), and the server
-  scales its noise by the smallest edge no node exceeds (:func:`z_max_bound`), an upper bound
-  within one grid step (a factor :data:`Z_MAX_STEP`) of the paper's max. A node's value in clear
-  would tell a server that sends the basis e_j whether the node's users hold item j.
+- FedPower's noise scales ||Z_{t-1}^(i)||_max (Alg. 1 step 6) and max_i ||Z_{t-1}^(i) D||_max
+  (step 8) are replaced by their public bound :data:`FEDPOWER_Z_MAX` = 1: a node's value
+  depends on its data and on the basis the server sends (under Z = e_j it tells whether the
+  node's users hold item j), so no value derived from it leaves the node, in clear, inside a
+  sum, or as the spread of the noise in the sum.
 """
 
 from __future__ import annotations
@@ -244,50 +243,26 @@ def fedpower_claimed_epsilon(params: SvdParams, min_rows: int) -> float:
 
 
 # ----------------------------------------------------------------- FedPower's noise scale
-#: Relative resolution of the public grid FedPower's ||Z D||_max is rounded up to: the
-#: server's noise scale is at most this factor above the paper's max, never below it.
-Z_MAX_STEP = 1.01
-
-
-def z_max_edges(d: int) -> np.ndarray:
-    """The grid's edges for d columns, geometric with ratio at most :data:`Z_MAX_STEP`, from
-    1/sqrt(d) (the smallest max-entry a unit column of length d can have) to 1 (the largest
-    any entry of an orthonormal basis can have): ceil(ln(d) / (2 ln 1.01)) + 1 edges, 375 at
-    d = 1,682 (2.2% of the d x r = 16,820 values a node sends there)."""
-    d = max(int(d), 2)
-    count = math.ceil(math.log(d) / (2 * math.log(Z_MAX_STEP))) + 1
-    return np.geomspace(1.0 / math.sqrt(d), 1.0, count)
-
-
-def z_max_indicator(z_max: float, d: int) -> np.ndarray:
-    """A node's share of the secure sum that gives the server FedPower's noise scale: 1 for
-    each grid edge its ||Z D||_max exceeds, else 0. Clipped to 1 first: an orthonormal basis
-    has no larger entry; a server that sends another one only changes its own noise."""
-    return (min(float(z_max), 1.0) > z_max_edges(d)).astype(np.float64)
-
-
-def z_max_bound(counts: np.ndarray, d: int) -> float:
-    """The smallest grid edge that no node's ||Z D||_max exceeds, from the summed
-    indicators (how many nodes exceed each edge): max_i ||Z D||_max rounded up to the grid."""
-    edges = z_max_edges(d)
-    counts = np.asarray(counts, dtype=np.float64).ravel()
-    if counts.shape != edges.shape:
-        raise ValueError(f"the z-max counts have {counts.size} entries, the grid {edges.size}")
-    below = np.flatnonzero(np.rint(counts) < 1)
-    return float(edges[below[0]]) if below.size else 1.0
+#: FedPower's ||Z||_max (Alg. 1: nodes add "N(0, ||Z_{t-1}^(i)||^2_max sigma^2)", the server
+#: "N(0, max_i ||Z_{t-1}^(i) D_t^(i)||^2_max sigma'^2)") replaced by its public bound. In
+#: paper 002's sensitivity analysis that factor is z_hat, the bound on the basis' entries
+#: (Theorem 1: "If we assume |m'_ij| <= m_hat ... bounded by 2 sqrt(r) m_hat z_hat", from
+#: "abs(m z) <= m_hat z_hat"); the bound every basis with orthonormal columns meets whatever
+#: the data is |z_jl| <= ||z_l||_2 = 1. The paper's data-dependent max would need the nodes'
+#: values to reach the server, and under a basis the server chooses (Z = e_j) a node's
+#: value tells whether its users hold item j (security review, issue 43). Cost on ML-100K:
+#: ``results/fedsvd/zmax_public_bound.md``.
+FEDPOWER_Z_MAX = 1.0
 
 
 # ----------------------------------------------------------------------------- node side
 @dataclass
 class SyncContribution:
     """What one node hands in at a synchronization: its weighted noisy update, its weighted
-    noise (Alg. 2 keeps it for the noise-removal step), ||Z_{t-1} D||_max (Alg. 1's central
-    noise scale, sent only as :func:`z_max_indicator` inside the secure sum) and the node's
-    compute seconds."""
+    noise (Alg. 2 keeps it for the noise-removal step) and the node's compute seconds."""
 
     update: np.ndarray
     noise: np.ndarray | None
-    z_max: float
     seconds: float = 0.0
 
 
@@ -307,26 +282,23 @@ def sync_step(scheme: str, rows: sp.spmatrix, Z: np.ndarray, common: np.ndarray,
               params: SvdParams, sigma: float, weight: float, noise: Noise) -> SyncContribution:
     """The node's part of a synchronization at iteration t, from its Z_{t-1}^(i).
 
-    FedPower: Y D + N(0, ||Z||_max^2 sigma^2); utility: Y D + N(0, sigma^2) (N kept);
+    FedPower: Y D + N(0, (FEDPOWER_Z_MAX sigma)^2); utility: Y D + N(0, sigma^2) (N kept);
     privacy: Y + N(0, sigma^2), no alignment. Everything is multiplied by the node's weight
     s_i / s before it leaves (Eq. 1).
     """
     Y = gram_product(rows, Z)
     kept = None
-    z_max = 0.0
     if scheme == "fedsvd-privacy":
         N = noise(Y.shape, sigma) if sigma > 0 else np.zeros_like(Y)
         update = Y + N
     else:
         D = procrustes(Z, common)
-        ZD = Z @ D
-        z_max = float(np.abs(ZD).max())
-        std = float(np.abs(Z).max()) * sigma if scheme == "fedpower" else sigma
+        std = FEDPOWER_Z_MAX * sigma if scheme == "fedpower" else sigma
         N = noise(Y.shape, std) if std > 0 else np.zeros_like(Y)
         update = Y @ D + N
         if scheme == "fedsvd-utility":
             kept = weight * N
-    return SyncContribution(weight * update, kept, z_max)
+    return SyncContribution(weight * update, kept)
 
 
 def node_block(scheme: str, rows: sp.spmatrix, common: np.ndarray, t_from: int, t_to: int,
@@ -357,16 +329,14 @@ def output_alignment(scheme: str, Z: np.ndarray, common: np.ndarray) -> np.ndarr
 
 # ----------------------------------------------------------------------------- server side
 def server_step(scheme: str, total: np.ndarray, params: SvdParams, *,
-                removed: np.ndarray | None = None, z_max: float = 0.0,
-                noise: Noise | None = None) -> np.ndarray:
+                removed: np.ndarray | None = None, noise: Noise | None = None) -> np.ndarray:
     """The common basis after a synchronization from the aggregated update.
 
-    FedPower: orth(Y + N(0, z_max^2 sigma'^2)) with ``z_max`` the grid bound on
-    max_i ||Z D||_max (:func:`z_max_bound`); utility: orth(Y - sum_{i != j} w_i N_i);
-    privacy: clip(orth(Y), z_hat).
+    FedPower: orth(Y + N(0, (FEDPOWER_Z_MAX sigma')^2)); utility: orth(Y - sum_{i != j}
+    w_i N_i); privacy: clip(orth(Y), z_hat).
     """
     if scheme == "fedpower":
-        std = z_max * params.sigma_server
+        std = FEDPOWER_Z_MAX * params.sigma_server
         draw = noise or draw_noise  # looked up per call (tests substitute known noise)
         Y = total + draw(total.shape, std) if std > 0 else total
         return orth(Y)
@@ -506,10 +476,7 @@ def run_in_process(scheme: str, blocks: Sequence[sp.spmatrix], params: SvdParams
             out.kept.append(j)
             removed = _sum_in_order(c.noise for i, c in enumerate(parts) if i != j) \
                 if n > 1 else np.zeros_like(total)
-        z_bound = z_max_bound(_sum_in_order(z_max_indicator(c.z_max, d) for c in parts), d) \
-            if scheme == "fedpower" else 0.0
-        common = server_step(scheme, total, params, removed=removed, z_max=z_bound,
-                             noise=server_noise)
+        common = server_step(scheme, total, params, removed=removed, noise=server_noise)
         server_t += time.perf_counter() - t1
         local = [node_basis(scheme, common, params)] * n
         out.commons.append(common)
