@@ -8,10 +8,10 @@ users hold plus virtual items), ``lpgcn_assign`` (which node convolves each held
 convolution node confirms to each holder, sealed, the items it convolves for it),
 ``lpgcn_verify`` twice (first: with every confirmation matching the server's assignment, mail
 each convolution node how many of its users really hold each shared item; then: a
-convolution node learns its items' true degrees, refuses an item held only virtually, mails
-the degrees back and initialises its item rows). Every request is checked against the
-node's policy first (cover rate and scale, sizes; ``docs/protocols/lpgcn.md``, "Against a
-deviating server").
+convolution node learns its items' true degrees, mails them back and initialises its item
+rows). Every request is checked against the node's policy and the run's committed node set
+first (cover rate and scale, sizes, holder lists; ``docs/protocols/lpgcn.md``, "Against a
+deviating server"), and no check depends on what the node's users hold.
 
 ``lpgcn_round`` is one synchronous round of training or of a forward pass. The node is
 data-driven: it takes what the request and its mail carry, computes everything that has
@@ -32,6 +32,9 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from clients.handlers import handler
 from clients.node import NodeContext
+from clients.nodeset import commit as commit_node_set
+from clients.nodeset import committed_members, signed_set_digest
+from clients.nodeset import sign as sign_node_set
 from clients.policy import PolicyError
 from clients.relay_node import get_shared_secret
 from clients.sums_node import ranking_bytes, sum_reply
@@ -64,6 +67,7 @@ from fedrec.wire import evaluation as evaluation_wire
 from fedrec.wire import lpgcn as wire
 from fedrec.wire import request as request_wire
 from fedrec.wire.lpgcn import Action, Part
+from fedrec.wire.sums import NODESET_KEY
 
 SECRET = "lpgcn-S"  # the relay purpose of the shared key S
 _SETUP, _PARAMS, _STEP, _EPOCH, _FLAGS = ("lpgcn.setup", "lpgcn.params", "lpgcn.step",
@@ -288,13 +292,15 @@ def count(content: RecordDict, node: NodeContext) -> RecordDict:
 
 @handler(Action.HOLDINGS)
 def holdings(content: RecordDict, node: NodeContext) -> RecordDict:
-    """Pseudonyms (under S) of the items this node's users hold, plus virtual items.
+    """Pseudonyms (under S) of the items this node's users hold, plus virtual items; and
+    this node's signature on the run's node set, which it commits to here.
 
     By default (``lpgcn-holdings = catalogue``) every other item is virtual: the node holds
-    the whole catalogue, so its held set is the same in every run whatever its data.
-    ``sampled`` (the node's ``allow-sampled-holdings``) is the paper's draw: a number
-    uniform in [0, 2 alpha n] (n: this node's users with items) of items drawn privately
-    (OS CSPRNG); ``fedrec.secure.pseudonyms.virtual_items``.
+    the whole catalogue, so its held set is the same in every run whatever its data, and
+    every holder list of the assignment must name the whole committed set
+    (:func:`_check_whole_set`). ``sampled`` (the node's ``allow-sampled-holdings``) is the
+    paper's draw: a number uniform in [0, 2 alpha n] (n: this node's users with items) of
+    items drawn privately (OS CSPRNG); ``fedrec.secure.pseudonyms.virtual_items``.
     """
     hp = _hp(node)
     train = _real_rows(node)
@@ -304,6 +310,11 @@ def holdings(content: RecordDict, node: NodeContext) -> RecordDict:
                           "virtual items only, showing the server the real ones)")
     alpha = float(hp["alpha"])  # checked against the policy by _hp
     secret = get_shared_secret(node.state, SECRET)
+    listed = config_record(node.request, NODESET_KEY)
+    if listed is None or "members" not in listed:
+        raise LosslessnessError(f"{node.who}: lpgcn_holdings without the run's node set "
+                                f"('{NODESET_KEY}.members')")
+    members = commit_node_set(node, listed["members"], "the LP-GCN run's node set")
     m = train.shape[1]
     pseudo_all = item_pseudonyms(secret, m)
     real = np.unique(train.indices).astype(np.int64)
@@ -319,7 +330,8 @@ def holdings(content: RecordDict, node: NodeContext) -> RecordDict:
                    "cover": np.array([alpha, float(hp["mask-scale"]),
                                       float(HOLDINGS.index(mode))])})
     setup.flush()
-    return RecordDict({request_wire.ARRAYS: to_array_record({"held": pseudo_all[held_real]})})
+    return RecordDict({request_wire.ARRAYS: to_array_record({"held": pseudo_all[held_real]}),
+                       NODESET_KEY: ConfigRecord({"signed": sign_node_set(node, members)})})
 
 
 @handler(Action.ASSIGN)
@@ -345,6 +357,9 @@ def assign(content: RecordDict, node: NodeContext) -> RecordDict:
     ptr = np.asarray(got.get("hold_ptr", np.zeros(1, np.int64)), np.int64)
     holders = np.asarray(got.get("hold_nodes", np.zeros(0, np.uint64)), np.uint64)
     _check_holder_lists(node, ptr, holders, len(conv_hpos))
+    if _catalogue_cover(setup):
+        _check_whole_set(node, ptr, holders)
+    signed_set_digest(node, node.request, "the LP-GCN convolution assignment")
     for c, (ks, _) in _sender_lists(ptr, holders, me).items():
         node.mailbox.send(c, "lpgcn-confirm", pack({"items": setup["held"][conv_hpos[ks]]}))
     setup.update({"conv_of": conv_of, "conv_hpos": conv_hpos, "hold_ptr": ptr,
@@ -371,6 +386,35 @@ def _check_holder_lists(node: NodeContext, ptr: np.ndarray, holders: np.ndarray,
         raise LosslessnessError(f"{node.who}: the server's holder lists must name this node "
                                 "once in every list of its convolution items and no node twice "
                                 "in one list")
+
+
+def _catalogue_cover(setup: StateArrays) -> bool:
+    """Whether this node drew the catalogue as its virtual items (``catalogue`` holdings
+    with alpha > 0): then every node of the run holds every item."""
+    alpha, _, mode = (float(x) for x in setup["cover"])
+    return alpha > 0 and HOLDINGS[int(mode)] == "catalogue"
+
+
+def _check_whole_set(node: NodeContext, ptr: np.ndarray, holders: np.ndarray) -> None:
+    """Under catalogue holdings, each holder list of this node's convolution items must name
+    exactly the run's committed node set (every node holds every item).
+
+    Why: a list that leaves nodes out ties the item's degree and its rows to the listed
+    nodes' data alone; made the sole holder of a probe item, a node answered (its degree
+    0 or not) whether its users hold it. A list of the whole set depends on the request
+    only, so this refusal tells the server nothing about this node's data."""
+    members = np.sort(np.asarray(committed_members(node), np.uint64))
+    n = len(ptr) - 1
+    whole = bool(np.all(np.diff(ptr) == len(members)))
+    if whole and n:
+        lists = np.sort(holders.reshape(n, len(members)), axis=1)
+        whole = bool(np.all(lists == members[None, :]))
+    if not whole:
+        raise PolicyError(f"{node.who} refuses the convolution assignment: under catalogue "
+                          "holdings every node holds every item, so each holder list of the "
+                          f"items it convolves must name exactly the run's {len(members)} "
+                          "committed nodes (a list leaving nodes out would tie the item's "
+                          "degree and rows to fewer nodes' data)")
 
 
 @handler(Action.VERIFY)
@@ -416,9 +460,14 @@ def _mail_counts(node: NodeContext, setup: StateArrays) -> None:
 
 
 def _degrees(node: NodeContext, setup: StateArrays) -> None:
-    """Convolution node: true degrees of its items from the verification mail; refuse an item
-    no user really holds; mail each holder the degrees of the items it shares; initialise
-    this node's layer-0 rows (its users' U rows, its convolution items' V and W rows)."""
+    """Convolution node: true degrees of its items from the verification mail; mail each
+    holder the degrees of the items it shares; initialise this node's layer-0 rows (its
+    users' U rows, its convolution items' V and W rows).
+
+    An item of degree 0 (no real holder) is no refusal: such a refusal would answer whether
+    the listed holders' users hold the item. It trains as in centralized LightGCN: no
+    neighbour, so zero rows at layers >= 1 (``inv_sqrt(0) = 0``), and its layer-0 rows move
+    by negative-sampling gradients only."""
     hp = _hp(node)
     me = node.context.node_id
     conv_hpos = setup["conv_hpos"]
@@ -441,11 +490,6 @@ def _degrees(node: NodeContext, setup: StateArrays) -> None:
                                     f"{len(mail[s])} items, it shares {len(ks)}")
         degree[ks] += mail[s]
         hold_cnt[slots] = mail[s]
-    if len(degree) and degree.min() < 1:
-        raise LosslessnessError(
-            f"{node.who}: some of the items it convolves have no real training interaction "
-            "(held only as virtual items); LP-GCN needs every catalogue item to have one "
-            "(drop items without training interactions from the catalogue)")
     for s, (ks, _) in per_sender.items():
         node.mailbox.send(int(s), "lpgcn-degree", pack({"degree": degree[ks]}))
     conv_real = setup["held_real"][conv_hpos]
@@ -595,13 +639,22 @@ class Session:
 
     # -- mail --------------------------------------------------------------------------------
     def absorb_degrees(self) -> None:
-        mail = self.node.mailbox.receive("lpgcn-degree")
-        for s, blob in mail.items():
+        """The degrees each convolution node mailed for the items it convolves for this
+        node, every letter checked before any is kept."""
+        got = {s: unpack(blob)["degree"]
+               for s, blob in self.node.mailbox.receive("lpgcn-degree").items()}
+        degree = self.setup["degree"].copy()
+        for s, values in got.items():
             pos = np.flatnonzero(self.conv_of == s)
-            degree = self.setup["degree"].copy()
-            degree[pos] = unpack(blob)["degree"]
-            self.setup["degree"] = degree
+            if s == self.me or not len(pos) or np.shape(values) != (len(pos),):
+                raise LosslessnessError(f"{self.node.who}: node {s} mailed degrees of "
+                                        f"{np.size(values)} items, it convolves {len(pos)} "
+                                        "that this node holds")
+            degree[pos] = values
+        for s in got:
             self.flags[f"deg.{s}"] = True
+        if got:
+            self.setup["degree"] = degree
         if not self.done("degrees") and all(self.done(f"deg.{c}") for c in self.conv_nodes()):
             self.mark("degrees")
 
@@ -674,7 +727,15 @@ class Session:
 
     def absorb(self, got: dict[str, np.ndarray]) -> None:
         """Deliveries of this round: item rows ``e<l>``, negatives ``neg``, W rows ``w``,
-        gradient sums ``g<l>`` (held items) and ``g0`` (this node's convolution items)."""
+        gradient sums ``g<l>`` (held items) and ``g0`` (this node's convolution items);
+        every one checked before any is kept."""
+        for key, value in self.checked_deliveries(got).items():
+            self.cur[key] = value
+
+    def checked_deliveries(self, got: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``got`` by state key, once every array is a part delivered to a node, new in this
+        step and of the shape it must have."""
+        out: dict[str, np.ndarray] = {}
         for name, value in got.items():
             try:
                 part, layer = wire.parse(name)
@@ -686,14 +747,15 @@ class Session:
                                         "delivered to a node")
             if layer is not None:
                 key = f"{key}{layer}"
-            if key in self.cur:
+            if key in self.cur or key in out:
                 raise LosslessnessError(f"{self.node.who}: '{name}' delivered twice in step "
                                         f"{self.flags['step']}")
             expected = self.delivered_shape(_DELIVERED[part], layer)
             if np.shape(value) != expected:
                 raise LosslessnessError(f"{self.node.who}: LP-GCN array '{name}' has shape "
                                         f"{np.shape(value)}, expected {expected}")
-            self.cur[key] = value
+            out[key] = value
+        return out
 
     def delivered_shape(self, key: str, layer: int | None) -> tuple[int, ...]:
         """The shape a delivery must have (checked before any math uses it): every held
@@ -908,21 +970,22 @@ def lpgcn_round(content: RecordDict, node: NodeContext) -> RecordDict:
     cfg = s.hp
     step, train = int(cfg["step"]), bool(cfg["train"])
     got = node.arrays() if request_wire.ARRAYS in node.request.array_records else {}
-    s.absorb_degrees()
     current = int(s.flags["step"])
+    # the request's own checks before the node keeps anything of it
+    if step not in (current, current + 1):
+        raise LosslessnessError(f"{node.who}: request for step {step}, this node is at step "
+                                f"{current} (a step can neither repeat nor be skipped)")
+    if step == current + 1 and current >= 0 and not s.flags.get("train") and got:
+        raise LosslessnessError(f"{node.who}: deliveries at the start of step {step}")
+    s.absorb_degrees()
     if step == current + 1:
         if current >= 0:
             if s.flags.get("train"):
                 s.absorb(got)
                 s.advance()
                 s.finish()
-            elif got:
-                raise LosslessnessError(f"{node.who}: deliveries at the start of step {step}")
             got = {}
         s.begin(step, train)
-    elif step != current:
-        raise LosslessnessError(f"{node.who}: request for step {step}, this node is at step "
-                                f"{current} (a step can neither repeat nor be skipped)")
     s.absorb(got)
     s.advance()
     s.save()

@@ -7,10 +7,12 @@ centralized reference :class:`fedrec.recsys.lightgcn.LightGCN`), decisions and c
 Setup: handshake and the run's aggregator; the shared key S made by a random node and relayed
 sealed (``fedrec.secure.relay``: the server never holds S); the number of training
 interactions as a sum (batches per epoch); every node's held item set as pseudonyms under S
-(real and virtual items mixed); a greedy set cover of the items by nodes and one random
-convolution node per item from the cover, confirmed by each convolution node to its items'
-holders by sealed mail; the verification by sealed mail (true degrees, real holders only;
-an item held only virtually is refused).
+(real and virtual items mixed), with its signature on the run's node set; a greedy set cover
+of the items by nodes and one random convolution node per item from the cover, confirmed by
+each convolution node to its items' holders by sealed mail (under catalogue holdings each
+holder list is the whole signed node set); the verification by sealed mail (true degrees,
+real holders only; an item held only virtually trains as in centralized LightGCN, with
+degree 0).
 
 Each training step is a sequence of synchronous rounds in which every node does what has
 become computable (``lpgcn_round``): convolution nodes upload their items' rows layer by
@@ -31,7 +33,7 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from flwr.app import RecordDict
+from flwr.app import ConfigRecord, RecordDict
 
 from fedrec.config import Key
 from fedrec.records import from_array_record
@@ -44,6 +46,7 @@ from fedrec.transport.relay_server import relay_secret
 from fedrec.wire import lpgcn as wire
 from fedrec.wire import request as request_wire
 from fedrec.wire.lpgcn import Action, Part
+from fedrec.wire.sums import NODESET_KEY, NODESET_SIGNED_KEY, node_set_signature
 from strategies.base import Federation, ProtocolStrategy, RunOutcome
 from strategies.policy_needs import PolicyNeed
 
@@ -198,8 +201,13 @@ class _Run:
                 "equal centralized training") from None
 
     def request(self, node: int, arrays: Mapping[str, np.ndarray] | None,
-                **extra: Any) -> RecordDict:
-        return self.fed.request(arrays or None, {**self.hp, **extra})
+                records: Mapping[str, ConfigRecord] | None = None, **extra: Any) -> RecordDict:
+        """A request with ``arrays``, the run's hyperparameters with ``extra``, and further
+        ``records``."""
+        content = self.fed.request(arrays or None, {**self.hp, **extra})
+        for name, record in (records or {}).items():
+            content[name] = record
+        return content
 
     # -- setup --------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -210,8 +218,13 @@ class _Run:
         self.n_interactions = int(round(float(total["n"][0])))
         self.nbatches = n_batches(self.n_interactions, self.s.batch_size)
         self.hp["nbatches"] = self.nbatches
-        replies = self.send(Action.HOLDINGS, {n: self.request(n, None) for n in self.nodes},
-                            "lpgcn-setup")
+        # each node commits to the run's node set with its holdings and signs it; the
+        # assignment carries every signature (holder lists are checked against that set)
+        members = ConfigRecord({"members": sorted(self.nodes)})
+        replies = self.send(Action.HOLDINGS, {n: self.request(n, None, {NODESET_KEY: members})
+                                              for n in self.nodes}, "lpgcn-setup")
+        self.node_set_signatures = ConfigRecord({
+            str(n): node_set_signature(replies[n], label(n)) for n in self.nodes})
         held = {}
         for n in self.nodes:
             h = from_array_record(replies[n][request_wire.ARRAYS])["held"]
@@ -266,7 +279,8 @@ class _Run:
                 arrays["hold_ptr"] = np.r_[0, np.cumsum([len(h) for h in lists])].astype(
                     np.int64)
                 arrays["hold_nodes"] = np.asarray([x for h in lists for x in h], np.uint64)
-            contents[n] = self.request(n, arrays)
+            contents[n] = self.request(n, arrays,
+                                       {NODESET_SIGNED_KEY: self.node_set_signatures})
         self.send(Action.ASSIGN, contents, "lpgcn-setup")
         for _ in range(2):  # counts once confirmed, then degrees
             self.send(Action.VERIFY, {n: self.request(n, None) for n in self.nodes},

@@ -194,16 +194,27 @@ def test_a_node_whose_users_have_no_items_is_refused(tmp_path) -> None:
         _run(_txt_dataset(tmp_path, train, test), nodes=3)
 
 
-def test_an_item_held_only_virtually_is_refused(tmp_path, monkeypatch) -> None:
+def test_an_item_without_a_training_interaction_trains_as_centralized(tmp_path) -> None:
+    """Item 6 has no training interaction: every node holds it virtually (catalogue
+    holdings) and its convolution node finds degree 0. No node refuses it (whether it did
+    would answer whether the listed holders' users hold the item); the run equals
+    centralized LightGCN, where such an item has zero rows at layers >= 1 and moves by
+    negative-sampling gradients only. Held by no node at all (alpha = 0: no virtual items),
+    the server refuses it: no node could convolve it."""
     train = [[0, 1, 2], [1, 2, 3], [0, 3, 4], [2, 4, 5], [0, 5, 1], [3, 4, 5]]
-    test = [[6], [6], [5], [1], [2], [0]]  # item 6 has no training interaction
-    cfg = {**_txt_dataset(tmp_path, train, test), "lpgcn-alpha": 20.0}
-    import clients.lpgcn as node_side
-
-    # every node draws the largest virtual set: item 6 is held, but only virtually
-    monkeypatch.setattr(node_side, "csprng_uniform", lambda n: np.full(n, 0.999))
-    with pytest.raises(NodeError, match="held only as virtual items"):
-        _run(cfg, nodes=3)
+    test = [[6], [6], [5], [1], [2], [0]]
+    cfg = {**_txt_dataset(tmp_path, train, test), "lpgcn-steps": 3}
+    data = load_dataset(DatasetSpec.from_config({**BASE, **cfg}))
+    assert data.train.shape[1] == 7 and data.train.getnnz(axis=0)[6] == 0
+    record, grid = _run(cfg, nodes=3)
+    ref = LPGCN(resolve_config({**BASE, **cfg})).reference_model(data.train)
+    for _ in range(3):
+        ref.step()
+    np.testing.assert_allclose(record["extra"]["losses"], ref.losses, rtol=0, atol=1e-10)
+    rows = [stored_params(grid.contexts[n].state) for n in grid.ids]
+    conv = next(p for p in rows if 6 in p["conv_real"])
+    np.testing.assert_allclose(conv["V"][list(conv["conv_real"]).index(6)], ref.V[6],
+                               rtol=0, atol=1e-10)
     with pytest.raises(LosslessRunError, match="1 of 7 catalogue items are held by no node"):
         _run({**cfg, "lpgcn-alpha": 0.0}, nodes=3)
 
