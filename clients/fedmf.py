@@ -42,14 +42,14 @@ def _load_state(node: NodeContext, dim: int, seed: int) -> dict[str, np.ndarray]
 
 def _train_exact(node: NodeContext, V: np.ndarray, cfg: dict[str, Any],
                  state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """One full-batch step: this node's summed V-gradient (divided by N on the server)."""
+    """One full-batch step: this node's summed V-gradient (divided by N on the server).
+
+    No check of the stored factors against ``mf-factor-bound``: the server moves them with
+    the V it sends, so a refusal would answer whether this node's users hold the items it
+    chose. A value outside the sum's declared range is clipped by the sum layer, inside the
+    masked sum (``clients.sums_node.clipped_into_range``): the server learns only how many
+    nodes clipped, and the round fails rather than take an inexact step."""
     data = node.data()
-    bound = float(cfg["factor-bound"])
-    largest = float(np.max(np.abs(state["U"]))) if state["U"].size else 0.0
-    if largest > bound:
-        raise OverflowError(f"{node.who}: a user factor entry exceeds mf-factor-bound="
-                            f"{bound:g}, the bound the summed gradients are declared with; "
-                            "raise mf-factor-bound or lower mf-lr")  # never the entry itself
     step = bpr_step(state["U"], V, data.train, data.user_ids, seed=int(cfg["seed"]),
                     round_=int(cfg["round"]), lr=float(cfg["lr"]), reg=float(cfg["reg"]),
                     negatives=int(cfg["negatives"]))
@@ -127,17 +127,14 @@ def fedmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
     cfg = node.config()
     V = _checked_V(node, node.arrays()["V"])
     mode = str(cfg["mode"])
-    if mode in ("exact", "local"):
-        _reserve_training(node, V, cfg, mode)
-    state = _load_state(node, V.shape[1], int(cfg["seed"]))
-    if mode == "exact":
-        share = _train_exact(node, V, cfg, state)
-    elif mode == "local":
-        share = _train_local(node, V, cfg, state)
-    else:
+    if mode not in ("exact", "local"):
         raise ValueError(f"partition {node.partition_id}: unknown mf-mode {mode!r}")
-    node.store_arrays(_STATE, state)
-    return sum_reply(node, share)
+    _reserve_training(node, V, cfg, mode)
+    state = _load_state(node, V.shape[1], int(cfg["seed"]))
+    train = _train_exact if mode == "exact" else _train_local
+    reply = sum_reply(node, train(node, V, cfg, state))
+    node.store_arrays(_STATE, state)  # kept only once the reply passed every check
+    return reply
 
 
 @handler(Action.EVALUATE, sums=True)

@@ -77,9 +77,9 @@ FEDMF_KEYS: tuple[Key, ...] = (
     Key("mf-clip", 1.0, "local mode: a node clips every element of its item delta to "
         "[-mf-clip, mf-clip]; with its user weight this is the sum's declared range", min=1e-9,
         used_by="fedmf"),
-    Key("mf-factor-bound", 100.0, "exact mode: nodes refuse to send if a user factor entry "
-        "exceeds this; it bounds the summed gradients (max users x bound)", min=1e-9,
-        used_by="fedmf"),
+    Key("mf-factor-bound", 100.0, "exact mode: the summed gradients' declared range is max "
+        "users x this; a node clips values outside it inside the masked sum and the round "
+        "fails, naming only how many nodes clipped", min=1e-9, used_by="fedmf"),
 )
 
 
@@ -260,8 +260,7 @@ class FedMF(ProtocolStrategy):
         """What every node needs for one round (public hyperparameters only)."""
         return {"mode": self.mode, "round": round_, "seed": self.seed, "lr": self.lr,
                 "reg": self.reg, "negatives": self.negatives, "epochs": self.epochs,
-                "batch-size": self.batch_size, "clip": self.clip,
-                "factor-bound": self.factor_bound, "loss-cap": LOSS_CAP}
+                "batch-size": self.batch_size, "clip": self.clip, "loss-cap": LOSS_CAP}
 
     def max_abs(self, fed: Federation) -> float:
         """The range every value of a node's reply provably lies in.
@@ -269,7 +268,9 @@ class FedMF(ProtocolStrategy):
         local: ``w * clip(delta)`` with w <= the node's users, ``w``, ``w * min(loss, cap)``,
         ``w * clipped fraction``. exact: the summed V-gradient of n users is at most
         ``n * max |U|`` per entry (a user's triple weights sum to 1 and |dl/dx| <= weight),
-        and nodes refuse when ``max |U| > mf-factor-bound``; the loss sum is capped too.
+        declared for ``max |U| <= mf-factor-bound``; the loss sum is capped too. A node whose
+        values fall outside clips them inside the sum (no refusal: the server chooses V,
+        which moves U), and the aggregator fails the round naming how many nodes clipped.
         """
         per_user = max(self.clip if self.mode == "local" else self.factor_bound, LOSS_CAP, 1.0)
         return float(fed.max_users) * per_user
