@@ -7,10 +7,12 @@ declared bound m_hat and fedsvd-privacy's basis to z_hat (clips, not refusals, s
 depends on the data); fedsvd-privacy's noisy release outside a secure sum (plain mode) is
 charged to its DP ledger (``clients/dp_ledger.py``) before it is computed, by Theorem 2 with
 the rank, bounds, sigma and iteration count the node itself uses, and a delta outside (0, 1)
-is refused; server-chosen sizes are bounded by ``memory-budget-mb``; the noise product needs
-``allow-noise-removal``, is answered once per synchronization and only if its update went
-into a masked sum. A reply holds the protocol's values alone: FedPower's noise scale is a
-public bound (``power_svd.FEDPOWER_Z_MAX``), never the node's ||Z||_max.
+is refused; server-chosen sizes are bounded by ``memory-budget-mb`` and a request's work
+(iterations times the flops of one, :func:`block_flops`) by ``max-iterations`` iterations of
+:data:`ITERATION_FLOPS` each, both from sizes the server knows, before any work; the noise
+product needs ``allow-noise-removal``, is answered once per synchronization and only if its
+update went into a masked sum. A reply holds the protocol's values alone: FedPower's noise
+scale is a public bound (``power_svd.FEDPOWER_Z_MAX``), never the node's ||Z||_max.
 """
 
 from __future__ import annotations
@@ -38,15 +40,6 @@ _NOISE_INFO = "fedsvd.noise-info"  # ConfigRecord: its iteration t, the sum's mo
 _RANGE_STDS = 12.0
 
 
-def _rows(node: NodeContext, params: svd.SvdParams):
-    """This node's rows, clipped so every entry of its M'_i is within the declared m_hat
-    (``svd.clip_gram``: a clip, never a refusal, so the answer does not depend on the data)."""
-    rows = node.data().train
-    if rows.shape[0] == 0:
-        raise ValueError(f"{node.who} holds no rows: it cannot take part in federated SVD")
-    return svd.clip_gram(rows, params.m_hat)
-
-
 @dataclass(frozen=True)
 class _Block:
     """One request's work, every server-chosen value checked by the node."""
@@ -72,11 +65,46 @@ def block_bytes(n_rows: int, n_cols: int, rank: int, nnz: int) -> float:
     return 8.0 * r * (2.0 * n_rows + 12.0 * n_cols) + 8.0 * 8.0 * r * r + 24.0 * nnz
 
 
+#: The work one of ``max-iterations``' iterations stands for: 1e8 floating-point operations
+#: (one power iteration at rank 10 on ~1,000 rows of 2,000 items counted dense). A request
+#: may do max-iterations x this (1e12 at the default 10,000); a larger iteration counts as
+#: several, so rank and iterations cannot each pass their own bound and together keep the
+#: node busy for 45 minutes (the review's rank 1,500 x 10,000 iterations on ML-100K's 1,682
+#: items: 1.5e14).
+ITERATION_FLOPS = 1e8
+
+
+def block_flops(n_rows: int, n_cols: int, rank: int, iterations: int) -> float:
+    """An upper bound on one block's floating-point operations from sizes the server knows
+    (the node's row count and items, the rank and iteration count it chose; never the
+    node's interactions, so a refusal says nothing the server did not know): per iteration
+    the products M_i Z and M_i^T (M_i Z) counted dense (4 s_i d r) and the QR of the d x r
+    result with its Q (4 d r^2); once, the alignment's Z^T Z_common and Y D (4 d r^2) and
+    the r x r SVD (LAPACK's ~22 r^3)."""
+    r = float(rank)
+    per_iteration = 4.0 * r * n_cols * (n_rows + r)
+    return iterations * per_iteration + 4.0 * n_cols * r * r + 22.0 * r ** 3
+
+
+def _check_work(node: NodeContext, n_rows: int, n_cols: int, rank: int,
+                iterations: int) -> None:
+    """Refuse, before any work, a block that is more than ``max-iterations`` iterations of
+    :data:`ITERATION_FLOPS` (an iteration never counts as less than one)."""
+    units = max(iterations, math.ceil(block_flops(n_rows, n_cols, rank, iterations)
+                                      / ITERATION_FLOPS))
+    node.policy.check_iterations(
+        units, f"t-to - t-from = {iterations:,} at rank {rank:,} on {n_rows:,} x {n_cols:,} "
+        f"rows, in iterations of {ITERATION_FLOPS:.0e} flops", node.who)
+
+
 def _block(node: NodeContext) -> _Block:
     """The request's parameters, rows and basis, checked before any work: clear errors for
-    unknown, non-finite or out-of-range values and for sizes past ``memory-budget-mb``;
-    fedsvd-privacy's basis clipped to the declared z_hat (Alg. 3's honest server sends it
-    clipped already), so Theorem 2's bound holds for what the node multiplies."""
+    unknown, non-finite or out-of-range values and for sizes past ``memory-budget-mb`` or
+    work past ``max-iterations`` (:func:`_check_work`); then the rows clipped so every entry
+    of M'_i is within the declared m_hat (``svd.clip_gram``: a clip, never a refusal, so the
+    answer does not depend on the data) and fedsvd-privacy's basis clipped to the declared
+    z_hat (Alg. 3's honest server sends it clipped already), so Theorem 2's bound holds for
+    what the node multiplies."""
     cfg, who = node.config(), node.who
     try:
         scheme, params = str(cfg["scheme"]), svd.params_from_config(cfg)
@@ -92,22 +120,26 @@ def _block(node: NodeContext) -> _Block:
         raise ValueError(f"{who} refuses the fedsvd request: it needs 0 <= t-from < t-to and "
                          f"n-nodes >= 1, got t-from={t_from}, t-to={t_to}, n-nodes={n_nodes}")
     node.policy.check_iterations(t_to - t_from, "t-to", who)
-    rows = _rows(node, params)
+    rows = node.data().train
+    n_rows, d = rows.shape
+    if n_rows == 0:
+        raise ValueError(f"{who} holds no rows: it cannot take part in federated SVD")
     Z = np.asarray(node.arrays()["Z"], dtype=np.float64)
-    if Z.ndim != 2 or Z.shape[0] != rows.shape[1] or not 1 <= Z.shape[1] <= rows.shape[1]:
+    if Z.ndim != 2 or Z.shape[0] != d or not 1 <= Z.shape[1] <= d:
         raise ValueError(f"{who} refuses the fedsvd request: the basis Z has shape {Z.shape}, "
-                         f"expected ({rows.shape[1]}, r) with 1 <= r <= {rows.shape[1]} (an "
-                         "orthonormal basis has at most as many columns as rows)")
-    node.reserve(block_bytes(rows.shape[0], rows.shape[1], Z.shape[1], rows.nnz),
-                 f"a fedsvd block of rank {Z.shape[1]}")
+                         f"expected ({d}, r) with 1 <= r <= {d} (an orthonormal basis has at "
+                         "most as many columns as rows)")
+    r = Z.shape[1]
+    node.reserve(block_bytes(n_rows, d, r, rows.nnz), f"a fedsvd block of rank {r}")
+    _check_work(node, n_rows, d, r, t_to - t_from)
     if not np.all(np.isfinite(Z)):
         raise ValueError(f"{who} refuses the fedsvd request: the basis Z is not finite")
-    if not (math.isfinite(rows_total) and rows_total >= rows.shape[0]):
+    if not (math.isfinite(rows_total) and rows_total >= n_rows):
         raise ValueError(f"{who} refuses the fedsvd request: rows-total must be finite and at "
                          f"least this node's row count, got {rows_total!r}")
-    Z = svd.node_basis(scheme, Z, params)
+    rows, Z = svd.clip_gram(rows, params.m_hat), svd.node_basis(scheme, Z, params)
     return _Block(scheme, params, rows, Z, params.node_sigma(scheme, n_nodes), t_from, t_to,
-                  rows.shape[0] / rows_total, _sum_mode(node))
+                  n_rows / rows_total, _sum_mode(node))
 
 
 def _sum_mode(node: NodeContext) -> str:
