@@ -12,6 +12,11 @@ checks every key it is handed, so a key the server substitutes is refused.
 Each key is checked once per run (:meth:`NodeIdentity.check_once`): the node remembers, in
 its state, a digest of every signed key it verified, bound to the roster, purpose, run and
 publishing node, so only those exact bytes skip the signature check later in the run.
+
+The roster also bounds every list of nodes the server hands this node (a run's node set,
+the mail directory, a secret's peers; :meth:`NodeIdentity.bound_nodes`): each node of a run
+signs as its own roster partition, so no list longer than the roster can be signed by all
+it names, and such a list is refused on its length before it is copied or hashed.
 """
 
 from __future__ import annotations
@@ -43,6 +48,9 @@ class NodeIdentity:
     roster: Roster
     partition: int
     simulated: bool
+    #: The node's policy (``load_identity``'s): its budget also bounds the keys and mail it
+    #: keeps for other nodes (``clients/sealed_node.py``).
+    policy: NodePolicy = NodePolicy()
 
     def sign(self, purpose: str, run_id: int, node_id: int, public_key: bytes) -> bytes:
         """``public_key`` signed as this node's, serialized for a record."""
@@ -54,6 +62,18 @@ class NodeIdentity:
         the node if the roster's key did not sign it."""
         signed = SignedKey.from_bytes(blob, f"node {node_id}")
         return signed.partition, self.roster.verify(purpose, run_id, node_id, signed)
+
+    def bound_nodes(self, count: int, refuse: str, what: str,
+                    error: type[Exception]) -> None:
+        """Refuse (``error``, starting ``refuse``) a server-chosen list of ``count`` nodes,
+        ``what``, longer than the roster: every node of a run signs as its own partition
+        (:func:`signers_of`), so a longer list could never be signed by all it names. Checked
+        on the length alone, before the list is copied, checked for distinctness or hashed
+        (simulated identities: the simulated roster of the node's ``num-partitions``)."""
+        most = len(self.roster.keys)
+        if count > most:
+            raise error(f"{refuse}: {what} lists {count:,} nodes, more than the {most} "
+                        "partitions of its roster")
 
     def check_once(self, state: RecordDict, purpose: str, run_id: int, node_id: int,
                    blob: bytes) -> tuple[int, bytes]:
@@ -95,13 +115,14 @@ def load_identity(cfg: Mapping[str, Any], policy: NodePolicy, who: str) -> NodeI
                                 f"not the key the roster (node config '{ROSTER_KEY}') lists "
                                 f"for partition {partition}")
         _check_role(roster, partition, str(cfg.get("role", "") or ""), who)
-        return NodeIdentity(signer, roster, partition, simulated=False)
+        return NodeIdentity(signer, roster, partition, simulated=False, policy=policy)
     policy.require("allow-simulated-identity", "simulated identities (public "
                         "deterministic signing keys; node config has no 'identity-key' and "
                         "'roster')", who)
     known = max(int(cfg.get("num-partitions", 0)), partition + 1)
     roster = Roster.simulated((-1, *range(known)))  # one cached object per process
-    return NodeIdentity(SigningIdentity.simulated(partition), roster, partition, simulated=True)
+    return NodeIdentity(SigningIdentity.simulated(partition), roster, partition, simulated=True,
+                        policy=policy)
 
 
 def _check_role(roster: Roster, partition: int, role: str, who: str) -> None:

@@ -14,6 +14,9 @@ across runs, the set (as roster partitions) of its first run (:func:`_hold_acros
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from flwr.app import ConfigRecord, RecordDict
 
 from clients.handlers import handler
@@ -32,13 +35,30 @@ from fedrec.wire.sums import (
 #: Node state ConfigRecord: this run's committed ``members`` and, once every member's
 #: signature on them checked, ``confirmed``.
 STATE = "nodeset.committed"
+#: Bytes one member of a server-chosen node set takes in the node's copies of it (the ids,
+#: the distinctness check's set, the sorted list, the state record), reserved before any.
+MEMBER_BYTES = 64
 
 
-def commit(node: NodeContext, members: list[int], what: str) -> list[int]:
-    """Commit this node to ``members`` (sorted) for the rest of the run, or refuse ``what``
-    when they are not distinct, lack this node, are fewer than its ``min-survivors``, or
-    differ from the set it committed to earlier in this run."""
+def listed_nodes(node: NodeContext, listed: Sequence[Any], what: str,
+                 error: type[Exception] = AggregationError, name: str = "the node set",
+                 ) -> list[int]:
+    """The server's list of nodes ``listed`` (``name`` in ``what``) as ids, once its length
+    passed the roster's bound and its copies were reserved against the node's budget:
+    before it is copied, checked for distinctness, stored or hashed (issue 43: a
+    400,003-member key setup was all four). A refusal (``error``) says ``refuses what``."""
+    node.identity.bound_nodes(len(listed), f"{node.who} refuses {what}", name, error)
+    node.reserve(MEMBER_BYTES * len(listed), what)
+    return [int(v) for v in listed]
+
+
+def commit(node: NodeContext, listed: Sequence[Any], what: str) -> list[int]:
+    """Commit this node to the node set ``listed`` (the server's list; sorted) for the rest
+    of the run, or refuse ``what`` when it is longer than the roster or the node's budget
+    allows, not distinct, lacks this node, is smaller than its ``min-survivors``, or differs
+    from the set it committed to earlier in this run."""
     refuse = f"{node.who} refuses {what}"
+    members = listed_nodes(node, listed, what)
     if len(set(members)) != len(members) or node.context.node_id not in members:
         raise AggregationError(f"{refuse}: the node set must list distinct node ids "
                                "including this node")
@@ -64,9 +84,7 @@ def nodeset_commit(content: RecordDict, node: NodeContext) -> RecordDict:
     if cfg is None or "members" not in cfg:
         raise AggregationError(f"{node.who}: node-set request lacks field "
                                f"'{NODESET_KEY}.members'")
-    # The list's length is the server's choice: its copies are reserved before they exist.
-    node.reserve(64.0 * len(cfg["members"]), "the node set")
-    members = commit(node, [int(v) for v in cfg["members"]], "the node set")
+    members = commit(node, cfg["members"], "the node set")
     return RecordDict({NODESET_KEY: ConfigRecord({"signed": sign(node, members)})})
 
 
@@ -91,6 +109,9 @@ def signed_set_digest(node: NodeContext, request: RecordDict, what: str) -> byte
     if bool(record["confirmed"]):
         return digest
     signatures = config_record(request, NODESET_SIGNED_KEY) or ConfigRecord()
+    # on its length, before any signature is verified (or kept as verified)
+    node.identity.bound_nodes(len(signatures), refuse, f"field '{NODESET_SIGNED_KEY}'",
+                              AggregationError)
     signed = []
     for v in members:
         blob = signatures.get(str(v))

@@ -127,9 +127,12 @@ _MAIL_OVERHEAD, _PEER_BYTES = 160, 64
 
 
 def _peers(node: NodeContext, cfg: ConfigRecord) -> list[int]:
-    """The peers the owner mails, distinct and other than itself: the list's copies are
-    reserved before they exist, and no peer gets two copies (each a sealing's time)."""
+    """The peers the owner mails, distinct and other than itself: the list is no longer
+    than the roster and its copies are reserved before they exist, and no peer gets two
+    copies (each a sealing's time)."""
     listed = cfg["peers"]
+    node.identity.bound_nodes(len(listed), f"{node.who} refuses to create a secret",
+                              f"field '{RELAY_KEY}.peers'", RelayError)
     node.reserve(_PEER_BYTES * len(listed), "the relay's peer list")
     peers = [int(p) for p in listed]
     if len(set(peers)) != len(peers) or node.context.node_id in peers:

@@ -16,6 +16,7 @@ from clients.handlers import handler
 from clients.identity_node import signers_of
 from clients.node import NodeContext
 from clients.nodeset import commit as commit_node_set
+from clients.nodeset import listed_nodes
 from clients.nodeset import sign as sign_node_set
 from clients.nodeset import signed_set_digest
 from clients.sealed_node import new_mail_key
@@ -92,7 +93,7 @@ def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
     setup, the same fresh signed key as ``relay_keys``."""
     cfg = _fields(content, ("run-tag", "members", "degree", "graph-seed"), node,
                   Action.ADVERTISE)
-    members = _commit_members(node, [int(v) for v in cfg["members"]])
+    members = _commit_members(node, cfg["members"])  # bounded before it is copied
     run_tag = bytes(cfg["run-tag"])
     commit = commitment(run_tag, members, int(cfg["degree"]), int(cfg["graph-seed"]))
     s_keys = NodeKeys()
@@ -124,7 +125,7 @@ def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
     return reply
 
 
-def _commit_members(node: NodeContext, members: list[int]) -> list[int]:
+def _commit_members(node: NodeContext, members: list) -> list[int]:
     """The run's node set this node sums over, fixed at its first key setup of the run.
 
     Why: two sums of the same request over sets that differ by one node give that node's
@@ -164,7 +165,8 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     signed_set_digest(node, content, "the share round")
     neighbours = neighbour_graph(members, graph_degree(int(st["degree"])),
                                  int(st["graph-seed"]))[me]
-    if sorted(int(v) for v in cfg["neighbours"]) != neighbours:
+    if len(cfg["neighbours"]) != len(neighbours) or \
+            sorted(int(v) for v in cfg["neighbours"]) != neighbours:
         raise SecAggError(f"{node.who} refuses the share round: its neighbours are not the "
                           "ones the committed node set, degree and graph seed give (a server "
                           "choosing neighbourhoods could cut the graph)")
@@ -318,7 +320,8 @@ def begin_masked_sum(node: NodeContext) -> None:
     seeds = _record(state, _SEEDS)
     if str(sum_id) not in seeds:
         raise SecAggError(f"no self-mask seed shared for sum {sum_id}")
-    alive = {int(v) for v in cfg["alive"]}
+    alive = set(listed_nodes(node, cfg["alive"], f"sum {sum_id}", SecAggError,
+                             f"field '{SUM_KEY}.alive'"))
     members, dropped = _committed(node)
     expected = {int(v) for v in st["neighbours"]} - dropped
     if alive != expected:
@@ -377,8 +380,9 @@ def _split(node: NodeContext, cfg: ConfigRecord, sum_id: int,
     not yet dropped, this node a survivor, at least ``min-survivors`` survivors; dropouts
     only if its policy allows them."""
     me = node.context.node_id
-    survivors = sorted({int(v) for v in cfg["survivors"]})
-    dropped = sorted({int(v) for v in cfg["dropped"]})
+    survivors, dropped = (sorted(set(listed_nodes(node, cfg[k], f"to {what} sum {sum_id}",
+                                                  SecAggError, f"field '{SUM_KEY}.{k}'")))
+                          for k in ("survivors", "dropped"))
     members, gone = _committed(node, before=sum_id)
     refuse = f"{node.who} refuses to {what} sum {sum_id}"
     if set(survivors) & set(dropped) or me not in survivors or \
