@@ -13,6 +13,13 @@ A peer's mail key is verified once per run, when this node first mails it or ope
 mail, and the pairwise key derived from it is kept in node state for the run's later
 messages: both are bound to the exact signed key in the directory, and this node's own mail
 key is made once per run (a new one forgets them).
+
+What the server can make a node keep is bounded (issue 43): the directory names at most
+the roster's partitions, each claimed partition in the roster; delivered mail is kept
+across messages only for a purpose some handler reads (:data:`KEPT_PURPOSES`; other mail is
+open to the request that carries it only), at most :data:`MAIL_PER_PARTITION` entries per
+roster partition, and the inbox (with what it already holds) within the node's
+``memory-budget-mb``. A request past a bound is refused before anything of it is kept.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from flwr.app import ConfigRecord, RecordDict
 from fedrec.records import config_record, state_record
 from fedrec.secure.identity import SIGNED_KEY_BYTES, SignedKey
 from fedrec.secure.keys import AuthenticationError, NodeKeys, open_sealed, seal
+from fedrec.secure.relay import secret_mail_purpose
+from fedrec.secure.secagg import SHARES_PURPOSE
 from fedrec.secure.sealed import (
     MAIL_PURPOSE,
     RelayError,
@@ -45,6 +54,28 @@ SEEN_STATE = "relay.seen"  # ConfigRecord in node state: mail already opened (re
 _INBOX = "relay.inbox"  # ConfigRecord in node state: mail delivered but not opened yet
 _PAIRWISE = "relay.pairwise"  # ConfigRecord in node state: peer's signed key digest -> mail key
 _NODE_ID_BYTES = 9  # signed: every uint64 Flower node id fits
+#: Bytes a kept mail or directory entry takes besides its key text and payload (the two
+#: objects' headers and the record's slot): what the inbox's reservation counts per entry.
+_ENTRY_BYTES = 160
+#: Mail kept per roster partition at most: a node reads a few purposes from each peer at
+#: a time (a secret, a batch of SecAgg+ seed shares, an LP-GCN layer's rows).
+MAIL_PER_PARTITION = 16
+#: Purpose families some handler reads (a purpose is kept when it starts with one): the
+#: key relay's secrets (``clients/relay_node.py``), SecAgg+'s seed shares
+#: (``clients/secagg_node.py``), LP-GCN's mail (``clients/lpgcn.py``). Handlers outside
+#: this project add theirs with :func:`keep_mail_for`.
+KEPT_PURPOSES: list[str] = [secret_mail_purpose(""), f"{SHARES_PURPOSE}:", "lpgcn-"]
+
+
+def keep_mail_for(prefix: str) -> None:
+    """Keep delivered mail whose purpose starts with ``prefix`` until a handler reads it
+    (for a handler that reads mail arriving with an earlier request than its own)."""
+    if prefix and prefix not in KEPT_PURPOSES:
+        KEPT_PURPOSES.append(prefix)
+
+
+def _kept(purpose: str) -> bool:
+    return purpose.startswith(tuple(KEPT_PURPOSES))
 
 
 def _pack(directory: dict[int, bytes]) -> bytes:
@@ -81,7 +112,9 @@ class Mailbox:
                  identity: NodeIdentity) -> None:
         self.state, self.request, self.me, self.run_id = state, request, int(me), int(run_id)
         self.identity = identity
+        self.who = f"node {self.me}"  # in refusals
         self._pairwise: dict[int, bytes] = {}  # peer -> pairwise mail key, for this call
+        self._passing: dict[str, bytes] = {}  # mail no handler keeps: this call's only
         self.outgoing: dict[str, bytes] = {}
         self._absorb_directory()
         self._absorb_mail()
@@ -93,15 +126,27 @@ class Mailbox:
         return _unpack(bytes(record["keys"])) if record is not None else {}
 
     def _absorb_directory(self) -> None:
+        """Merge the directory the request carries into the one kept, refusing one longer
+        than the roster (checked first), a partition outside the roster (so the kept one
+        never outgrows it), a partition under two node ids, or a changed key."""
         directory = config_record(self.request, MAIL_DIRECTORY)
         if directory is None:
             return
+        what = f"the mail directory (field '{MAIL_DIRECTORY}')"
+        refuse = f"{self.who} refuses {what}"
+        self.identity.bound_nodes(len(directory), refuse, "it", RelayError)
         known = self._directory
+        self.identity.policy.check_size(
+            (len(known) + len(directory)) * (_NODE_ID_BYTES + SIGNED_KEY_BYTES + _ENTRY_BYTES),
+            what, self.who)
         owners = {SignedKey.from_bytes(signed, f"node {node}").partition: node
                   for node, signed in known.items()}
         for node_s, blob in directory.items():
             node, signed = int(node_s), bytes(blob)
             partition = SignedKey.from_bytes(signed, f"node {node}").partition
+            if partition not in self.identity.roster.keys:
+                raise RelayError(f"{refuse}: node {node}'s key claims partition {partition}, "
+                                 "which is not in its roster")
             if owners.get(partition, node) != node:
                 raise RelayError(f"node {self.me} refuses the mail directory: partition "
                                  f"{partition} appears as node {owners[partition]} and as "
@@ -116,13 +161,38 @@ class Mailbox:
 
     def _absorb_mail(self) -> None:
         """Keep delivered mail in state until a handler opens it: mail rides on whatever
-        request goes to this node next, not necessarily the one whose handler reads it."""
+        request goes to this node next, not necessarily the one whose handler reads it.
+
+        Only mail for a purpose some handler reads (:func:`_kept`) is kept; other mail is
+        open to this request's handler only. The kept inbox, with what earlier messages
+        left in it, must stay within :data:`MAIL_PER_PARTITION` entries per roster
+        partition and the node's ``memory-budget-mb``: checked before anything is kept."""
         mail = config_record(self.request, MAIL_IN)
         if mail is None:
             return
-        inbox = state_record(self.state, _INBOX)
+        refuse = f"{self.who} refuses mail (field '{MAIL_IN}')"
+        kept: dict[str, bytes] = {}
         for key, blob in mail.items():
-            inbox[key] = bytes(blob)
+            try:
+                purpose = parse_in_key(key)[2]
+            except ValueError:
+                raise RelayError(f"{refuse}: a key is not '<sender>|<round>|<purpose>'") \
+                    from None
+            (kept if _kept(purpose) else self._passing)[key] = bytes(blob)
+        if not kept:
+            return
+        inbox = config_record(self.state, _INBOX) or ConfigRecord()
+        entries = len(set(inbox) | set(kept))
+        most = MAIL_PER_PARTITION * len(self.identity.roster.keys)
+        if entries > most:
+            raise RelayError(f"{refuse}: its inbox would hold {entries:,} mails, more than "
+                             f"{MAIL_PER_PARTITION} per partition of its roster ({most})")
+        size = sum(len(k) + len(bytes(v)) + _ENTRY_BYTES
+                   for k, v in {**dict(inbox), **kept}.items())
+        self.identity.policy.check_size(size, f"mail (field '{MAIL_IN}') for its inbox, kept "
+                                        "across messages", self.who)
+        inbox.update(kept)
+        self.state[_INBOX] = inbox
 
     @cached_property
     def _secret(self) -> bytes:
@@ -177,14 +247,14 @@ class Mailbox:
         round or purpose) or that was opened before raises :class:`RelayError` naming the
         sender.
         """
-        inbox = config_record(self.state, _INBOX)
-        if not inbox:
+        boxes = [box for box in (config_record(self.state, _INBOX), self._passing) if box]
+        if not boxes:
             return {}
         seen = state_record(self.state, SEEN_STATE)
         out: dict[int, bytes] = {}
-        for key in [k for k in inbox if parse_in_key(k)[2] == purpose]:
+        for box, key in [(b, k) for b in boxes for k in b if parse_in_key(k)[2] == purpose]:
             sender, round_, what = parse_in_key(key)
-            blob = inbox.pop(key)
+            blob = box.pop(key)
             if key in seen:
                 raise RelayError(f"node {self.me} received mail '{purpose}' from node {sender} "
                                  f"(round {round_}) twice: replay refused")
