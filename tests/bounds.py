@@ -15,11 +15,31 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from flwr.app import Context, Message
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
 BUDGET_MB = 4
 MAX_ITERATIONS = 40
 SECONDS = 20  # an example still running after this ran a server-chosen loop unbounded
+
+
+def state_bytes(state: RecordDict) -> int:
+    """Bytes a node's Flower state holds, counted from its records (bytes and text by length,
+    numbers 8 each, arrays by their data): what the server made it keep across messages,
+    to compare with its ``memory-budget-mb`` (Python's per-object overhead not counted)."""
+    def size(value: object) -> int:
+        if isinstance(value, (bytes, str)):
+            return len(value)
+        if isinstance(value, list):
+            return sum(size(v) for v in value)
+        return 8
+
+    total = 0
+    for record in state.values():
+        if isinstance(record, ArrayRecord):
+            total += sum(len(a.data) for a in record.values())
+        elif isinstance(record, ConfigRecord):
+            total += sum(len(k) + size(v) for k, v in record.items())
+    return total
 
 
 class TooLong(BaseException):

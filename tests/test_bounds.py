@@ -207,9 +207,12 @@ def _hello(draw: Any) -> Request:
 
 @st.composite
 def _nodeset(draw: Any) -> Request:
-    """The run's node set, as long as the server likes (ids from 1: the tiny grid's nodes)."""
+    """The run's node set, as long as the server likes: distinct ids from 1001 (the tiny
+    grid's nodes first, so the node is a member), so that no distinctness or membership
+    check refuses it before its length is measured."""
     n = draw(st.one_of(st.integers(1, 40), st.integers(1, 10**6)))
-    return ("query", _content({"nodeset": ConfigRecord({"members": list(range(1, n + 1))})}),
+    return ("query", _content({"nodeset": ConfigRecord({"members": list(range(1001,
+                                                                              1001 + n))})}),
             {})
 
 
@@ -410,17 +413,28 @@ class Resized:
         return self.what
 
 
+def _lengthened(values: list, n: int) -> list:
+    """``values`` cut or lengthened to ``n``: a list of ids (integers) grows by distinct ids
+    past its largest, so that a longer list of node ids reaches the node's length bounds,
+    not its distinctness check; other lists repeat their values."""
+    if n <= len(values):
+        return values[:n]
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        top = max(values, default=0)
+        return [*values, *range(top + 1, top + 1 + n - len(values))]
+    return [values[i % len(values)] for i in range(n)]
+
+
 def resized(step: Step, key: str, name: str, kind: str, n: int) -> RecordDict:
     """The step's honest request with one size set to ``n``: an integer (``int``), a list's
-    length (``length``: its values repeated) or an array's length along an axis (``axis
+    length (``length``: :func:`_lengthened`) or an array's length along an axis (``axis
     <i>``: its rows repeated)."""
     content = step.request()
     record = content[key]
     if kind == "int":
         record[name] = n
     elif kind == "length":
-        values = list(record[name])
-        record[name] = [values[i % len(values)] for i in range(n)] if values else [0] * n
+        record[name] = _lengthened(list(record[name]), n)
     else:
         arrays = {k: a.numpy() for k, a in record.items()}
         a, axis = arrays[name], int(kind.split()[1])
@@ -516,6 +530,8 @@ STATEFUL_CASES = [
     ("privirec_evaluate", "arrays", "P@0.5.indices", "axis 0", 10**6),
     ("privirec_evaluate", "arrays", "P@0.5.shape", "axis 0", 10**6),
     ("lpgcn_round", "arrays", "e0", "axis 0", 0),
+    # the review's SecAgg+ key setup: 400,003 distinct members, stored and hashed unchecked
+    ("secagg_advertise", "secagg", "members", "length", 400_003),
 ]
 
 
@@ -706,6 +722,27 @@ def test_the_default_policy_bounds_the_reviews_requests() -> None:
     assert refusal is not None and "'nmf-iters' asks for 1,000,000,000 iterations" in refusal \
         and "max-iterations=10000" in refusal and "node config 'max-iterations=" in refusal
     assert "node 1001 (partition 0)" in refusal
+
+
+def test_the_default_policy_bounds_what_the_server_makes_a_node_keep() -> None:
+    """Under the default memory-budget-mb (4096), what a node keeps across messages is still
+    bounded by what it reads and by its roster, not by the budget: six requests carrying
+    3 MiB each of mail for a purpose no handler reads leave nothing in its state, and a node
+    set of 400,003 distinct members (a roster of 4 partitions here) is refused."""
+    from fedrec.secure.sealed import MAIL_IN, in_key
+    from tests.bounds import state_bytes
+
+    with MaliciousGrid(build_client_app(policy={}), 3) as grid:
+        node = grid.ids[0]
+        for r in range(6):  # any request carries mail: this one needs no data
+            grid.ask(node, "relay_keys", RecordDict({MAIL_IN: ConfigRecord({
+                in_key(grid.ids[1], r, "no-handler-reads-this"): bytes(3 * 2**20)})}))
+        kept = state_bytes(grid.contexts[node].state)
+        with pytest.raises(Refused) as err:
+            grid.ask(node, "nodeset_commit", RecordDict({"nodeset": ConfigRecord(
+                {"members": list(range(1001, 1001 + 400_003))})}))
+    assert kept < 2**20, f"{kept / 2**20:.1f} MiB of unread mail kept"
+    assert "roster" in str(err.value) and "node 1001" in str(err.value), str(err.value)
 
 
 # -- memory tracemalloc cannot see -------------------------------------------------------------
