@@ -134,7 +134,7 @@ def federated(cfg: dict[str, Any], nodes: int, policy: dict[str, Any] | None = N
         from tests.localgrid import LocalGrid
 
         with LocalGrid(build_client_app(policy=policy), nodes,
-                       node_configs=node_configs) as grid:
+                       node_configs=node_configs, data=cfg) as grid:
             record = run_protocol(grid, resolve_config(cfg))
     wall = time.perf_counter() - t0
     comm = record["communication"]
@@ -353,7 +353,7 @@ def magnitude(steps: int, nodes: int, out: Path) -> None:
             app = build_client_app(policy={"allow-plain": True,
                                            "lpgcn-min-mask-scale": min(scale, floor)})
             t0 = time.perf_counter()
-            with MaliciousGrid(app, nodes, first_node_id=2**63 + 11) as grid:
+            with MaliciousGrid(app, nodes, first_node_id=2**63 + 11, data=base) as grid:
                 run_protocol(grid, resolve_config({**base, "lpgcn-mask-scale": scale}))
                 got = magnitude_aucs(grid)
             n1, n2 = got["real"], got["virtual"]
@@ -408,7 +408,8 @@ def structure(node_counts: list[int], out: Path) -> None:
                     app = build_client_app(policy={"allow-plain": True,
                                                    "allow-sampled-holdings": mode == "sampled"})
                     t0 = time.perf_counter()
-                    with MaliciousGrid(app, nodes, first_node_id=2**63 + 11) as grid:
+                    with MaliciousGrid(app, nodes, first_node_id=2**63 + 11,
+                                       data=base) as grid:
                         run_protocol(grid, resolve_config({
                             **base, "lpgcn-holdings": mode,
                             "run-name": f"bench-lpgcn-structure-{run}"}))

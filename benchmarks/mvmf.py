@@ -123,7 +123,7 @@ def run_protocol_local(cfg_over: dict[str, Any], nodes: int) -> dict[str, Any]:
 
     cfg = resolve_config(cfg_over)
     with LocalGrid(build_client_app(policy={"allow-plain": True, "allow-ckks": True}),
-                   nodes) as grid:
+                   nodes, data=cfg) as grid:
         return run_protocol(grid, cfg)
 
 

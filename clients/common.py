@@ -12,6 +12,9 @@ from fedrec.wire.handshake import Info
 from fedrec.wire.mail import MAIL_KEY_REPLY
 from fedrec.wire.mail import Action as MailAction
 
+#: Node state record: this run's hello was answered (:func:`hello`).
+_HELLO_ANSWERED = "handshake.answered"
+
 
 @handler(handshake_wire.Action.HELLO)
 def hello(content: RecordDict, node: NodeContext) -> RecordDict:
@@ -21,7 +24,15 @@ def hello(content: RecordDict, node: NodeContext) -> RecordDict:
     The catalogue size (number of items) is public in every protocol here; the number of
     users a node holds is what any Flower deployment reveals anyway (who takes part). An
     item server reports partition -1 unless its node config gives one.
+
+    Answered once per run (Flower's node state is per run), refused after that: the
+    description it reports is the operator's and so the same every time, and a second
+    answer would only be a second chance to read a count.
     """
+    if node.state.get(_HELLO_ANSWERED) is not None:
+        raise RuntimeError(f"{node.who} refuses a second hello in run {node.context.run_id}: "
+                           "it answers the handshake once per run")
+    node.state[_HELLO_ANSWERED] = ConfigRecord({"run": int(node.context.run_id)})
     role = node.role
     pid = node.partition_id if role != "item-server" or "partition-id" in \
         node.context.node_config else -1

@@ -32,8 +32,11 @@ if TYPE_CHECKING:
 #: Roles a node can declare (node config ``role``): user rows (cross-device or shards), a silo
 #: (many users, cross-silo protocols), an item server (item features, no user rows).
 ROLES = ("user", "silo", "item-server")
-#: Node state record: the last data config a request carried.
-STATE_DATA_KEY = "fedrec.data"
+
+
+class DataConfigError(ValueError):
+    """A node without a data description, or a run that asks for other data than the one
+    its operator describes."""
 
 
 #: What deserialising a request's arrays takes on top of the arrays themselves: Flower's
@@ -59,6 +62,20 @@ def _cached_item_server_data(spec: DatasetSpec) -> NodeData:
     return load_item_server_data(spec)
 
 
+def in_flower_simulation() -> bool:
+    """Whether this process is a worker of Flower's simulation engine (a Ray actor of
+    ``flwr.simulation``), where every node belongs to whoever started the simulation."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is None or "flwr.simulation.ray_transport.ray_actor" not in sys.modules:
+        return False
+    try:
+        return bool(ray.is_initialized()) and ray.get_runtime_context().get_actor_id() is not None
+    except Exception:  # noqa: BLE001  (no Ray worker context: not the simulation engine)
+        return False
+
+
 @dataclass
 class NodeContext:
     """A node's view during one handler call."""
@@ -68,6 +85,9 @@ class NodeContext:
     #: The policy the ClientApp was built with (``build_client_app(policy=...)``); the node
     #: config's policy keys override it (:attr:`policy`).
     base_policy: NodePolicy | None = None
+    #: The data description the ClientApp was built with (``build_client_app(data=...)``);
+    #: the node config's data keys override it (:meth:`data_config`).
+    base_data: Mapping[str, Any] | None = None
     #: Bytes this request's estimates reserved so far (:meth:`reserve` adds them up).
     reserved: float = field(default=0.0, init=False)
     #: The request's sum record once ``clients.sums_node.check_sum_request`` checked it
@@ -141,8 +161,8 @@ class NodeContext:
         return int(self.context.node_config["num-partitions"])
 
     def _simulated_item_servers(self) -> int:
-        """Item servers among the simulated nodes (run config ``item-servers``, sent with the
-        data config): Flower's simulation gives nodes no config beyond their partition."""
+        """Item servers among the simulated nodes (``item-servers`` of the data description):
+        Flower's simulation gives nodes no config beyond their partition."""
         return int(self.data_config().get("item-servers", 0))
 
     @property
@@ -167,38 +187,69 @@ class NodeContext:
         return n
 
     def data_config(self) -> dict[str, Any]:
-        """Dataset config from the request (remembered in state), node config overriding.
+        """The data this node offers, as its operator describes it: the ClientApp's
+        description (:attr:`base_data`: a simulation builds its ClientApp with the run's,
+        ``build_client_app(data=...)``), the node config's data keys over it (a deployed
+        SuperNode: ``--node-config "dataset='ml-1m' test-ratio=0.2 ..."``).
 
-        Strategies send it in a ``data`` ConfigRecord; stock Flower strategies carry it in
-        their ``config`` record (with a ``dataset`` key).
-
-        A SuperNode's own ``data-dir`` (node config) wins over the server's, since each data
-        holder knows where its files are.
+        Never read from the server's messages: a request's description is only compared
+        with it (:meth:`check_server_data`). Which rows a node holds, how they are split and
+        filtered, decides what every reply sums over, so a server choosing them (per
+        request, per run) could make a legal sum over the whole set hold one user's rows.
         """
+        from datasets import data_keys, describe
+
+        own = dict(self.base_data or {})
+        node_config = self.context.node_config
+        own.update({k: node_config[k] for k in data_keys() if k in node_config})
+        if "dataset" not in own and in_flower_simulation():
+            # Flower's own simulation engine (``flwr run`` on a local federation) gives its
+            # nodes no config beyond their partition, and whoever starts it operates every
+            # simulated node: the run config is theirs. A deployed SuperNode never runs in
+            # that engine, so no server can reach this branch.
+            run_config = self.context.run_config
+            own.update({k: run_config[k] for k in data_keys() if k in run_config})
+        if "dataset" not in own:
+            raise DataConfigError(
+                f"{self.who} has no data description: its operator names the data it offers "
+                "(node config \"dataset='<name>'\" with the split keys, docs/deployment.md; "
+                "a simulation builds its ClientApp with the run's, build_client_app(data=...)); "
+                "the server's run never chooses it")
+        return describe(own)
+
+    def check_server_data(self) -> None:
+        """Refuse a request whose data description (record ``data``, or a stock strategy's
+        ``config`` with a ``dataset`` key) differs from this node's own in any key it
+        names: the run expects other data than this node's operator offers. The refusal
+        names the key and the server's value; it depends on the operator's description
+        only, never on the node's rows."""
+        from datasets import differing_keys
+
         records = self.request.config_records
         stock = wire_request.STOCK_CONFIG
         source = DATA_KEY if DATA_KEY in records else (
             stock if stock in records and "dataset" in records[stock] else None)
-        if source is not None:
-            cfg = dict(records[source])
-            self.state[STATE_DATA_KEY] = ConfigRecord(cfg)
-        elif config_record(self.state, STATE_DATA_KEY) is not None:
-            cfg = dict(config_record(self.state, STATE_DATA_KEY))
-        else:
-            raise RuntimeError(
-                f"partition {self.partition_id}: no dataset config received yet "
-                f"(the strategy must send a '{DATA_KEY}' ConfigRecord first)"
-            )
-        node_dir = self.context.node_config.get("data-dir")
-        if node_dir:
-            cfg["data-dir"] = str(node_dir)
-        return cfg
+        if source is None:
+            return
+        named = dict(records[source])
+        own = self.data_config()
+        try:
+            differ = differing_keys(named, own)
+        except (TypeError, ValueError) as exc:  # the server's own values, echoed
+            raise DataConfigError(f"{self.who} refuses the request: its data description "
+                                  f"does not parse ({exc})") from None
+        if differ:
+            shown = ", ".join(f"{k}={named[k]!r}" for k in differ)
+            raise DataConfigError(
+                f"{self.who} refuses the request: the run asks for {shown}, and this node's "
+                "operator describes its data otherwise (node config or the ClientApp's data "
+                "description); a node offers only the data its operator set")
 
     def data(self) -> NodeData:
         """This node's rows (train/test) and side features; an item server's item features.
 
-        The data config comes from the server, so the synthetic sizes in it are checked
-        against this node's ``memory-budget-mb`` before anything is generated.
+        The synthetic sizes of the description are checked against this node's
+        ``memory-budget-mb`` before anything is generated.
         """
         cfg = self.data_config()
         spec = DatasetSpec.from_config(cfg)

@@ -5,6 +5,7 @@ references call load_dataset. Not Hugging Face `datasets` (this package shadows 
 """
 
 from .containers import InteractionData, NodeData
+from .description import data_keys, describe, differing_keys
 from .errors import DataError
 from .load import load_dataset, load_item_server_data, load_node_data, row_digests
 from .partition import KNOWN_PARTITIONS, PartitionSpec, partition_users
@@ -25,4 +26,7 @@ __all__ = [
     "partition_users",
     "row_digests",
     "display_name",
+    "data_keys",
+    "describe",
+    "differing_keys",
 ]

@@ -231,6 +231,10 @@ class LocalDeployment:
         ``<workdir>/identities``). Each SuperNode gets its own key and the roster in its node
         config and ``allow-simulated-identity=false``, so every key it is relayed must carry
         the roster's signature.
+    data : the data description every SuperNode's operator sets in its node config
+        (``dataset`` and the split keys of ``datasets.data_keys``; a run config works):
+        a node offers only this data and refuses a run that asks for another. Default: the
+        run config's defaults (the synthetic data set).
     node_config : extra node config for every SuperNode, e.g. its privacy policy
         (``{"allow-plain": True}``; ``clients/policy.py``): the operator's choice, not the
         server's.
@@ -271,6 +275,7 @@ class LocalDeployment:
         data_dirs: Sequence[str | Path | None] | None = None,
         identities_dir: str | Path | None = None,
         node_config: Mapping[str, Any] | None = None,
+        data: Mapping[str, Any] | None = None,
         log_dir: str | Path | None = None,
         app_dir: str | Path = REPO,
         env: Mapping[str, str] | None = None,
@@ -289,6 +294,9 @@ class LocalDeployment:
         self.num_nodes = num_nodes
         self.item_servers = item_servers
         self.node_config = dict(node_config or {})
+        from datasets import describe
+
+        self.data = describe(data or {})  # a bad key fails here, before anything starts
         self.node_configs = {int(i): dict(c) for i, c in (node_configs or {}).items()}
         bad = sorted(i for i in self.node_configs if not 0 <= i < num_nodes + item_servers)
         if bad:
@@ -446,7 +454,7 @@ class LocalDeployment:
         ids = self.identities_dir or self.workdir / "identities"
         is_item_server = index >= self.num_nodes
         config: dict[str, Any] = {
-            "allow-simulated-identity": False, **self.node_config,
+            **self.data, "allow-simulated-identity": False, **self.node_config,
             "partition-id": -(index - self.num_nodes + 1) if is_item_server else index,
             "num-partitions": self.num_nodes}
         if is_item_server:
@@ -797,6 +805,7 @@ def run_deployed(run_config: Mapping[str, Any] | None = None, num_nodes: int = 3
     ``supernode_auth``, ``insecure``, ``workdir``, ``log_dir``, ``data_dirs``, ``certs_dir``,
     ``env``, ``flower_defaults``, ``isolation``, ``database``).
     """
+    kwargs.setdefault("data", run_config)  # the nodes' operator offers the run's data
     with LocalDeployment(num_nodes, **kwargs) as dep:
         return dep.run(run_config, timeout=timeout)
 

@@ -6,10 +6,12 @@ plugins register their handlers on import; ``query.<action>`` messages go to
 ``train`` / ``evaluate`` messages (sent by stock strategies such as ``FedAvg``) go to the
 handler of the protocol named in the message's config (``fedrec-protocol``).
 
-Two things are fixed when the ClientApp is built, never by the server's messages: the node
-policy every handler checks (``clients/policy.py``; node config keys override it per node)
-and whether the diagnostic actions (``clients/diagnostics.py``, oracles by design) exist.
-The production app (:data:`app`) has none of them unless its operator opts in with
+Three things are fixed when the ClientApp is built, never by the server's messages: the
+node policy every handler checks (``clients/policy.py``; node config keys override it per
+node), the data description its nodes offer (``datasets/description.py``; node config keys
+override it, and the production app has none: a deployed SuperNode names its data in node
+config) and whether the diagnostic actions (``clients/diagnostics.py``, oracles by design)
+exist. The production app (:data:`app`) has no diagnostics unless its operator opts in with
 ``FEDREC_NODE_POLICY="diagnostics=true"``.
 """
 
@@ -33,10 +35,9 @@ from clients.handlers import (
     Handler,
     is_sum_handler,
 )
-from clients.node import DATA_KEY, STATE_DATA_KEY, NodeContext
+from clients.node import NodeContext
 from clients.policy import NodePolicy
 from clients.sums_node import check_sum_request
-from fedrec.records import config_record
 from fedrec.secure.sealed import MAIL_DIRECTORY, MAIL_IN
 from fl_app.quiet import quiet_flower_noise
 from fl_app.registry import DIAGNOSTICS_MODULE, client_modules
@@ -63,18 +64,18 @@ def load_client_plugins(extra: Iterable[str] = ()) -> list[str]:
 
 
 def _run(fn: Handler, message: Message, context: Context,
-         policy: NodePolicy | None = None) -> Message:
-    node = NodeContext(context, message.content, policy)
+         policy: NodePolicy | None = None, data: Mapping[str, Any] | None = None) -> Message:
+    node = NodeContext(context, message.content, policy, data)
     records = message.content.config_records
     try:
         check_finite(message.content, node.who)
+        node.check_server_data()
         if MAIL_DIRECTORY in records or MAIL_IN in records:
             node.mailbox  # noqa: B018  (keeps directory and mail even if this handler reads none)
         if is_sum_handler(fn):  # before the handler computes or keeps anything
             check_sum_request(node)
         reply: RecordDict = fn(message.content, node)
     except Exception as exc:  # its text goes to the server: no path of this node in it
-        data = records.get(DATA_KEY) or config_record(context.state, STATE_DATA_KEY)
         scrub_exception(exc, node_paths(context.node_config, data), node.who)
         raise
     if "mailbox" in vars(node):  # the handler used the sealed relay: send its mail along
@@ -97,15 +98,20 @@ def _protocol_of(message: Message, table: dict[str, Handler], kind: str) -> Hand
 
 
 def build_client_app(extra_modules: Iterable[str] = (),
-                     policy: NodePolicy | Mapping[str, Any] | None = None) -> ClientApp:
+                     policy: NodePolicy | Mapping[str, Any] | None = None,
+                     data: Mapping[str, Any] | None = None) -> ClientApp:
     """A ClientApp with every handler registered so far (built-in, plugins, ``extra_modules``).
 
     ``policy``: the node policy built into the app (a NodePolicy or ``{key: value}``;
     None reads ``$FEDREC_NODE_POLICY``); each node's config can override it. The diagnostic
     actions are added only when ``extra_modules`` names ``clients.diagnostics`` or the
-    policy says ``diagnostics=true``.
+    policy says ``diagnostics=true``. ``data``: the data description every node of the app
+    offers (dataset, split, partition scheme: ``datasets.data_keys``), as a simulation's
+    operator sets it; each node's config can override it, and a node without one refuses
+    every request that needs its data (a deployed SuperNode names its own in node config).
     """
     base = NodePolicy.coerce(policy)
+    offered = _data_description(data)
     extra = list(extra_modules)
     diagnostics = base.diagnostics or DIAGNOSTICS_MODULE in extra
     if diagnostics and DIAGNOSTICS_MODULE not in extra:
@@ -120,10 +126,20 @@ def build_client_app(extra_modules: Iterable[str] = (),
         actions.update(DIAGNOSTIC_HANDLERS)
 
     for action, fn in sorted(actions.items()):
-        client_app.query(action)(_Query(fn, base))
-    client_app.train()(_ByProtocol("train", TRAIN_HANDLERS, base))
-    client_app.evaluate()(_ByProtocol("evaluate", EVALUATE_HANDLERS, base))
+        client_app.query(action)(_Query(fn, base, offered))
+    client_app.train()(_ByProtocol("train", TRAIN_HANDLERS, base, offered))
+    client_app.evaluate()(_ByProtocol("evaluate", EVALUATE_HANDLERS, base, offered))
     return client_app
+
+
+def _data_description(data: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``data`` as a full, checked description (an error names the bad key before any node
+    starts), or None."""
+    if data is None:
+        return None
+    from datasets import data_keys, describe
+
+    return describe({k: v for k, v in data.items() if k in data_keys()})
 
 
 class _Query:
@@ -133,11 +149,12 @@ class _Query:
     with every message it hands a worker: closures travel by value (8.3 kB and ~1.3 ms of
     the server process per message with 35 actions), these by reference (2.9 kB)."""
 
-    def __init__(self, fn: Handler, policy: NodePolicy) -> None:
-        self.fn, self.policy = fn, policy
+    def __init__(self, fn: Handler, policy: NodePolicy,
+                 data: Mapping[str, Any] | None = None) -> None:
+        self.fn, self.policy, self.data = fn, policy, data
 
     def __call__(self, message: Message, context: Context) -> Message:
-        return _run(self.fn, message, context, self.policy)
+        return _run(self.fn, message, context, self.policy, self.data)
 
 
 class _ByProtocol:
@@ -145,12 +162,13 @@ class _ByProtocol:
     ``table`` (the registry itself: pickled with the app, it reaches a simulation's workers
     with every protocol registered in the server process, as the closure's did)."""
 
-    def __init__(self, kind: str, table: dict[str, Handler], policy: NodePolicy) -> None:
-        self.kind, self.table, self.policy = kind, table, policy
+    def __init__(self, kind: str, table: dict[str, Handler], policy: NodePolicy,
+                 data: Mapping[str, Any] | None = None) -> None:
+        self.kind, self.table, self.policy, self.data = kind, table, policy, data
 
     def __call__(self, message: Message, context: Context) -> Message:
         return _run(_protocol_of(message, self.table, self.kind), message, context,
-                    self.policy)
+                    self.policy, self.data)
 
 
 def registered_actions(client_app: ClientApp) -> list[str]:

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from clients.policy import NodePolicy
-from datasets import DatasetSpec, load_dataset
+from datasets import DatasetSpec, describe, load_dataset
 from datasets.partition import PartitionSpec, partition_users
 from fedrec.config import ConfigError, run_name
 from fedrec.results import print_run_table, release_run, write_run
@@ -347,8 +347,10 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
     server_app = make_server_app(cfg, on_result=box.update, quiet=quiet or compare,
                                  strategy=strategy)
     try:
-        simulate(server_app, build_client_app(extra, policy=policy), num_nodes, backend_config,
-                 verbose_flower)
+        # the simulation's operator describes the data its nodes offer (the run's, here),
+        # as a deployed SuperNode's does in node config: never the server's messages
+        simulate(server_app, build_client_app(extra, policy=policy, data=describe(cfg)),
+                 num_nodes, backend_config, verbose_flower)
     except RunFailedError as exc:  # the ServerApp's own exception, as documented above
         if isinstance(exc.__cause__, Exception):
             raise exc.__cause__ from None

@@ -38,18 +38,17 @@ class RunOutcome:
 
 
 def data_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The dataset and partition keys a node needs to load its own rows.
+    """The data description of the run (dataset, split, seed, partition scheme), as the
+    run expects every node to offer it.
 
-    Only the description travels (dataset name, sizes, seed, partition scheme); every node
-    loads its rows itself, so the interaction matrix never crosses the Grid.
+    Only the description travels, and a node never takes it from the server: each node's
+    operator sets its own (``clients/node.py``), and the node refuses a run whose
+    description differs, naming the key. Every node loads its rows itself, so the
+    interaction matrix never crosses the Grid.
     """
-    from datasets import DatasetSpec, PartitionSpec
+    from datasets import describe
 
-    out = dict(DatasetSpec.from_config(cfg).to_config())
-    out.update(PartitionSpec.from_config(cfg, 1).to_config())
-    out.pop("num-partitions", None)
-    out["item-servers"] = int(cfg.get("item-servers", 0))
-    return out
+    return describe(cfg)
 
 
 @dataclass

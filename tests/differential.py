@@ -188,8 +188,9 @@ def _unit(a: np.ndarray, item: int, n_items: int) -> np.ndarray:
     return out
 
 
-#: Records no variant changes: the dataset config picks which rows exist (not a model), the
-#: sum record and relayed mail are the secure-sum layer's (tests/test_malicious_server.py).
+#: Records :func:`variants` does not change as models: the data description and the sum
+#: record get per-node variants of their own (:func:`split_variants`); relayed mail is the
+#: sealed relay's (tests/test_malicious_server.py).
 _NOT_MODELS = ("data", SUM_KEY, "relay.in", "relay.directory", "relay.round")
 
 
@@ -229,6 +230,65 @@ def variants(content: RecordDict, item: int, n_items: int) -> Iterator[tuple[str
                 elif isinstance(value, int) and not isinstance(value, bool) and value > 1:
                     yield f"{key}.{field}:size-1", _with_field(content, key, field, 1)
                     yield f"{key}.{field}:size-x4", _with_field(content, key, field, 4 * value)
+
+
+def _other(value: Any) -> list[tuple[str, Any]]:
+    """Other values a server could give one node for a field: numbers halved, doubled and
+    moved by one, a flag flipped, a list without its first member, a string changed."""
+    if isinstance(value, bool):
+        return [("flipped", not value)]
+    if isinstance(value, int):
+        return [("plus-1", value + 1), ("minus-1", value - 1), ("x2", 2 * value)]
+    if isinstance(value, float):
+        return [("half", value / 2), ("x2", value * 2), ("plus-1", value + 1.0)]
+    if isinstance(value, list):
+        return [("less-one", value[1:])] if value else []
+    if isinstance(value, str):
+        return [("other", value + "-other")]
+    return []
+
+
+def split_variants(content: RecordDict) -> Iterator[tuple[str, RecordDict]]:
+    """What a server could show one node only, beside the honest request every other node
+    gets: each field of the sum record and of the data description changed
+    (:func:`_other`), every key of the description and every field of the sum record."""
+    from datasets import data_keys, describe
+
+    if SUM_KEY in content.config_records:
+        for field, value in content.config_records[SUM_KEY].items():
+            for label, other in _other(value):
+                yield f"{SUM_KEY}.{field}:{label}", _with_field(content, SUM_KEY, field, other)
+    if "data" in content.config_records:
+        named = describe(dict(content.config_records["data"]))
+        for key in data_keys():
+            if key == "data-dir":
+                continue
+            for label, other in _other(named[key])[:1]:
+                out = copy_records(content)
+                out["data"][key] = other
+                yield f"data.{key}:{label}", out
+
+
+def split_view_leak(request: RecordDict, honest: Message, variant_request: RecordDict,
+                    variant: Message) -> bool:
+    """Whether a node's masked answer to a per-node variant could be summed with its
+    neighbours' answers to the honest request: it carries the same bound digest under the
+    same sum id (the two inputs of its pairwise masks, the answers drawn from one seed) but
+    other masked values. The server would then read the change of this node's encoding as
+    the difference of two legal sums (a refused or an ineffective variant gives it
+    nothing)."""
+    from fedrec.wire.secagg import BOUND_KEY
+
+    if honest.has_error() or variant.has_error():
+        return False
+    a, b = honest.content, variant.content
+    if BOUND_KEY not in a or BOUND_KEY not in b or VALUES_KEY not in a or VALUES_KEY not in b:
+        return False
+    ids = [r.config_records[SUM_KEY].get("sum-id") if SUM_KEY in r.config_records else None
+           for r in (request, variant_request)]
+    same_masks = a[BOUND_KEY]["digest"] == b[BOUND_KEY]["digest"] and ids[0] == ids[1]
+    va, vb = a[VALUES_KEY]["v"].numpy(), b[VALUES_KEY]["v"].numpy()
+    return same_masks and not _equal(va, vb)
 
 
 def _array_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
@@ -384,10 +444,20 @@ class TwinGrid(MaliciousGrid):
                             run_config={})
         self.kind = kind
         self.allowed = learns_by_design()
+        #: Actions whose first request got the per-node variants (once per action per run:
+        #: every sum and handshake of the protocol, at a bounded cost)
+        self.split_actions: set[str] = set()
+        self.split_compared = 0
         self.findings: list[Finding] = []
         self.actions: set[str] = set()
         self.compared = 0
         self.protected_replies = 0
+
+    def adopt_data(self, offered: Mapping[str, Any]) -> None:
+        """The twin's operator describes the same data as the victim's."""
+        super().adopt_data(offered)
+        for key, value in offered.items():
+            self.twin.node_config.setdefault(key, value)
 
     def _answer(self, context: Context, msg: Message, world: str, seed: bytes) -> Message:
         msg = self._with_content(msg, copy_records(msg.content))  # handlers may pop records
@@ -441,12 +511,27 @@ class TwinGrid(MaliciousGrid):
             a = self._answer(_fork(self.contexts[self.victim]), forged, "victim", seed)
             b = self._answer(_fork(self.twin), forged, "twin", seed)
             self._check(action, label, content, a, b, self.hook.reads > reads)
+        split: list[tuple[str, RecordDict, Message]] = []
+        if action not in self.split_actions:
+            self.split_actions.add(action)
+            for label, content in split_variants(msg.content):
+                forged = self._with_content(msg, content)
+                reads = self.hook.reads
+                a = self._answer(_fork(self.contexts[self.victim]), forged, "victim", seed)
+                b = self._answer(_fork(self.twin), forged, "twin", seed)
+                self._check(action, f"split {label}", content, a, b, self.hook.reads > reads)
+                split.append((label, content, a))
         reads = self.hook.reads
         before = _digests(self.contexts[self.victim].state)
         a = self._answer(self.contexts[self.victim], msg, "victim", seed)
         b = self._answer(self.twin, msg, "twin", seed)
         read_rows = self.hook.reads > reads
         self._check(action, "honest", msg.content, a, b, read_rows)
+        for label, content, variant in split:  # the sum the server forms with the others'
+            self.split_compared += 1
+            if split_view_leak(msg.content, a, content, variant):
+                self.findings.append(Finding(self.protocol, action, f"split {label}",
+                                             "the masked input under the honest masks"))
         if not read_rows:  # key material TenSEAL drew: the twin holds the victim's
             state = self.contexts[self.victim].state
             for key, digest in _digests(state).items():

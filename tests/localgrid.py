@@ -18,7 +18,14 @@ Knobs for tests:
   order, to test that reductions do not depend on it);
 - ``node_configs``: extra node config per node index (e.g. ``{"role": "item-server"}``);
 - ``cold_start``: seconds before each node's first reply can be pulled (a node's start, as
-  Flower's simulation creating its Ray actors when the first messages arrive).
+  Flower's simulation creating its Ray actors when the first messages arrive);
+- ``data``: the data description every node's operator sets (a run config or any mapping
+  with the keys of ``datasets.data_keys``), put in each node's config as a deployed
+  SuperNode's operator would; a node never takes it from the server. Default (None): the
+  operator describes the data of the run the test's strategy starts, as
+  ``run_in_simulation`` does from its run config: the first message the strategy pushes
+  with a data description (before any test rewrite) sets every node's, once, all nodes
+  alike. Requests a test makes up (``MaliciousGrid.ask``) never set it.
 
 Use it as a context manager (or call :meth:`close`): creating instruction messages needs
 Flower's process-wide ``TaskIdentity`` (run id, server node id), which the grid sets and
@@ -28,7 +35,7 @@ restores.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from uuid import uuid4
 
@@ -56,15 +63,20 @@ class LocalGrid(Grid):
         reverse: bool = False,
         node_configs: dict[int, dict[str, Any]] | None = None,
         cold_start: float = 0.0,
+        data: Mapping[str, Any] | None = None,
     ) -> None:
+        from datasets import describe
+
         self.app = app
         self.run_id = run_id
         self.ids = [first_node_id + i for i in range(num_nodes)]
+        offered = describe(data) if data is not None else {}
+        self._adopt_data = data is None
         self.contexts: dict[int, Context] = {
             nid: Context(
                 run_id=run_id,
                 node_id=nid,
-                node_config={"partition-id": i, "num-partitions": num_nodes,
+                node_config={**offered, "partition-id": i, "num-partitions": num_nodes,
                              **(node_configs or {}).get(i, {})},
                 state=RecordDict(),
                 run_config={},
@@ -118,6 +130,9 @@ class LocalGrid(Grid):
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         ids: list[str] = []
+        messages = list(messages)
+        if self._adopt_data:
+            self._adopt_run_data(messages)
         for msg in messages:
             msg.metadata.__dict__["_message_id"] = str(uuid4())  # as InMemoryGrid does
             node = msg.metadata.dst_node_id
@@ -159,6 +174,30 @@ class LocalGrid(Grid):
             if pending and not got:
                 time.sleep(0.01)
         return out
+
+    # -- the operator's data description ---------------------------------------------------
+    def _adopt_run_data(self, messages: list[Message]) -> None:
+        """Every node's operator describes the data the run asks for (``data=None``): the
+        first pushed message naming a description sets all nodes' node config, once."""
+        from datasets import data_keys, describe
+        from fedrec.wire.handshake import DATA
+        from fedrec.wire.request import STOCK_CONFIG
+
+        for msg in messages:
+            records = msg.content.config_records
+            named = records.get(DATA) or (records.get(STOCK_CONFIG)
+                                          if "dataset" in records.get(STOCK_CONFIG, {}) else None)
+            if named is not None:
+                offered = describe({k: v for k, v in named.items() if k in data_keys()})
+                self.adopt_data(offered)
+                return
+
+    def adopt_data(self, offered: Mapping[str, Any]) -> None:
+        """Set every node's data description (its node config's data keys), once."""
+        self._adopt_data = False
+        for context in self.contexts.values():
+            for key, value in offered.items():
+                context.node_config.setdefault(key, value)
 
     # -- node side -----------------------------------------------------------------------
     def _process(self, msg: Message) -> Message:

@@ -268,12 +268,28 @@ def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FEDREC_CACHE", str(tmp_path / "cache"))
 
 
+def _offered(content: RecordDict) -> dict[str, Any] | None:
+    """The data description the request names, as the nodes' operator's (sizes drawn here
+    are the operator's then: the node still checks them against its budget); None when it
+    names none or one that does not parse (the node then refuses the request)."""
+    from datasets import describe
+
+    if "data" not in content.config_records:
+        return None
+    named = dict(content.config_records["data"])
+    try:
+        describe(named)
+    except (TypeError, ValueError):
+        return None
+    return named
+
+
 def measure(app: Any, action: str, request: Request) -> tuple[int, str | None]:
     """(peak bytes traced while the node handles ``request``, its refusal or None)."""
     kind, content, _ = request
     role = ROLES.get(action)
     configs = {0: {"role": role}} if role else None
-    with MaliciousGrid(app, 3, node_configs=configs) as grid:
+    with MaliciousGrid(app, 3, node_configs=configs, data=_offered(content)) as grid:
         node = grid.ids[0]
         if action != "hello":  # the node's rows, loaded before tracing (requests share them)
             try:
@@ -680,7 +696,8 @@ def test_a_refusal_names_the_key_never_the_nodes_path(tmp_path: Path, fault: str
         assert "holder-ckpt" not in text and str(tmp_path) not in text, text
         assert "<lpgcn-init>" in text and "node 1001" in text, text
         return
-    with MaliciousGrid(build_client_app(policy={}), 3, node_configs={0: config}) as grid:
+    with MaliciousGrid(build_client_app(policy={}), 3, node_configs={0: config},
+                       data=dict(_content({}, data).config_records["data"])) as grid:
         with pytest.raises(Refused) as err:
             grid.ask(grid.ids[0], action, _content({}, data))
     text = str(err.value)

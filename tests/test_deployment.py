@@ -49,6 +49,10 @@ pytestmark = pytest.mark.skipif(shutil.which("openssl") is None,
                                 reason="openssl not found (needed to make TLS certificates)")
 
 TINY = {"dataset": "synthetic", "synthetic-users": 60, "synthetic-items": 80, "seed": 2}
+#: The data every SuperNode's operator describes in its node config: a node offers only its
+#: operator's data and refuses a run asking for other, so every line of one deployment runs
+#: on it (dense items: every item has a training interaction, which LP-GCN's line wants).
+DEPLOYED_DATA = {**TINY, "synthetic-density": 0.3, "synthetic-popularity-skew": 0.0}
 #: The nodes' policy opts in to what the tiny runs ask (plain and CKKS sums, sparse transport,
 #: seeded Omega, FedSVD's noise removal, dp-prototypes' epsilon); min-survivors stays at its
 #: default 3, which the 3 user SuperNodes meet. The deployed SuperNodes get it as
@@ -78,8 +82,8 @@ PROTOCOLS: list[tuple[str, dict[str, Any], float]] = [
     ("privirec-k", {**_PRIVIREC, "privirec-k": 12}, 1e-9),
     # one step at L=1 (3 rounds; 15 in all with setup, final forward, evaluation and the
     # loss sum); dense items so every item has a training interaction
-    ("lpgcn", {"aggregator": "plain", "synthetic-density": 0.3, "synthetic-popularity-skew": 0.0,
-               "lpgcn-layers": 1, "lpgcn-dim": 4, "lpgcn-steps": 1}, 1e-9),
+    ("lpgcn", {"aggregator": "plain", "lpgcn-layers": 1, "lpgcn-dim": 4, "lpgcn-steps": 1},
+     1e-9),
     # no noise (deterministic), T = p: one synchronization round (two for the HE step)
     ("fedpower", _FEDSVD, 1e-9),
     ("fedsvd-privacy", _FEDSVD, 1e-9),
@@ -156,7 +160,7 @@ def assert_deployed_like_in_process(record: dict[str, Any], sim: dict[str, Any],
 
 
 def _config(protocol: str, extra: Mapping[str, Any], run_name: str) -> dict[str, Any]:
-    return {**TINY, "protocol": protocol, **extra, "run-name": run_name}
+    return {**DEPLOYED_DATA, "protocol": protocol, **extra, "run-name": run_name}
 
 
 def test_every_registered_protocol_has_a_deployment_line() -> None:
@@ -199,7 +203,7 @@ MATRIX_TIMEOUT_S = 1500.0
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDeployment]:
     """One SuperLink + NUM_NODES SuperNodes (TLS) shared by every run of this file."""
     with LocalDeployment(NUM_NODES, workdir=tmp_path_factory.mktemp("deploy"),
-                         node_config=NODE_POLICY) as dep:
+                         node_config=NODE_POLICY, data=DEPLOYED_DATA) as dep:
         yield dep
 
 

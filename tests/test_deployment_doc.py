@@ -74,6 +74,11 @@ def check_node_config(text: str, where: str) -> dict[str, object]:
     assert config["allow-simulated-identity"] is False, where
     assert "data-dir" in config, (f"{where}: every holder, the item server too, needs the "
                                   "data root with the complete dataset file")
+    from datasets import describe
+
+    assert "dataset" in config, (f"{where}: a node offers only the data its operator "
+                                 "describes (dataset=...), never the server's")
+    describe(config)  # its data keys parse (a bad value raises, naming the key)
     return config
 
 

@@ -61,7 +61,8 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDeploy
     # deployment keeps Flower's default subprocess isolation and in-memory state
     with LocalDeployment(NUM_NODES, item_servers=ITEM_SERVERS,
                          workdir=tmp_path_factory.mktemp("deploy-kill"),
-                         node_config=NODE_POLICY, isolation="process", database=True) as dep:
+                         node_config=NODE_POLICY, isolation="process", database=True,
+                         data=_config("fedmvmf", _MVMF, "data")) as dep:
         yield dep
 
 

@@ -7,6 +7,12 @@ server-chosen variant of it. A reply field, refusal or size that differs between
 a finding unless it travels masked, encrypted or sealed, or docs/threat-model.md's "learns
 by design" table lists it under an opt-in the policy has on. A handler no run reaches fails
 the coverage test, so a new handler or protocol needs a case here before it can land.
+
+Split views: the first request of every action also goes to the victim alone in per-node
+variants of its sum record and data description (every field; the other nodes keep the
+honest request). Each is judged between the worlds as above, and as the server would sum
+it with the others' honest answers: a variant the victim answers with the honest masks
+but another masked input is a finding (``tests/differential.py`` ``split_view_leak``).
 """
 
 from __future__ import annotations
@@ -77,9 +83,11 @@ def _all_handlers() -> set[str]:
 
 
 @lru_cache(maxsize=None)
-def _run(name: str, kind: str) -> tuple[list[Finding], frozenset[str], int]:
-    """One honest run with a twin: the findings, the actions the victim answered, and how
-    many replies that read the victim's rows carried a protected record."""
+def _run(name: str, kind: str) -> tuple[list[Finding], frozenset[str], int, int]:
+    """One honest run with a twin: the findings, the actions the victim answered, how many
+    replies that read the victim's rows carried a protected record, and how many per-node
+    variants (sum record, data description) were judged as the server's sums would see
+    them."""
     import clients.node as node_mod
     from fl_app.client_app import build_client_app
     from fl_app.server_app import run_protocol
@@ -98,14 +106,15 @@ def _run(name: str, kind: str) -> tuple[list[Finding], frozenset[str], int]:
             run_protocol(grid, cfg)
     finally:
         node_mod._cached_node_data = hook.load
-    return grid.findings, frozenset(grid.actions), grid.protected_replies
+    return grid.findings, frozenset(grid.actions), grid.protected_replies, grid.split_compared
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_no_reply_differs_in_clear_between_neighbouring_data(name: str, kind: str) -> None:
-    findings, _, protected = _run(name, kind)
+    findings, _, protected, split = _run(name, kind)
     assert protected > 0  # the twin's rows reached what the node sends
+    assert split > 0  # per-node variants of the sum record and the data were judged
     assert not findings, "\n".join(sorted({str(f) for f in findings}))
 
 
@@ -203,7 +212,7 @@ def test_the_harness_finds_a_planted_clear_value(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(fedmf, "sum_reply", leaky)
     for kind in ("user-removed", "interaction"):
-        findings, _, _ = _run.__wrapped__("fedmf", kind)
+        findings, _, _, _ = _run.__wrapped__("fedmf", kind)
         assert {f.what for f in findings} == {"leak.nnz"}, kind
 
 
@@ -217,3 +226,29 @@ def test_the_threat_model_names_the_protocols_without_a_row() -> None:
     named = set(re.findall(r"`([^`]+)`", sentence))
     with_rows = {p for row in learns_by_design() for p in row.protocols}
     assert named == set(protocols()) - with_rows
+
+
+def test_the_split_view_judge_finds_a_node_that_takes_per_node_sum_parameters(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control: a node as it was before the sum record was bound and its fractional
+    bits derived (the sum record left out of the digest, the bits taken from the request)
+    gives the judge findings: one more or one less bit, or half the range, shown to the
+    victim alone change its masked input under the honest masks."""
+    import clients.secagg_node as secagg_node
+    import clients.sums_node as sums_node
+    from fedrec.records import content_digest
+    from fedrec.secure.fixedpoint import FixedPoint
+    from fedrec.wire.sums import SUM_KEY
+
+    def unbound_digest(node: Any) -> bytes:
+        return content_digest(node.request, skip=(SUM_KEY, "relay.in", "relay.directory",
+                                                  "relay.round"))
+
+    def requested_codec(node: Any, cfg: Any, sum_id: int) -> FixedPoint:
+        return FixedPoint(max_abs=float(cfg["max-abs"]), frac_bits=int(cfg["frac-bits"]))
+
+    monkeypatch.setattr(sums_node, "request_digest", unbound_digest)
+    monkeypatch.setattr(secagg_node, "_codec", requested_codec)
+    findings, _, _, _ = _run.__wrapped__("fedmf", "user")
+    leaks = {f.request for f in findings if f.what == "the masked input under the honest masks"}
+    assert {"split secagg.frac-bits:plus-1", "split secagg.max-abs:half"} <= leaks, leaks

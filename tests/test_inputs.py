@@ -180,7 +180,7 @@ def _ask(action: str, records: dict[str, Any], policy: dict | None = None,
     content = RecordDict({"data": ConfigRecord({**TINY, **(data or {})}),
                           SUM_KEY: ConfigRecord({"mode": "plain", "sum-id": 1}), **records})
     with MaliciousGrid(build_client_app(policy={"allow-plain": True, **(policy or {})}), 3,
-                       node_configs=node_configs) as grid:
+                       node_configs=node_configs, data={**TINY, **(data or {})}) as grid:
         return grid.ask(grid.ids[0], action, content)
 
 
@@ -323,8 +323,22 @@ def test_a_synthetic_data_config_past_the_budget_is_refused_before_generating(
 
 @pytest.mark.parametrize("bad", [-5, 0, 2.5, "lots"])
 def test_a_synthetic_size_that_is_not_a_positive_integer_is_refused(bad: Any) -> None:
-    with pytest.raises(Refused, match=r"synthetic-users"):
-        _ask("hello", {}, data={"synthetic-users": bad})
+    """A request naming a bad size is refused naming the key; the node's own description
+    (its operator's) is what it would have loaded anyway."""
+    content = RecordDict({"data": ConfigRecord({**TINY, "synthetic-users": bad})})
+    with MaliciousGrid(build_client_app(policy={}), 3, data=TINY) as grid:
+        with pytest.raises(Refused, match=r"synthetic-users"):
+            grid.ask(grid.ids[0], "hello", content)
+
+
+@pytest.mark.parametrize("bad", [-5, 0, 2.5, "lots"])
+def test_an_operators_bad_synthetic_size_is_refused_before_any_node_starts(bad: Any) -> None:
+    from tests.localgrid import LocalGrid
+
+    with pytest.raises(ValueError, match=r"synthetic-users"):
+        LocalGrid(build_client_app(policy={}), 3, data={**TINY, "synthetic-users": bad})
+    with pytest.raises(ValueError, match=r"synthetic-users"):
+        build_client_app(policy={}, data={**TINY, "synthetic-users": bad})
 
 
 def test_honest_sizes_pass() -> None:

@@ -357,10 +357,10 @@ def test_the_stock_evaluate_round_is_no_oracle() -> None:
     refused unless the node's operator allows plain replies."""
     from flwr.app import ArrayRecord
 
-    grid = MaliciousGrid(build_client_app(), 3, run_id=next(_RUNS))
+    data = ConfigRecord({"dataset": "synthetic", "synthetic-users": 30,
+                         "synthetic-items": 20, "seed": 1, "partition": "shards-contiguous"})
+    grid = MaliciousGrid(build_client_app(), 3, run_id=next(_RUNS), data=dict(data))
     try:
-        data = ConfigRecord({"dataset": "synthetic", "synthetic-users": 30,
-                             "synthetic-items": 20, "seed": 1, "partition": "shards-contiguous"})
         request = RecordDict({"config": ConfigRecord({"fedrec-protocol": "fedmf", "seed": 1}),
                               "data": data,
                               "arrays": ArrayRecord([np.ones((20, 4))])})
