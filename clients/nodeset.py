@@ -3,8 +3,9 @@
 Why: two sums of the same request over node sets that differ by one node give that node's
 input as their difference. A node that keeps its own "first set" does not stop this when
 the server shows each node another set: node A a sum with every contribution, node B one
-without A. So a node commits, at key setup, to one set per run (``nodeset_commit``, or the
-SecAgg+ key setup, whichever comes first: both sum kinds of a run share it) and signs it;
+without A. So a node commits, at key setup, to one set per run (``nodeset_commit``, the
+SecAgg+ key setup or LP-GCN's ``lpgcn_holdings``, whichever comes first: every sum kind of
+a run shares it) and signs it;
 before it contributes to or decrypts a CKKS sum it checks that every member of that set
 signed the same set (:func:`signed_set_digest`). Each node signs one set per run, so once
 a node holds every member's signature on its set, no member can have been shown another

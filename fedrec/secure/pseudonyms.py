@@ -33,9 +33,9 @@ def virtual_items(real: np.ndarray, n_items: int, mode: str, alpha: float, n_use
                   uniform: Callable[[int], np.ndarray]) -> np.ndarray:
     """The items a node holds virtually, besides its users' ``real`` items.
 
-    ``catalogue``: every other item. Every item has a real holder (a run refuses one
-    without), so under a sampled draw an item held by one node is that node's real item,
-    and items held by few nodes are mostly real; holding the whole catalogue makes every
+    ``catalogue``: every other item. Under a sampled draw an item held by one node is
+    mostly that node's real item (an item no user holds trains as centralized LightGCN
+    does, with zero rows past layer 0), and items held by few nodes are mostly real; holding the whole catalogue makes every
     node's held set the same, in every run, whatever its data (the server's holder counts
     and co-holding patterns carry nothing). ``sampled``: the paper's draw, uniform among
     the other items, their number uniform in ``[0, 2 alpha n_users]`` so the held count does
