@@ -44,6 +44,7 @@ def hello(content: RecordDict, node: NodeContext) -> RecordDict:
         Info.N_ITEMS: int(data.n_items),
         Info.N_USERS: int(len(data.user_ids)),
         Info.N_TRAIN_USERS: int((data.train.getnnz(axis=1) > 0).sum()),
+        Info.INTERACTIONS_BOUND: node.interactions_bound(),
         # where the keys this node signs with come from (simulated ones authenticate nothing)
         Info.IDENTITY: "simulated" if node.identity.simulated else "roster",
     }), handshake_wire.POLICY: ConfigRecord(node.policy.as_config())})

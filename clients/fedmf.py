@@ -108,7 +108,9 @@ def _reserve_training(node: NodeContext, V: np.ndarray, cfg: dict[str, Any], mod
     batch in local mode), and user and item factors with gradients and Adam moments."""
     data = node.data()
     dim = V.shape[1]
-    triples = float(data.train.nnz) * node.size(cfg, "negatives")
+    # the published bound on the interactions, never their count: a refusal then depends
+    # on the handshake's numbers and the server's sizes only
+    triples = float(node.interactions_bound()) * node.size(cfg, "negatives")
     if mode == "local":
         batch = node.size(cfg, "batch-size")
         # every epoch takes ceil(triples / batch) Adam steps over the whole U and V

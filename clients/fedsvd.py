@@ -130,7 +130,9 @@ def _block(node: NodeContext) -> _Block:
                          f"expected ({d}, r) with 1 <= r <= {d} (an orthonormal basis has at "
                          "most as many columns as rows)")
     r = Z.shape[1]
-    node.reserve(block_bytes(n_rows, d, r, rows.nnz), f"a fedsvd block of rank {r}")
+    # the published bound on the interactions (clients/node.py), never their count
+    node.reserve(block_bytes(n_rows, d, r, node.interactions_bound()),
+                 f"a fedsvd block of rank {r}")
     _check_work(node, n_rows, d, r, t_to - t_from)
     if not np.all(np.isfinite(Z)):
         raise ValueError(f"{who} refuses the fedsvd request: the basis Z is not finite")

@@ -265,6 +265,16 @@ class NodeContext:
         part = PartitionSpec.from_config(cfg, self.user_partitions)
         return _cached_node_data(spec, part, self.partition_id)
 
+    def interactions_bound(self) -> int:
+        """The smallest power of two at least this node's training interactions: what its
+        memory estimates count them as, published in the handshake
+        (``info.interactions-bound``). Why: an estimate from the count itself would make a
+        budget refusal depend on it, and a server varying its sizes against the budget
+        could bisect the count; with the bound it learns nothing the handshake did not say.
+        """
+        nnz = int(self.data().train.nnz)
+        return 1 << max(nnz - 1, 0).bit_length()
+
     # -- the request ---------------------------------------------------------------------
     def arrays(self, key: str = wire_request.ARRAYS) -> dict[str, np.ndarray]:
         """The named arrays the request carries (``Federation.request`` puts them here)."""

@@ -84,15 +84,26 @@ def degrees(content: RecordDict, node: NodeContext) -> RecordDict:
     return sum_reply(node, {"deg": deg})
 
 
-def _reserve_product(node: NodeContext, train: sp.csr_matrix, user_deg: np.ndarray) -> None:
+def _reserve_product(node: NodeContext, train: sp.csr_matrix, user_deg: np.ndarray,
+                     sparse: bool) -> None:
     """Reserve the sparse item-item product before computing it: it has at most
     min(n^2, sum_u d_u^2) entries (value and index, 16 bytes each), held at once by the
     product, its weighted factor's copy and its upper triangle, plus three copies of the
     node's rows (transpose, weighting, CSR conversion). Without it a catalogue the server
-    names (e.g. ``synthetic-items``) is multiplied out before the dense reservation."""
+    names (e.g. ``synthetic-items``) is multiplied out before the dense reservation.
+
+    Masked (dense) transport counts the rows by the handshake's published bound and the
+    product by n^2 (sum_u d_u^2 is at most interactions x n): a refusal then depends on
+    published numbers only. Sparse transport (``allow-sparse-transport``) sends the
+    product's rows in clear, so its estimate may use the node's own counts."""
     n = train.shape[1]
-    entries = min(float(n) * n, float(np.sum(user_deg.astype(np.float64) ** 2)))
-    node.reserve(3 * 16.0 * entries + 3 * 16.0 * train.nnz,
+    if sparse:
+        nnz = float(train.nnz)
+        entries = min(float(n) * n, float(np.sum(user_deg.astype(np.float64) ** 2)))
+    else:
+        nnz = float(node.interactions_bound())
+        entries = min(float(n) * n, nnz * n)
+    node.reserve(3 * 16.0 * entries + 3 * 16.0 * nnz,
                  f"PriviRec's item-item product ({n} items)")
 
 
@@ -119,7 +130,7 @@ def gram(content: RecordDict, node: NodeContext) -> RecordDict:
         # the upper triangle's values and its two int64 index arrays
         node.reserve(24.0 * (n * (n + 1) // 2), f"PriviRec's dense item-item sum ({n} items)")
     user_deg = np.asarray(train.sum(axis=1)).ravel()
-    _reserve_product(node, train, user_deg)
+    _reserve_product(node, train, user_deg, sparse=transport == "sparse")
     weights = user_gram_weight(user_deg, float(cfg["alpha"]))
     G = upper_triangle(train.T @ sp.diags(weights) @ train)
     if transport == "sparse":

@@ -36,4 +36,7 @@ class Info(StrEnum):
     N_ITEMS = "n-items"  # catalogue size (public in every protocol here)
     N_USERS = "n-users"
     N_TRAIN_USERS = "n-train-users"  # users with training interactions
+    #: the smallest power of two at least its training interactions: the count its memory
+    #: estimates use, so a budget refusal depends on published numbers only
+    INTERACTIONS_BOUND = "interactions-bound"
     IDENTITY = "identity"  # where its signing keys come from: simulated or roster
