@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -78,10 +79,24 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(svd, "node_block", ran)
 
 
+@contextmanager
+def _grid(data: dict[str, Any], policy: dict[str, Any] | None = None
+          ) -> Iterator[MaliciousGrid]:
+    """Nodes whose operator offers ``data`` (plain sums allowed unless ``policy`` says)."""
+    app = build_client_app(policy={"allow-plain": True} if policy is None else policy)
+    with MaliciousGrid(app, NODES, data=data) as g:
+        yield g
+
+
 @pytest.fixture
-def grid(request: pytest.FixtureRequest) -> Iterator[MaliciousGrid]:
-    policy = getattr(request, "param", {"allow-plain": True})
-    with MaliciousGrid(build_client_app(policy=policy), NODES) as g:
+def grid() -> Iterator[MaliciousGrid]:
+    with _grid(SMALL) as g:
+        yield g
+
+
+@pytest.fixture
+def wide_grid() -> Iterator[MaliciousGrid]:
+    with _grid(WIDE) as g:
         yield g
 
 
@@ -135,45 +150,45 @@ def test_every_fedpower_noise_is_scaled_by_the_public_bound(
 
 # -- (B) work and the sum record, before any work ---------------------------------------
 def test_the_reviews_oversized_sync_is_refused_before_any_work(
-        grid: MaliciousGrid, no_work: None) -> None:
+        wide_grid: MaliciousGrid, no_work: None) -> None:
     """Rank 1,500 for 10,000 iterations passes memory-budget-mb and max-iterations alone
     (about 45 minutes on a core); the node refuses it, naming max-iterations, before its
     power iterations start. The same rank for two iterations is within the bound."""
     Z = np.zeros((WIDE["synthetic-items"], 1500))
-    node = grid.ids[0]
+    node = wide_grid.ids[0]
     with pytest.raises(Refused, match="max-iterations") as err:
-        grid.ask(node, "fedsvd_sync", _sync(WIDE, Z, t_to=10_000))
+        wide_grid.ask(node, "fedsvd_sync", _sync(WIDE, Z, t_to=10_000))
     assert "node config" in str(err.value) and SENTINEL not in str(err.value)
     with pytest.raises(Refused, match=SENTINEL):
-        grid.ask(node, "fedsvd_sync", _sync(WIDE, Z, t_to=2))
+        wide_grid.ask(node, "fedsvd_sync", _sync(WIDE, Z, t_to=2))
 
 
 def test_the_work_refusal_depends_on_sizes_the_server_knows_not_on_values(
-        grid: MaliciousGrid, no_work: None) -> None:
+        wide_grid: MaliciousGrid, no_work: None) -> None:
     """Nodes with equal row counts and different rows refuse the same oversized request in
     the same words (but for their names)."""
     Z = np.zeros((WIDE["synthetic-items"], 1500))
     texts = set()
-    for node in grid.ids:
+    for node in wide_grid.ids:
         with pytest.raises(Refused) as err:
-            grid.ask(node, "fedsvd_sync", _sync(WIDE, Z, t_to=10_000))
+            wide_grid.ask(node, "fedsvd_sync", _sync(WIDE, Z, t_to=10_000))
         texts.add(re.sub(r"node \d+ \(partition \d+\)", "node ?", str(err.value)))
     assert len(texts) == 1, texts
 
 
-@pytest.mark.parametrize(("grid", "record", "match"), [
-    ({}, {}, "no 'secagg' record"),
-    ({}, {"mode": "plain", "sum-id": 1}, "allow-plain"),
-    ({}, {"mode": "ckks", "sum-id": 1, "max-abs": 1.0}, "allow-ckks"),
-    ({}, {"mode": "secagg+", "sum-id": 1}, "max-abs"),
-    ({}, {"mode": "secagg+", "sum-id": 1, "max-abs": float("inf")}, "max-abs|non-finite"),
-    ({}, {"mode": "secagg+", "sum-id": 1, "max-abs": 0.0}, "max-abs"),
-    ({}, {"mode": "sideways", "sum-id": 1}, "unknown sum mode"),
-], indirect=["grid"])
-def test_the_sum_record_is_checked_before_any_work(grid: MaliciousGrid, no_work: None,
-                                                   record: dict, match: str) -> None:
+@pytest.mark.parametrize(("record", "match"), [
+    ({}, "no 'secagg' record"),
+    ({"mode": "plain", "sum-id": 1}, "allow-plain"),
+    ({"mode": "ckks", "sum-id": 1, "max-abs": 1.0}, "allow-ckks"),
+    ({"mode": "secagg+", "sum-id": 1}, "max-abs"),
+    ({"mode": "secagg+", "sum-id": 1, "max-abs": float("inf")}, "max-abs|non-finite"),
+    ({"mode": "secagg+", "sum-id": 1, "max-abs": 0.0}, "max-abs"),
+    ({"mode": "sideways", "sum-id": 1}, "unknown sum mode"),
+])
+def test_the_sum_record_is_checked_before_any_work(no_work: None, record: dict,
+                                                   match: str) -> None:
     Z = np.zeros((SMALL["synthetic-items"], 1))
-    with pytest.raises(Refused, match=match) as err:
+    with _grid(SMALL, policy={}) as grid, pytest.raises(Refused, match=match) as err:
         grid.ask(grid.ids[0], "fedsvd_sync", _sync(SMALL, Z, sum_record=record))
     assert SENTINEL not in str(err.value)
 
@@ -182,7 +197,7 @@ def test_the_sum_record_is_checked_before_any_work(grid: MaliciousGrid, no_work:
 def ledger_grid(tmp_path: Any) -> Iterator[tuple[MaliciousGrid, Any]]:
     ledger = tmp_path / "dp-ledger.json"
     policy = {"dp-budget": 1e9, "dp-ledger": str(ledger)}  # allow-plain: false (default)
-    with MaliciousGrid(build_client_app(policy=policy), NODES) as g:
+    with _grid(SMALL, policy) as g:
         yield g, ledger
 
 
