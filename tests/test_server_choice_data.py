@@ -75,8 +75,8 @@ def test_the_rows_are_the_operators_whatever_the_request_names() -> None:
 
 
 def test_a_node_without_a_data_description_names_what_its_operator_must_set() -> None:
-    with MaliciousGrid(APP, 2, run_id=next(_RUNS)) as grid:
-        del grid.contexts[grid.ids[0]].node_config["dataset"]
+    with MaliciousGrid(APP, 2, run_id=next(_RUNS)) as grid:  # no operator description
+        assert "dataset" not in grid.contexts[grid.ids[0]].node_config
         with pytest.raises(Refused, match="no data description: its operator names"):
             grid.ask(grid.ids[0], "hello", _hello())
 
