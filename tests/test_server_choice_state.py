@@ -172,11 +172,19 @@ def test_a_key_setup_longer_than_the_roster_is_refused_before_it_is_stored_or_ha
     identities (a roster of 4 partitions): refused on the length alone, naming the node
     and the roster, before the list is copied into state or hashed."""
     with MaliciousGrid(_app(4, tmp_path), 3) as grid:
-        node = grid.ids[0]
-        refusals = _ask_all(grid, node, [SETUPS[action](_distinct_members(grid, 400_003))],
-                            action)
-        state = grid.contexts[node].state
+        refusals, state = _setup_of(grid, action, 400_003)
     assert len(refusals) == 1 and "roster" in refusals[0], refusals
+    _nothing_kept(no_hashing, state)
+
+
+def _setup_of(grid: MaliciousGrid, action: str, n: int) -> tuple[list[str], Any]:
+    """The first node's refusals of a key setup of ``n`` distinct members, and its state."""
+    node = grid.ids[0]
+    refusals = _ask_all(grid, node, [SETUPS[action](_distinct_members(grid, n))], action)
+    return refusals, grid.contexts[node].state
+
+
+def _nothing_kept(no_hashing: list[str], state: Any) -> None:
     assert not no_hashing, f"hashed before the refusal: {no_hashing}"
     assert not [k for k in SETUP_STATE if k in state], list(state)
 
@@ -205,13 +213,9 @@ def test_a_key_setup_is_reserved_against_the_budget_before_it_is_copied(
                    "roster": str(large_roster / "roster.json"),
                    "allow-simulated-identity": "false"} for i in range(3)}
     with MaliciousGrid(_app(1, tmp_path), 3, node_configs=configs) as grid:
-        node = grid.ids[0]
-        refusals = _ask_all(grid, node, [SETUPS[action](_distinct_members(grid, 20_003))],
-                            action)
-        state = grid.contexts[node].state
+        refusals, state = _setup_of(grid, action, 20_003)
     assert len(refusals) == 1 and "memory-budget-mb=1" in refusals[0], refusals
-    assert not no_hashing, f"hashed before the refusal: {no_hashing}"
-    assert not [k for k in SETUP_STATE if k in state], list(state)
+    _nothing_kept(no_hashing, state)
 
 
 def test_node_set_signatures_beyond_the_set_are_refused_before_any_is_checked(
