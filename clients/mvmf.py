@@ -94,13 +94,14 @@ def mvmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
     step = users_step(data.train, X, data.user_ids, Q, U, model,
                       node.size(cfg, "epoch", minimum=0),
                       _factors(node))
-    if model.p_update == "sgd" and step.factors:
+    reply = sum_reply(node, {"gQ": step.grad_Q, "gU": step.grad_U,
+                             "loss": np.array([step.loss]),
+                             "users": np.array([float(step.n_users)])})
+    if model.p_update == "sgd" and step.factors:  # kept once the reply passed its checks
         ids = np.array(sorted(step.factors), dtype=np.int64)
         node.store_arrays(_FACTORS, {"ids": ids,
                                      "P": np.stack([step.factors[int(u)] for u in ids])})
-    return sum_reply(node, {"gQ": step.grad_Q, "gU": step.grad_U,
-                            "loss": np.array([step.loss]),
-                            "users": np.array([float(step.n_users)])})
+    return reply
 
 
 @handler(Action.EVALUATE, sums=True)
