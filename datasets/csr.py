@@ -26,3 +26,15 @@ def csr_from_arrays(arrays: Mapping[str, np.ndarray], prefix: str, sep: str = ".
         (arrays[f"{prefix}{sep}data"], arrays[f"{prefix}{sep}indices"], arrays[f"{prefix}{sep}indptr"]),
         shape=shape,
     )
+
+
+def last_wins_matrix(rows: np.ndarray, cols: np.ndarray, values: np.ndarray,
+                     shape: tuple[int, int]) -> sp.csr_matrix:
+    """Users x items from entries, keeping the last occurrence of a duplicated (row, column)
+    pair: a file that lists a pair twice means its later value (MovieLens, own data)."""
+    key = rows * shape[1] + cols
+    _, last = np.unique(key[::-1], return_index=True)
+    keep = len(key) - 1 - last
+    m = sp.csr_matrix((values[keep], (rows[keep], cols[keep])), shape=shape, dtype=np.float64)
+    m.sort_indices()
+    return m

@@ -38,9 +38,7 @@ def _read_raw(spec: DatasetSpec, files: dict[str, Path]) -> RawData:
         return movielens.load_ml100k(files)
     if spec.name == "ml-1m":
         return movielens.load_ml1m(files)
-    if "train_npz" in files:
-        return split_files.load_npz(files)
-    return split_files.load_txt(files)
+    return split_files.load_split(files)
 
 
 def _prepare(spec: DatasetSpec, raw: RawData) -> InteractionData:

@@ -13,6 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .containers import RawData
+from .csr import last_wins_matrix
 from .errors import DataError, require_finite_lines
 
 N_GENRES = 19
@@ -114,7 +115,7 @@ def load_ml100k(files: dict[str, Path]) -> RawData:
         if n_items > ifeat.shape[0]:
             raise DataError(f"{data_path}: item id {n_items} not in {files['items']}")
         n_items = ifeat.shape[0]
-    return RawData(ratings=_ratings_matrix(users, items, ratings, n_users, n_items),
+    return RawData(ratings=last_wins_matrix(users, items, ratings, (n_users, n_items)),
                    user_features=ufeat, item_features=ifeat, user_attributes=attrs,
                    has_ratings=True)
 
@@ -245,21 +246,9 @@ def load_ml1m(files: dict[str, Path]) -> RawData:
     users = np.searchsorted(user_ids, uids)
     items = np.searchsorted(item_ids, mids)
     n_users, n_items = len(user_ids), len(item_ids)
-    return RawData(ratings=_ratings_matrix(users, items, ratings, n_users, n_items),
+    return RawData(ratings=last_wins_matrix(users, items, ratings, (n_users, n_items)),
                    user_features=ufeat, item_features=ifeat, user_attributes=attrs,
                    has_ratings=True)
-
-
-def _ratings_matrix(users: np.ndarray, items: np.ndarray, ratings: np.ndarray, n_users: int,
-                    n_items: int) -> sp.csr_matrix:
-    """Users x items ratings, keeping the last occurrence of a duplicated (user, item) pair
-    (both MovieLens releases are read this way)."""
-    key = users * n_items + items
-    _, last = np.unique(key[::-1], return_index=True)
-    keep = len(key) - 1 - last
-    m = sp.csr_matrix((ratings[keep], (users[keep], items[keep])), shape=(n_users, n_items))
-    m.sort_indices()
-    return m
 
 
 def _rating_lines(path: Path, sep: str, names: tuple[str, str, str, str], what: str

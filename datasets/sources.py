@@ -4,7 +4,8 @@ Search order for the data root: spec.data_dir, then $FEDREC_DATA, then
 <repo>/../shared/data. Inside the root a dataset lives in <root>/<name>/ or,
 when the root itself holds the files, directly in <root>. Every dataset but synthetic,
 ml-100k and ml-1m (gowalla, yelp2018, lightgcn and any other name: a user's own data) is a given
-train/test split in one of :data:`SPLIT_FORMATS`, picked by the files present.
+train/test split in one of :data:`SPLIT_FORMATS`, picked by the format its ``dataset.toml``
+declares, else by the files present.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .folder_meta import META_FILE, read_meta
 from .spec import KNOWN_DATASETS
 
 _HINT = ("(simulation: run_simulation.py --data-dir or $FEDREC_DATA; a deployed SuperNode: "
@@ -64,8 +66,16 @@ SPLIT_FORMATS: tuple[tuple[dict[str, str], str], ...] = (
     ({"train_npz": "train.npz", "test_npz": "test.npz"},
      "scipy sparse users x items matrices, as scipy.sparse.save_npz writes them"),
     ({"train_txt": "train.txt", "test_txt": "test.txt"},
-     "LightGCN text, one line 'user item1 item2 ...' per user, 0-based ids"),
+     "text: LightGCN lists 'user item1 item2 ...', or pairs 'user item', or with "
+     "dataset.toml format = \"ratings\" lines 'user item rating timestamp'"),
+    ({"train_csv": "train.csv", "test_csv": "test.csv"},
+     "CSV with a header naming the columns user, item and optionally rating, timestamp"),
 )
+#: Which file set each declarable format (``dataset.toml``) reads.
+_FORMAT_FILES: dict[str, str] = {"npz": "train_npz", "csv": "train_csv", "lists": "train_txt",
+                                 "pairs": "train_txt", "ratings": "train_txt"}
+_SPLIT_HINT = ("one interactions file without a split? python -m datasets.make_split FILE "
+               "--out FOLDER writes one (docs/datasets.md, 'Your own data')")
 
 
 def accepted_file_sets() -> str:
@@ -84,7 +94,11 @@ def split_files(name: str, root: Path) -> dict[str, Path]:
         raise FileNotFoundError(
             f"{name}: folder {folder} does not exist{own}; expected it to hold "
             f"{accepted_file_sets()} {_HINT}")
+    meta_path = folder / META_FILE
+    declared = read_meta(meta_path).format if meta_path.is_file() else None
     for files, _ in SPLIT_FORMATS:
+        if declared is not None and _FORMAT_FILES[declared] not in files:
+            continue
         paths = {role: folder / fname for role, fname in files.items()}
         present = [p for p in paths.values() if p.is_file()]
         if not present:
@@ -94,9 +108,15 @@ def split_files(name: str, root: Path) -> dict[str, Path]:
             raise FileNotFoundError(
                 f"{name}: {folder} holds {present[0].name} but not {', '.join(missing)}; "
                 f"expected {accepted_file_sets()}")
-        return paths
+        return {**paths, "meta": meta_path} if meta_path.is_file() else paths
+    if declared is not None:
+        wanted = next(files for files, _ in SPLIT_FORMATS if _FORMAT_FILES[declared] in files)
+        raise FileNotFoundError(
+            f"{name}: {META_FILE} declares format '{declared}', but {folder} does not hold "
+            f"{' + '.join(wanted.values())}; {_SPLIT_HINT}")
     raise FileNotFoundError(
-        f"{name}: no train/test split in {folder}; expected {accepted_file_sets()} {_HINT}")
+        f"{name}: no train/test split in {folder}; expected {accepted_file_sets()}; "
+        f"{_SPLIT_HINT} {_HINT}")
 
 
 def locate(name: str, data_dir: str) -> dict[str, Path]:
@@ -105,7 +125,8 @@ def locate(name: str, data_dir: str) -> dict[str, Path]:
     ml-100k: u.data (required), u.user and u.item (optional: features, zip).
     ml-1m: ratings.dat (required), users.dat and movies.dat (optional: features, zip).
     Any other name (gowalla, yelp2018, lightgcn, or a user's own): a given split,
-    train.npz + test.npz, else train.txt + test.txt (:func:`split_files`).
+    train.npz + test.npz, else train.txt + test.txt, else train.csv + test.csv, and the
+    folder's dataset.toml (role ``meta``) when present (:func:`split_files`).
     """
     if name == "synthetic":
         return {}
