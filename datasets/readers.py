@@ -64,6 +64,13 @@ class Records:
     label: str
     fmt: str
 
+    def subset(self, index: np.ndarray) -> "Records":
+        """The records at ``index`` (an index array or a boolean mask), in that order."""
+        def pick(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[index]
+        return Records(self.users[index], self.items[index], self.lines[index],
+                       pick(self.ratings), pick(self.times), self.label, self.fmt)
+
     @property
     def n_interactions(self) -> int:
         """Entries that are interactions (not a listed user without items)."""
@@ -257,7 +264,10 @@ def line_widths(path: Path) -> set[int]:
     return {len(parts) for _, parts in _text_rows(path, "lists")}
 
 
-def detect_text_format(paths: list[Path]) -> str:
+DECLARE_IN_FOLDER = "in the folder's dataset.toml: format = \"ratings\" or \"lists\""
+
+
+def detect_text_format(paths: list[Path], declare: str = DECLARE_IN_FOLDER) -> str:
     """The format of undeclared ``.txt`` files, by a rule stated in docs/datasets.md:
 
     every line of every file has 2 fields -> ``pairs`` (which reads the same as ``lists``);
@@ -276,6 +286,6 @@ def detect_text_format(paths: list[Path]) -> str:
         raise DataError(
             f"{names}: every line has {width} fields, so one interaction per line with more "
             f"columns (e.g. 'user item rating timestamp') and a user with {width - 1} items "
-            "(LightGCN lists) look alike; declare the format in the folder's dataset.toml: "
-            "format = \"ratings\" or \"lists\" (docs/datasets.md, 'Your own data')")
+            f"(LightGCN lists) look alike; declare the format {declare} (docs/datasets.md, "
+            "'Your own data')")
     return "lists"

@@ -25,6 +25,15 @@ def _from_mask(m: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:
     return out
 
 
+def test_counts(counts: np.ndarray, test_ratio: float) -> np.ndarray:
+    """Test interactions per user: round(test_ratio * n); when test_ratio > 0, a user with
+    >= 2 interactions keeps >= 1 in train and puts >= 1 in test, one with 1 keeps it."""
+    n_test = np.floor(counts * test_ratio + 0.5).astype(np.int64)
+    if test_ratio > 0:
+        n_test = np.where(counts >= 2, np.clip(n_test, 1, np.maximum(counts - 1, 1)), 0)
+    return n_test
+
+
 def holdout(m: sp.csr_matrix, test_ratio: float, rng: np.random.Generator) -> tuple[sp.csr_matrix, sp.csr_matrix]:
     """Per-user random holdout of round(test_ratio * n) interactions.
 
@@ -34,9 +43,7 @@ def holdout(m: sp.csr_matrix, test_ratio: float, rng: np.random.Generator) -> tu
     m = m.tocsr()
     m.sort_indices()
     counts = np.diff(m.indptr)
-    n_test = np.floor(counts * test_ratio + 0.5).astype(np.int64)
-    if test_ratio > 0:
-        n_test = np.where(counts >= 2, np.clip(n_test, 1, np.maximum(counts - 1, 1)), 0)
+    n_test = test_counts(counts, test_ratio)
     rows = np.repeat(np.arange(m.shape[0]), counts)
     order = np.lexsort((rng.random(m.nnz), rows))  # random order within each row
     rank = np.empty(m.nnz, dtype=np.int64)
