@@ -9,13 +9,22 @@ another back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
 OUT = REPO / "results" / "leaderboard.json"
+#: The shipped board's datasets, read from the default data location: only a board of these
+#: writes ``OUT``; any other goes to its own folder under ``BOARDS`` (``default_out``).
+SHIPPED = ("ml-100k", "ml-1m")
+BOARDS = REPO / "results" / "boards"
+#: Per-request timeout of every cell unless ``--timeout``: generous, since a board runs for an
+#: hour on a shared machine (ML-1M's PriviRec evaluate has taken 1,127 s on a loaded one).
+TIMEOUT = 900.0
+#: Node count of a cell without one of its own (``NODES``) unless ``--nodes``.
+BOARD_NODES = 8
 LABEL = {"ml-100k": "ML-100K", "ml-1m": "ML-1M (users 1-2999)", "gowalla": "Gowalla",
          "yelp2018": "Yelp2018"}
 
@@ -29,6 +38,7 @@ class Cell:
     nodes: int
     config: dict[str, Any] = field(default_factory=dict)
     policy: dict[str, Any] = field(default_factory=dict)
+    #: Why the cell runs otherwise than its protocol's board setting (shown on the board).
     note: str = ""
 
     @property
@@ -81,21 +91,75 @@ def label(dataset: str) -> str:
     return LABEL.get(dataset, display_name(dataset))
 
 
-def cells(datasets: list[str], protocols: list[str], data_dir: str = "") -> list[Cell]:
-    """Every (dataset, protocol) cell of the board, datasets outermost, in the given order."""
+@dataclass(frozen=True)
+class Settings:
+    """What a user sets for every cell of a board: the per-request timeout, and the partition
+    and node count that replace each cell's own ("" / 0: the cell's own)."""
+
+    timeout: float = TIMEOUT
+    partition: str = ""
+    nodes: int = 0
+
+    @property
+    def custom(self) -> bool:
+        """Whether the cells' results differ from the shipped board's settings (the timeout
+        changes only whether a cell finishes, not its numbers)."""
+        return bool(self.partition or self.nodes)
+
+
+def cells(datasets: list[str], protocols: list[str], data_dir: str = "",
+          settings: Settings = Settings()) -> list[Cell]:
+    """Every (dataset, protocol) cell of the board, datasets outermost, in the given order.
+    A ``silo-zip`` cell keeps its one node per zip region whatever ``settings.nodes`` says
+    (``fit_to_data`` counts the regions)."""
     out = []
     for ds in datasets:
         for proto in protocols:
-            # a generous per-request timeout: a board runs for an hour on a shared machine
-            cfg = {"protocol": proto, "dataset": ds, "seed": 0, "timeout": 900.0,
+            cfg = {"protocol": proto, "dataset": ds, "seed": 0, "timeout": settings.timeout,
                    **SETTINGS[proto]}
+            if settings.partition:
+                cfg["partition"] = settings.partition
             if data_dir:
                 cfg["data-dir"] = data_dir
             if proto == "dp-prototypes" and ds == "ml-1m":
                 cfg["dpp-k"] = 50  # Fig. 3's k on ML-1M
-            out.append(Cell(proto, ds, NODES.get(proto, {}).get(ds, 8), cfg,
-                            POLICY.get(proto, {})))
+            own = NODES.get(proto, {}).get(ds, BOARD_NODES)
+            nodes = own if cfg.get("partition") == "silo-zip" else settings.nodes or own
+            out.append(Cell(proto, ds, nodes, cfg, POLICY.get(proto, {})))
     return out
+
+
+def fit_to_data(cell: Cell, data: Any, settings: Settings = Settings()) -> Cell:
+    """``cell`` as it can run on ``data`` (the loaded split): a ``silo-zip`` cell gets one
+    node per zip region of the data; on data without user zip codes it takes the board's
+    partition and node count instead, and its note says so (so DP prototypes still run on a
+    user's split, as cross-silo shards). A ``--partition silo-zip`` the user asked for is
+    kept: the board's check before any cell then says why it cannot run."""
+    from datasets.partition import PartitionSpec, zip_region
+
+    if cell.config.get("partition") != "silo-zip":
+        return cell
+    zips = data.user_attributes.get("zip")
+    if zips is not None:
+        return replace(cell, nodes=len({zip_region(z) for z in zips}))
+    if settings.partition:
+        return cell
+    partition = PartitionSpec.scheme
+    nodes = settings.nodes or BOARD_NODES
+    return replace(cell, nodes=nodes, config={**cell.config, "partition": partition},
+                   note=f"{partition} on {nodes} nodes instead of silo-zip: "
+                        f"{label(cell.dataset)} has no user zip codes")
+
+
+def default_out(datasets: list[str], data_dir: str = "",
+                settings: Settings = Settings()) -> Path:
+    """Where a board goes without ``--out``: the shipped board (``OUT``) only for its own
+    datasets from the default data location at its own settings; any other board to
+    ``results/boards/<datasets>/leaderboard.json``, so a user's board never replaces the
+    shipped results."""
+    if not data_dir and set(datasets) <= set(SHIPPED) and not settings.custom:
+        return OUT
+    return BOARDS / "+".join(datasets) / OUT.name
 
 
 def dp_epsilon(privacy: Any, valid: bool = True) -> float | None:

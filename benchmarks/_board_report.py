@@ -280,7 +280,13 @@ def _epsilon_cell(cell: dict[str, Any]) -> str:
     return f"none (claims {claim:.3g}, not a guarantee)" if claim else "-"
 
 
-def markdown(result: dict[str, Any]) -> str:
+#: The command a board without a recorded one (the shipped board's) is continued with.
+COMMAND = "python benchmarks/leaderboard.py --resume"
+
+
+def markdown(result: dict[str, Any], png: str = "leaderboard.png") -> str:
+    """The board's Markdown; ``png``: its plot's path relative to the Markdown's folder (the
+    plot is written beside it), so the link resolves wherever the board is written."""
     lines = ["# Leaderboard: every protocol on the same splits", "",
              "NDCG@20 and Recall@20 of the federated run, its centralized reference (how each "
              "is obtained: last section) and item popularity on the same split; bytes per node (down "
@@ -288,7 +294,7 @@ def markdown(result: dict[str, Any]) -> str:
              "where DP applies. `*`: MVMF's own metric (the paper's candidate set, test "
              "ratings >= 4 relevant). LP-GCN runs on the split without the items it left "
              "without a training interaction (`drop-cold-items`; LP-GCN refuses them), its "
-             "reference on the same. Command: `python benchmarks/leaderboard.py --resume`.",
+             f"reference on the same. Command: `{result.get('command', COMMAND)}`.",
              ""]
     for ds in _datasets(result):
         rs = rows(result, ds)
@@ -315,6 +321,9 @@ def markdown(result: dict[str, Any]) -> str:
         comparable = [r for r in rs if r["cell"]["protocol"] not in OWN_METRIC] or rs
         best = comparable[0]
         private = [r for r in comparable if r["cell"]["epsilon"] is not None]
+        notes = {r["cell"]["protocol"]: r["cell"]["note"] for r in rs if r["cell"].get("note")}
+        if notes:  # a cell run otherwise than its protocol's board setting, and why
+            lines += ["", *(f"- {proto}: {note}." for proto, note in notes.items())]
         lines += ["", f"Best NDCG@20: {best['name']} ({_f(best['ndcg'])}, "
                   f"{_f(best['ndcg'] / pop['ndcg@20'], '{:.2f}')}x popularity)."
                   + (f" Best with a DP guarantee: {private[0]['name']} "
@@ -326,8 +335,8 @@ def markdown(result: dict[str, Any]) -> str:
                   "A protocol that refuses a split says why; the board shows it, not a number.",
                   ""] + [f"- `{key}`: {why}" for key, why in sorted(failed.items())] + [""]
     lines += ceiling_lines(result)
-    lines += ["Plot: `results/leaderboard.png`. Machine: "
-              f"{result.get('machine', {})}.", ""]
+    lines += [f"![NDCG@20 per protocol, beside centralized and popularity]({png})", "",
+              f"Machine: {result.get('machine', {})}.", ""]
     return "\n".join(lines)
 
 

@@ -101,7 +101,7 @@ def test_a_users_own_split_runs_on_the_board(tmp_path, monkeypatch, fmt) -> None
     monkeypatch.setattr(lb, "plot", lambda result, path: None)
     out = tmp_path / "board.json"
     lb.main(["--datasets", "my-split", "--data-dir", str(tmp_path / "data"),
-             "--protocols", "fedmf", "--out", str(out)])
+             "--protocols", "fedmf", "--nodes", "4", "--out", str(out)])
     assert seen and seen[0]["dataset"] == "my-split"
     assert seen[0]["data-dir"] == str(tmp_path / "data")
     assert "## my-split" in out.with_suffix(".md").read_text()
