@@ -28,7 +28,8 @@ from .partition import PartitionSpec
 from .sources import fingerprint
 from .spec import DatasetSpec
 
-CACHE_VERSION = 2  # bump when the cached layout or the data pipeline changes
+CACHE_VERSION = 3  # bump when the cached layout or the data pipeline changes
+# 3: folder datasets' 1-based text ids are shifted to rows 0.. (datasets/ids.py)
 
 
 def cache_dir() -> Path:

@@ -143,8 +143,9 @@ def row_digests(spec: DatasetSpec, user_ids: np.ndarray) -> list[bytes]:
     the user has any interaction with in the source files, train and test together, before
     min-rating, binarization, the holdout split, cold start or dropping cold items (all
     server-chosen), so the same rows give the same digest from ``.npz`` or text files, under
-    any dataset name, folder, partition or split. Ids are the source's own (the row and
-    column of the ``.npz``, the ids in ``train.txt``); ratings' values are left out, so a
+    any dataset name, folder, partition or split. Ids are the rows and columns the reader
+    makes (the ``.npz``'s own; a text file's ids after the 0/1-based shift or remap,
+    ``datasets/ids.py``); ratings' values are left out, so a
     binarized copy of a rating file keeps its digests. The user id is in the digest because
     two people can hold the same items (a single popular item, say): without it they would
     share one budget and an honest federation would be refused.

@@ -87,7 +87,9 @@ def _open_text(path: Path, newline: str | None = None):
 
 
 def _decode_error(path: Path, exc: UnicodeDecodeError, fmt: str) -> DataError:
-    return DataError(f"{label(path)}: not a UTF-8 text file (byte {exc.start} cannot be "
+    # The one message with the full path: the operator's own console has always shown it
+    # (tests/test_cli_tool.py), and it carries no line of the file.
+    return DataError(f"{path}: not a UTF-8 text file (byte {exc.start} cannot be "
                      f"decoded); expected format '{fmt}': {FORMATS[fmt]}")
 
 
@@ -168,13 +170,23 @@ def read_lists(path: Path) -> Records:
             if min(ids) < 0:
                 raise ValueError
         except ValueError:
-            fields = ["user", *(f"item {k}" for k in range(1, len(parts)))]
-            ids = [parse_id(path, lineno, f, p) for f, p in zip(fields, parts)]
+            ids = _list_ids(path, lineno, parts)
         items = ids[1:] or [-1]
         cols.users.extend([ids[0]] * len(items))
         cols.items.extend(items)
         cols.lines.extend([lineno] * len(items))
     return cols.records(path, "lists")
+
+
+def _list_ids(path: Path, lineno: int, parts: list[str]) -> list[int]:
+    """The slow path of a ``lists`` line: the error names the line's first bad field."""
+    fields = ["user", *(f"item {k}" for k in range(1, len(parts)))]
+    try:
+        return [parse_id(path, lineno, f, p) for f, p in zip(fields, parts)]
+    except DataError as exc:
+        detail = str(exc).split(": ", 1)[1]
+        raise DataError(f"{label(path)} line {lineno}: expected integer ids 'user item1 item2 "
+                        f"...' (format 'lists'); {detail}") from None
 
 
 def _width_error(path: Path, lineno: int, got: int, fmt: str, fields: tuple[str, ...]) -> DataError:
