@@ -50,6 +50,7 @@ import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
@@ -175,11 +176,18 @@ def simulated_federation(cfg: dict[str, Any], nodes: int, data: Any) -> dict[int
     return infos
 
 
+#: Checks a protocol's strategy runs on the handshake's public facts before its first release
+#: (method names taking the Federation): run on the simulated federation too, so a cell they
+#: would refuse minutes into the board is named before any cell starts.
+FACT_CHECKS = ("check_silo_sizes",)
+
+
 def prepare(cell: Cell, settings: Settings) -> tuple[Cell, str | None]:
     """``cell`` fitted to its data (``fit_to_data``) and why it cannot run there (None: it
     can): the checks a simulation runs before Flower starts (run config, node policy,
-    federation size, the partition), then what the protocol needs each node to hold, which
-    a node would otherwise refuse only after the simulation started."""
+    federation size, the partition), then what the protocol needs each node to hold and its
+    ``FACT_CHECKS``, which the nodes' handshake would otherwise meet only after the
+    simulation started."""
     from fl_app.registry import resolve_config
     from fl_app.server_app import build_strategy
     from fl_app.simulation import (
@@ -189,7 +197,7 @@ def prepare(cell: Cell, settings: Settings) -> tuple[Cell, str | None]:
         check_simulated_roles,
         resolve_node_policy,
     )
-    from strategies.base import check_federation
+    from strategies.base import Federation, check_federation
 
     try:
         cell = fit_to_data(cell, board_data(resolve_config(cell.config)), settings)
@@ -201,9 +209,14 @@ def prepare(cell: Cell, settings: Settings) -> tuple[Cell, str | None]:
         check_simulated_roles(cfg, strategy, cell.nodes)
         check_partitions(cfg, cell.nodes, policy)
         if not cfg.get("strategy"):
-            check_federation(simulated_federation(cfg, cell.nodes, board_data(cfg)),
-                             tuple(strategy.federation), lambda p: f"simulated node {p}",
-                             cell.protocol)
+            infos = simulated_federation(cfg, cell.nodes, board_data(cfg))
+            label = lambda p: f"simulated node {p}"  # noqa: E731
+            check_federation(infos, tuple(strategy.federation), label, cell.protocol)
+            # the facts only: nothing is sent, so no messenger or aggregator is needed
+            fed = Federation(messenger=SimpleNamespace(label=label), cfg=cfg, infos=infos,
+                             aggregator=None)  # type: ignore[arg-type]
+            for check in filter(None, (getattr(strategy, n, None) for n in FACT_CHECKS)):
+                check(fed)
     except ValueError as exc:  # ConfigError and DataError are ValueErrors
         return cell, f"{type(exc).__name__}: {exc}"
     return cell, None
@@ -384,13 +397,16 @@ def main(argv: list[str] | None = None) -> None:
         return
     logging.getLogger("flwr").setLevel(logging.WARNING)
     check_datasets(args.datasets, args.data_dir)
-    result = stored_result(args.out) or {"cells": {}}  # cells not rerun stay on the board
+    # the cells not rerun stay on the board; a rerun cell shows its latest attempt only
+    result = stored_result(args.out) or {"cells": {}}
     todo = [c for c in cells(args.datasets, args.protocols, args.data_dir, settings)
             if not (args.resume and c.key in result["cells"])]
     todo, refused = plan(todo, settings)
     result["command"] = board_command(args)
     failed = result.setdefault("failed", {})
     failed.update(refused)
+    for key in refused:
+        result["cells"].pop(key, None)
     if refused:
         save(args.out, result)
     with records_beside(args.out):
@@ -400,6 +416,7 @@ def main(argv: list[str] | None = None) -> None:
                     result["cells"][cell.key] = run_cell(cell, result)
                 failed.pop(cell.key, None)
             except Exception as exc:  # a failed cell is reported, the board goes on
+                result["cells"].pop(cell.key, None)
                 failed[cell.key] = failure(exc)
                 log(f"  {cell.key} failed: {failed[cell.key]}")
             save(args.out, result)

@@ -133,6 +133,13 @@ def test_dp_prototypes_without_zip_codes_run_on_the_boards_partition(
     assert cell["config"]["partition"] == "shards-contiguous" and cell["nodes"] == 4
     note = "shards-contiguous on 4 nodes instead of silo-zip: my-data has no user zip codes"
     assert f"- dp-prototypes: {note}." in (board.BOARDS / "my-data" / "leaderboard.md").read_text()
+    # on 8 nodes a silo holds 6 users, fewer than dpp-k = 10: refused before any cell
+    lb.main(["--datasets", "my-data", "--data-dir", str(data_dir), "--protocols",
+             "dp-prototypes"])
+    stored = lb.stored_result(board.BOARDS / "my-data" / "leaderboard.json")
+    assert "needs at least dpp-k=10 users in every silo: simulated node 0 holds 6" in \
+        stored["failed"]["my-data/dp-prototypes"]
+    assert "my-data/dp-prototypes" not in stored["cells"]  # the latest attempt only
     (silo,) = board.cells(["my-data"], ["dp-prototypes"])
     zips = SimpleNamespace(user_attributes={"zip": np.array(["12345", "23456", "1", "K1A"])})
     assert board.fit_to_data(silo, zips).nodes == 3  # regions 1, 2 and other
