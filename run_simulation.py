@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Run a fedrec-privacy protocol end to end in a Flower simulation and print its results.
 
-    python run_simulation.py                       # FedMF on the embedded synthetic data
+    python run_simulation.py                       # PriviRec on the embedded synthetic data
     python run_simulation.py --protocol fedmf --dataset ml-100k --nodes 10 --rounds 50
-    python run_simulation.py --set mf-dim=32 --set mf-lr=0.1
+    python run_simulation.py --protocol fedmf --set mf-dim=32 --set mf-lr=0.1
     python run_simulation.py --dataset my-data --data-dir /path   # /path/my-data/train.npz ...
 
 Results go to results/runs/<run-name>.json (config, metrics, bytes, times). The default
@@ -27,6 +27,7 @@ from fedrec.secure.secagg import SecAggError
 from fedrec.transport.messenger import NodeError, NodeTimeoutError, RunInterrupted
 from fl_app.registry import check_keys_read, protocols, resolve_config
 from strategies.policy_needs import PolicyRefusal
+from strategies.refusals import SettingRefused
 
 DEFAULTS = {name: key.default for name, key in key_table(CORE_KEYS).items()}
 #: How a node names the policy key it refused on (clients/policy.py ``NodePolicy.require``).
@@ -106,6 +107,38 @@ def policy_hints(message: str) -> list[str]:
             "(docs/threat-model.md says what each key allows)"]
 
 
+def refusal_flags(exc: Exception) -> list[str]:
+    """The flags of this command that answer a refusal met before Flower starts: ``--set``
+    for a run-config value, ``--node-policy`` for the simulated nodes' opt-ins."""
+    from fl_app.simulation import PolicyNotAllowed
+
+    if isinstance(exc, SettingRefused):
+        return [f"--set {exc.assignment}"]
+    if isinstance(exc, PolicyNotAllowed):
+        return [f"--node-policy {n.opt_in}" for n in exc.needs]
+    return []
+
+
+def refusal_text(exc: Exception) -> str:
+    """A refusal in this command's terms (a policy refusal names no Python route)."""
+    from fl_app.simulation import PolicyNotAllowed
+
+    if isinstance(exc, PolicyNotAllowed):
+        return (f"every simulated node would refuse this run's {exc.refused} (node policy "
+                f"{exc.has})")
+    return str(exc)
+
+
+def report_refusals(problems: list[Exception]) -> int:
+    """Every refusal met before Flower started, in one ``error:`` line, and one ``hint:``
+    line with every flag that answers them: the next try can fix them all."""
+    flags = [flag for exc in problems for flag in refusal_flags(exc)]
+    hints = [f"run again with {' '.join(flags)}"] if flags else []
+    if any("--node-policy" in flag for flag in flags):
+        hints = [hints[0] + " (docs/threat-model.md says what each --node-policy key allows)"]
+    return _error("; ".join(refusal_text(exc) for exc in problems), *hints)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     overrides: dict[str, Any] = {
@@ -113,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         "data-dir": args.data_dir, "partition": args.partition, "rounds": args.rounds,
         "seed": args.seed, "run-name": args.run_name,
     }
-    from fl_app.simulation import PolicyNotAllowed, resolve_node_policy, run_in_simulation
+    from fl_app.simulation import (PolicyNotAllowed, RunRefused, resolve_node_policy,
+                                   run_in_simulation)
 
     try:
         assigned = parse_assignments(args.set)
@@ -157,11 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # before Flower started or after it stopped (references)
         print("interrupted", file=sys.stderr)
         return 130
-    except PolicyNotAllowed as exc:  # before Flower started: the flag of this command
-        flags = " ".join(f"--node-policy {n.opt_in}" for n in exc.needs)
-        return _error(f"every simulated node would refuse this run's {exc.refused} (node "
-                      f"policy {exc.has})",
-                      f"opt in with {flags} (docs/threat-model.md says what each key allows)")
+    except RunRefused as exc:  # before Flower started, every refusal at once
+        return report_refusals(exc.problems)
+    except (PolicyNotAllowed, SettingRefused) as exc:  # before Flower or at the handshake
+        return report_refusals([exc])
     except (ConfigError, DataError, FileNotFoundError, NodeTimeoutError, NodeError,
             PolicyError, PolicyRefusal, SecAggError) as exc:
         # Bad input and node failures are one line; any other error (a bug, a user's own

@@ -170,10 +170,16 @@ class ExpectedFailureFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, RunFailedError) and \
-                type(exc.__cause__).__name__ in EXPECTED_FAILURES:
+        if isinstance(exc, RunFailedError) and expected_failure(exc.__cause__):
             record.exc_info, record.exc_text = None, None
         return True
+
+
+def expected_failure(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is (a subclass of) an :data:`EXPECTED_FAILURES`: a refinement such
+    as ``SettingRefused`` (a ConfigError naming its fix) is as expected as its base."""
+    return exc is not None and any(cls.__name__ in EXPECTED_FAILURES
+                                   for cls in type(exc).__mro__)
 
 
 _EXPECTED_FILTER = ExpectedFailureFilter()

@@ -14,20 +14,24 @@ import signal
 import sys
 import threading
 import time
+import uuid
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from clients.policy import NodePolicy
 from datasets import DatasetSpec, describe, load_dataset
+from datasets.errors import DataError
 from datasets.partition import PartitionSpec, partition_users
 from fedrec.config import ConfigError, run_name
 from fedrec.results import print_run_table, release_run, write_run
 from fedrec.transport.messenger import STOP
 from fl_app.quiet import quiet_flower_noise
 from fl_app.registry import client_module, load_strategy_class, resolve_config
-from strategies.base import ProtocolStrategy, check_roles
+from strategies.base import ProtocolStrategy, RoleNeed, check_roles
 from strategies.policy_needs import PolicyNeed, unmet
+from strategies.refusals import ChecksCatalogue, SettingRefused
 
 #: One CPU per simulated node's worker: with 2 cores, two ClientApps run at once.
 DEFAULT_BACKEND: dict[str, Any] = {
@@ -162,13 +166,28 @@ def check_simulated_roles(cfg: Mapping[str, Any], strategy: ProtocolStrategy,
         check_roles(roles, tuple(needs), lambda p: f"simulated node {p}",
                     str(cfg["protocol"]))
     except ValueError as exc:
+        fits = _item_servers_that_fit(tuple(needs), k)
+        if fits is not None:
+            raise SettingRefused(str(exc), "item-servers", fits) from None
         raise ConfigError(f"{exc}; set the run config 'item-servers' (--set item-servers=N) "
                           "or --nodes") from None
 
 
-def check_partitions(cfg: Mapping[str, Any], num_nodes: int, policy: NodePolicy) -> None:
+def _item_servers_that_fit(needs: tuple[RoleNeed, ...], k: int) -> int | None:
+    """The item-server count nearest ``k`` that the protocol's needs allow (None when the
+    item servers are not what is wrong), so a role refusal can name the value to set."""
+    bounds = [(n.min, n.max) for n in needs if "item-server" in n.roles]
+    if not bounds:
+        return 0 if k else None
+    low, high = bounds[0]
+    fit = max(k, low) if high is None else min(max(k, low), high)
+    return None if fit == k else fit
+
+
+def check_partitions(cfg: Mapping[str, Any], num_nodes: int, policy: NodePolicy) -> int:
     """Partition the data as the user nodes will (DataError naming an empty partition or a
-    scheme that does not fit), before Flower starts instead of on every node. A synthetic
+    scheme that does not fit), before Flower starts instead of on every node; return the
+    catalogue size (what the strategy's settings must fit: :class:`ChecksCatalogue`). A synthetic
     dataset's size is checked first against the nodes' ``memory-budget-mb`` (what each node
     checks before generating it), so an oversized one is refused before it is generated."""
     users = num_nodes - int(cfg["item-servers"])
@@ -188,7 +207,9 @@ def check_partitions(cfg: Mapping[str, Any], num_nodes: int, policy: NodePolicy)
                 f"more than the nodes' memory-budget-mb = {policy.memory_budget_mb:g} (each "
                 "node generates it); use smaller sizes or raise the node policy's "
                 "memory-budget-mb")
-    partition_users(load_dataset(spec), PartitionSpec.from_config(cfg, users))
+    data = load_dataset(spec)
+    partition_users(data, PartitionSpec.from_config(cfg, users))
+    return int(data.n_items)
 
 
 def _ship_by_value(modules: list[str]) -> None:
@@ -222,7 +243,7 @@ def simulate(server_app: Any, client_app: Any, num_nodes: int,
         flwr_log.addFilter(_REFUSAL_FILTER)
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-    with warnings.catch_warnings(), stop_on_interrupt():
+    with warnings.catch_warnings(), run_processes_marked() as token, stop_on_interrupt(token):
         warnings.simplefilter("ignore", DeprecationWarning)
         try:
             run_simulation(server_app=server_app, client_app=client_app,
@@ -231,6 +252,72 @@ def simulate(server_app: Any, client_app: Any, num_nodes: int,
         except BaseException:
             stop_server_thread()
             raise
+
+
+#: The environment variable that marks every process a simulation starts (Ray's GCS,
+#: raylet, workers: they inherit the driver's environment), so its end can find them all,
+#: even those Ray's shutdown left behind or that lost their parent.
+RUN_TOKEN_VAR = "FEDREC_SIMULATION_TOKEN"
+#: Seconds Ray's own shutdown gets to end its processes before they are sent SIGTERM, and
+#: SIGTERM before SIGKILL.
+PROCESS_EXIT_SECONDS = 5.0
+
+
+def processes_marked(token: str) -> list[int]:
+    """Pids of the live processes whose environment carries ``token`` (this process aside;
+    a zombie's environment reads empty)."""
+    needle = f"{RUN_TOKEN_VAR}={token}".encode() + b"\0"
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        pid = int(environ.parent.name)
+        try:
+            if pid != os.getpid() and needle in environ.read_bytes():
+                found.append(pid)
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
+def end_marked_processes(token: str, grace: float = PROCESS_EXIT_SECONDS) -> list[int]:
+    """Wait ``grace`` s for the processes marked ``token`` to exit, then SIGTERM and after
+    ``grace`` s more SIGKILL what is left: a stopped or finished run leaves no process.
+    Returns the pids that had to be signalled."""
+    signalled: list[int] = []
+    for sig in (None, signal.SIGTERM, signal.SIGKILL):
+        deadline = time.monotonic() + (grace if sig != signal.SIGKILL else 1.0)
+        alive = processes_marked(token)
+        for pid in alive if sig is not None else ():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+            signalled.append(pid)
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.1)
+            alive = processes_marked(token)
+        if not alive:
+            break
+    return sorted(set(signalled))
+
+
+@contextlib.contextmanager
+def run_processes_marked() -> Iterator[str]:
+    """Mark the processes started inside the block (:data:`RUN_TOKEN_VAR`, a fresh token)
+    and end them all when it exits, however it exits. Only where ``/proc`` lists processes
+    (Linux); elsewhere Ray's own shutdown is all there is."""
+    token = uuid.uuid4().hex
+    previous = os.environ.get(RUN_TOKEN_VAR)
+    os.environ[RUN_TOKEN_VAR] = token
+    try:
+        yield token
+    finally:
+        if previous is None:
+            os.environ.pop(RUN_TOKEN_VAR, None)
+        else:
+            os.environ[RUN_TOKEN_VAR] = previous
+        if Path("/proc/self/environ").exists():
+            left = end_marked_processes(token)
+            if left:
+                logging.getLogger("fedrec").debug("ended %d process(es) Ray left: %s",
+                                                  len(left), left)
 
 
 #: The name Flower's simulation gives the ServerApp's thread (its target function's).
@@ -252,42 +339,52 @@ def stop_server_thread(wait: float = 10.0) -> None:
 INTERRUPT_GRACE_SECONDS = 20.0
 
 
-def _stop_now(message: str) -> None:
-    """Stop this process at once (second Ctrl-C, or no stop within the grace time): Ray's
-    processes share the driver's fate (Ray starts them with a parent-death signal)."""
+def _stop_now(message: str, token: str = "") -> None:
+    """Stop this process at once (second Ctrl-C, or no stop within the grace time), with
+    the processes the run started (marked ``token``): not every Ray process dies with its
+    parent."""
     print(message, file=sys.stderr, flush=True)
+    if token:
+        for pid in processes_marked(token):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
     os._exit(130)
 
 
 @contextlib.contextmanager
-def stop_on_interrupt() -> Iterator[None]:
+def stop_on_interrupt(token: str = "") -> Iterator[None]:
     """Ctrl-C during a simulation stops the run, not the interpreter mid-way: it sets
     :data:`fedrec.transport.messenger.STOP`, the ServerApp stops at its next wait for nodes
     (raising ``RunInterrupted``), writes its partial results, and Flower shuts Ray down as
     after any run. A second Ctrl-C, or no stop within :data:`INTERRUPT_GRACE_SECONDS` (a
-    long local step), stops the process at once. Only in the main thread (where Python
-    delivers signals); elsewhere a no-op."""
+    long local step), stops the process at once, and the processes marked ``token``
+    (:func:`run_processes_marked`). Only in the main thread (where Python delivers
+    signals); elsewhere a no-op."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     STOP.clear()
+    timers: list[threading.Timer] = []
 
     def on_interrupt(signum: int, frame: Any) -> None:
         if STOP.is_set():
-            _stop_now("interrupted again: stopping at once")
+            _stop_now("interrupted again: stopping at once", token)
         STOP.set()
         print("interrupted: stopping the run and writing its partial results "
               "(Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
         timer = threading.Timer(INTERRUPT_GRACE_SECONDS, _stop_now,
                                 (f"the run did not stop within {INTERRUPT_GRACE_SECONDS:g} s: "
-                                 "stopping at once",))
+                                 "stopping at once", token))
         timer.daemon = True
         timer.start()
+        timers.append(timer)
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
         yield
-    finally:
+    finally:  # the run stopped: what is left (ending its processes) needs no deadline
+        for timer in timers:
+            timer.cancel()
         signal.signal(signal.SIGINT, previous)
         STOP.clear()
 
@@ -320,28 +417,16 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
     """
     cfg = resolve_config(overrides)  # unknown keys and protocols fail before Ray starts
     policy = resolve_node_policy(node_policy)
-    check_federation_size(cfg, num_nodes, policy)
     from fl_app.client_app import build_client_app
-    from fl_app.server_app import RunFailedError, build_strategy, make_server_app
+    from fl_app.server_app import RunFailedError, make_server_app
 
-    # Fail fast, before Ray starts: missing or malformed data files. In a local simulation the
-    # data is on this machine, and loading it here also fills the disk cache the node
-    # processes read their rows from.
     if cfg.get("strategy"):
         load_strategy_class(str(cfg["strategy"]))
-    try:  # built once, here: its own config checks (e.g. a misspelt filter name) run first
-        strategy = build_strategy(cfg)
-        check_node_policy(cfg, strategy, policy)
-        check_simulated_roles(cfg, strategy, num_nodes)
-    except ConfigError:
-        raise
-    except ValueError as exc:
-        raise ConfigError(f"run config of protocol {cfg['protocol']!r}: {exc}") from None
+    strategy = preflight(cfg, num_nodes, policy)
     # A protocol's own node module runs in this simulation's ClientApp (the user's code, on
     # the user's machine); a deployed node imports only what its operator lists.
     extra = [m for m in [client_module(str(cfg["protocol"]), type(strategy))] if m]
     _ship_by_value(extra)
-    check_partitions(cfg, num_nodes, policy)
     cfg = _claim_results(cfg, overrides, overwrite)
     box: dict[str, Any] = {}
     server_app = make_server_app(cfg, on_result=box.update, quiet=quiet or compare,
@@ -372,6 +457,73 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
     if compare and not quiet:
         logging.getLogger("fedrec").info("results written to %s", box["results_path"])
     return box
+
+
+class RunRefused(ConfigError):
+    """Every refusal a simulated run meets before Flower starts (``problems``, in the order
+    met), raised together: one try names every change, not one change per try."""
+
+    def __init__(self, problems: list[ValueError]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(str(p) for p in problems))
+
+
+def _build_strategy(cfg: Mapping[str, Any]) -> ProtocolStrategy:
+    """The run's strategy; its own config checks (e.g. a misspelt filter name) as
+    ConfigError."""
+    from fl_app.server_app import build_strategy
+
+    try:
+        return build_strategy(cfg)
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        raise ConfigError(f"run config of protocol {cfg['protocol']!r}: {exc}") from None
+
+
+def preflight(cfg: Mapping[str, Any], num_nodes: int, policy: NodePolicy) -> ProtocolStrategy:
+    """The run's strategy, built once and checked against the simulated federation before
+    Ray starts: federation size, the protocol's own settings, node policy, roles, the
+    partitions and the catalogue size. In a local simulation the data is on this machine,
+    and loading it here also fills the disk cache the node processes read their rows from.
+
+    Every check runs: the refusals are raised together (:class:`RunRefused`; a single one
+    as itself). A :class:`SettingRefused` names a value that works; the checks after it
+    run with that value, so they report what the corrected run would still meet."""
+    problems: list[ValueError] = []
+    fixed = dict(cfg)
+
+    def attempt(check: Callable[[], Any]) -> Any:
+        try:
+            return check()
+        except SettingRefused as exc:
+            problems.append(exc)
+            fixed[exc.key] = exc.value
+        except (ConfigError, DataError) as exc:
+            problems.append(exc)
+        return None
+
+    strategy, fixed_keys = None, set()
+    while strategy is None:  # each fix may uncover the strategy's next setting check
+        strategy = attempt(lambda: _build_strategy(fixed))
+        last = problems[-1] if strategy is None else None
+        if not isinstance(last, SettingRefused) or last.key in fixed_keys:
+            break
+        fixed_keys.add(last.key)
+    sized = attempt(lambda: check_federation_size(fixed, num_nodes, policy) is None)
+    if strategy is not None:
+        attempt(lambda: check_node_policy(fixed, strategy, policy))
+        attempt(lambda: check_simulated_roles(fixed, strategy, num_nodes))
+        if sized:
+            n_items = attempt(lambda: check_partitions(fixed, num_nodes, policy))
+            if n_items is not None and isinstance(strategy, ChecksCatalogue):
+                attempt(lambda: strategy.check_catalogue(n_items))
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise RunRefused(problems)
+    assert strategy is not None  # built from ``cfg`` itself: nothing needed a fix
+    return strategy
 
 
 def _claim_results(cfg: dict[str, Any], overrides: Mapping[str, Any] | None,

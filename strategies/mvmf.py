@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from fedrec.config import ConfigError, Key
+from fedrec.config import Key
 from fedrec.recsys.mf import PATIENCE, VALID_FRACTION
 from fedrec.recsys.multiview import (
     CEILING_GRID,
@@ -64,6 +64,7 @@ from fedrec.wire import request as request_wire
 from fedrec.wire.mvmf import Action
 from strategies.base import Federation, ProtocolStrategy, RoleNeed, RunOutcome
 from strategies.policy_needs import PolicyNeed, aggregator_needs
+from strategies.refusals import SettingRefused
 
 log = logging.getLogger("fedrec")
 
@@ -125,7 +126,7 @@ class FedMVMF(ProtocolStrategy):
         super().__init__(cfg)
         cfg = self.cfg
         if cfg["implicit"]:
-            raise ConfigError(f"{self.name} factorizes explicit ratings: set implicit = false")
+            raise SettingRefused(f"{self.name} factorizes explicit ratings", "implicit", False)
         self.model, self.epochs = model_config(cfg), int(cfg["rounds"])
         self.dataset, self.clusters = str(cfg["dataset"]), int(cfg["synthetic-clusters"])
         self.top_k, self.threshold = int(cfg["mvmf-top-k"]), float(cfg["mvmf-threshold"])

@@ -61,6 +61,7 @@ from fedrec.wire.privirec import Action
 from fedrec.wire.sums import SUM_KEY, WIRE_DTYPES
 from strategies.base import Federation, ProtocolStrategy, RunOutcome, data_config
 from strategies.policy_needs import PolicyNeed
+from strategies.refusals import SettingRefused
 
 log = logging.getLogger("fedrec")
 
@@ -282,12 +283,23 @@ class PriviRec(ProtocolStrategy):
                 for name in self.filters}
 
     def iteration_rank(self, n_items: int) -> int:
+        """The power method's rank p; a p above the catalogue is refused naming the key that
+        set it and a value that fits (the largest power of two up to ``n_items``)."""
         ranks = [f.rank for f in self._filter_objects().values() if f.needs_S]
         p = self.rank or max(ranks, default=0)
         if p > n_items:
-            raise ValueError(f"rank {p} is larger than the number of items ({n_items}); "
-                             "lower privirec-rank or the filters' rank")
+            raise SettingRefused(f"{self.cfg['protocol']}: rank {p} is larger than the number "
+                                 f"of items ({n_items})", self.rank_key(),
+                                 1 << (n_items.bit_length() - 1))
         return p
+
+    def rank_key(self) -> str:
+        """The run-config key that set the iteration rank: the one to lower."""
+        return "privirec-rank" if self.rank else "privirec-filter-rank"
+
+    def check_catalogue(self, n_items: int) -> None:
+        """Before any message where the catalogue is known first (a simulation's data)."""
+        self.iteration_rank(n_items)
 
     @property
     def unseeded_randomness(self) -> str:
@@ -492,6 +504,9 @@ class PriviRecK(PriviRec):
         self.rank = self.max_filter_rank = int(self.cfg["privirec-k"])
         self.ritz = self.cfg["privirec-ritz"] == "true"
         self._filter_objects()
+
+    def rank_key(self) -> str:
+        return "privirec-k"
 
     def _use_ritz(self) -> bool:
         return bool(self.ritz)
