@@ -144,7 +144,8 @@ class _Columns:
         self.ratings: list[float] | None = [] if with_rating else None
         self.times: list[float] | None = [] if with_time else None
 
-    def add(self, lineno: int, user: int, item: int, rating: float = 0.0, time: float = 0.0) -> None:
+    def add(self, lineno: int, user: int, item: int, rating: float = 0.0,
+            time: float = 0.0) -> None:
         self.users.append(user)
         self.items.append(item)
         self.lines.append(lineno)

@@ -96,7 +96,8 @@ def test_fixed_width_names_file_line_and_count(tmp_path: Path) -> None:
     (2, "nan", r"line 2: field 'rating' is not finite"),
     (3, "soon", r"line 2: field 'timestamp' is not a number"),
 ])
-def test_bad_field_named_without_its_value(tmp_path: Path, field: int, bad: str, match: str) -> None:
+def test_bad_field_named_without_its_value(tmp_path: Path, field: int, bad: str,
+                                           match: str) -> None:
     row = list(UDATA_TEST[1])
     row[field] = bad
     write(tmp_path / "my-data", UDATA_TRAIN, [UDATA_TEST[0], row], meta='format = "ratings"\n')
@@ -160,7 +161,8 @@ def test_csv_with_movielens_header(tmp_path: Path) -> None:
     write(tmp_path / "my-data", UDATA_TRAIN, UDATA_TEST, sep=",", name="csv",
           header="userId,movieId,rating,timestamp")
     data = load(tmp_path, implicit=False)
-    assert (data.n_users, data.n_items) == (3, 4) and data.train[0].toarray().tolist() == [[5, 3, 0, 0]]
+    assert (data.n_users, data.n_items) == (3, 4)
+    assert data.train[0].toarray().tolist() == [[5, 3, 0, 0]]
 
 
 def test_csv_pairs_columns_in_any_order_and_extra_columns(tmp_path: Path) -> None:
