@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import sys
 import tomllib
 from pathlib import Path
@@ -138,3 +139,24 @@ def test_the_first_submission_shown_is_the_one_whose_exit_code_is_the_runs_outco
                if c[:2] == ["flwr", "run"] or c[:4] == ["python", "-m", "deploy.run_status",
                                                         "--submit"]]
     assert submits[0][:3] == ["python", "-m", "deploy.run_status"], submits[0]
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="make_certs.sh needs openssl")
+def test_make_certs_refuses_to_replace_a_ca_without_force(tmp_path: Path) -> None:
+    """Re-running section 1's command must not silently replace the CA every node trusts;
+    ``--force`` (as the doc shows it) makes a new one."""
+    import subprocess
+
+    def make(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(REPO / "deploy" / "make_certs.sh"), *args],
+                              capture_output=True, text=True, check=False)
+
+    out = tmp_path / "certs"
+    assert make(str(out)).returncode == 0
+    first = {f: (out / f).read_bytes() for f in ("ca.crt", "ca.key", "server.key")}
+    again = make(str(out), "DNS:superlink")
+    assert again.returncode == 2 and "--force" in again.stderr, again.stderr
+    assert {f: (out / f).read_bytes() for f in first} == first
+    assert make("--force", str(out)).returncode == 0
+    assert (out / "ca.key").read_bytes() != first["ca.key"]
+    assert ["bash", "deploy/make_certs.sh", "--force", "deploy/certs"] in doc_commands("bash")
