@@ -29,7 +29,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,18 +69,30 @@ def superlink_nodes(connection: str | None) -> list[dict[str, Any]]:
             for n in res.nodes_info]
 
 
-def latest_record(path: Path) -> tuple[Path, dict[str, Any]]:
+def latest_record(path: Path, node_ids: Collection[int] = ()) -> tuple[Path, dict[str, Any]]:
     """The results record at ``path``, or the newest one in the folder ``path`` that maps
-    nodes (``privacy.nodes``)."""
+    nodes (``privacy.nodes``) and, given the SuperLink's ``node_ids``, maps one of them: a
+    folder that also holds local simulations' results (their node ids are the simulation's
+    own) then gives the federation's newest run, not the newest simulation."""
     files = ([path] if path.is_file() else
              sorted(path.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True))
+    others = 0
     for file in files:
         try:
             record = json.loads(file.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if isinstance(record, dict) and record.get("privacy", {}).get("nodes"):
+        mapped = record.get("privacy", {}).get("nodes") if isinstance(record, dict) else None
+        if not mapped:
+            continue
+        if not node_ids or {int(k) for k in mapped} & set(node_ids):
             return file, record
+        others += 1
+    if others:
+        raise FileNotFoundError(
+            f"{path}: none of the {others} results file(s) with 'privacy.nodes' maps a node "
+            f"the SuperLink lists (local simulations' results do not); give --results the "
+            "folder the ServerApp writes to ($FEDREC_RESULTS/runs on the SuperLink's machine)")
     raise FileNotFoundError(f"{path}: no results file with 'privacy.nodes' (a run's "
                             "handshake writes it)")
 
@@ -154,17 +166,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(str(exc))
         roster_roles = {p: roster.roles.get(p, "-") for p in roster.keys}
     try:
-        source, record = latest_record(args.results)
-    except FileNotFoundError as exc:
-        print(f"node_status: {exc}", file=sys.stderr)
-        return UNKNOWN
-    try:
         nodes = superlink_nodes(args.connection)
     except RuntimeError as exc:
         print(f"node_status: cannot ask the SuperLink: {exc}", file=sys.stderr)
         return UNKNOWN
+    try:
+        source, record = latest_record(args.results, [int(n["node-id"]) for n in nodes])
+    except FileNotFoundError as exc:
+        print(f"node_status: {exc}", file=sys.stderr)
+        return UNKNOWN
     rows = node_rows(nodes, record, roster_roles)
-    run = record.get("config", {}).get("run-name", source.stem)
+    run = record.get("config", {}).get("run-name") or source.stem  # "" names by default
     if args.format == "json":
         print(json.dumps({"results": str(source), "run-name": run, "nodes": rows}))
     else:

@@ -73,13 +73,48 @@ def test_node_status_picks_the_newest_results_and_refuses_none(tmp_path: Path,
     runs.mkdir()
     (runs / "old.json").write_text(json.dumps({"config": {"run-name": "old"}, "privacy": {
         "nodes": {"7": {"partition": 0, "role": "user", "identity": "roster"}}}}))
+    monkeypatch.setattr(node_status, "superlink_nodes",
+                        lambda conn: [_superlink_node(7, "online", "holder-0")])
     assert node_status.main(["--results", str(tmp_path / "none")]) == 2
     assert "no results file with 'privacy.nodes'" in capsys.readouterr().err
+    assert node_status.main(["--results", str(runs), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["run-name"] == "old" and out["nodes"][0]["holder"] == "holder-0"
+
+
+def _simulation_record(run_name: str = "") -> dict[str, object]:
+    """A local simulation's results: its node ids are the simulation's own (1001, ...)."""
+    return {"config": {"run-name": run_name}, "privacy": {"nodes": {
+        str(1001 + i): {"partition": i, "role": "user", "identity": "simulated"}
+        for i in range(2)}}}
+
+
+def test_node_status_skips_local_simulations_in_the_results_folder(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """The default folder (``results/runs`` from the repo root) also holds local
+    simulations, newer than the federation's run: the newest record mapping a node the
+    SuperLink lists is shown, and a default-named run by its file name, not ``''``."""
+    import os
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    deployed = runs / "fedmf-ml-100k-0.json"
+    deployed.write_text(json.dumps({"config": {"run-name": ""}, "privacy": {"nodes": {
+        "7": {"partition": 0, "role": "user", "identity": "roster"}}}}))
+    newer = runs / "fedmf-synthetic-0.json"
+    newer.write_text(json.dumps(_simulation_record()))
+    os.utime(deployed, (1, 1))
     monkeypatch.setattr(node_status, "superlink_nodes",
                         lambda conn: [_superlink_node(7, "online", "holder-0")])
     assert node_status.main(["--results", str(runs), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["run-name"] == "old" and out["nodes"][0]["holder"] == "holder-0"
+    assert out["results"] == str(deployed) and out["run-name"] == "fedmf-ml-100k-0"
+    assert [(r["node-id"], r["status"], r["partition"]) for r in out["nodes"]] == \
+        [(7, "online", 0)]
+    deployed.unlink()
+    assert node_status.main(["--results", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert "maps a node the SuperLink lists" in err and "--results" in err, err
 
 
 def _echo(msg: Message, _context: object) -> Message:
