@@ -215,10 +215,12 @@ class FedMF(ProtocolStrategy):
                     partial(self._untrained, self.lr * a, self.reg * c, self.lr * b)
                     for a, b, c in grid}
 
-        def shown(k: int, n_: int, label: str, out: Any) -> None:
+        def shown(k: int, known_now: int, label: str, out: Any) -> None:
+            # the walk past a grid edge can add candidates after the planned n: the count
+            # shown is what is known so far, never fewer than k
             log.info("fedmf reference: candidate %d of %d (lr, item lr, reg = %s) done, %d "
-                     "rounds, validation NDCG@%d %.4f", k, n, label, out.rounds, self.top_k,
-                     max(out.curve))
+                     "rounds, validation NDCG@%d %.4f", k, max(n, known_now, k), label,
+                     out.rounds, self.top_k, max(out.curve))
 
         def coords(label: str) -> tuple[float, float, float]:
             return _coords(label, self.lr, self.reg)

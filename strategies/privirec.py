@@ -288,7 +288,7 @@ class PriviRec(ProtocolStrategy):
         ranks = [f.rank for f in self._filter_objects().values() if f.needs_S]
         p = self.rank or max(ranks, default=0)
         if p > n_items:
-            raise SettingRefused(f"{self.cfg['protocol']}: rank {p} is larger than the number "
+            raise SettingRefused(f"{type(self).__name__}: rank {p} is larger than the number "
                                  f"of items ({n_items})", self.rank_key(),
                                  1 << (n_items.bit_length() - 1))
         return p
