@@ -187,6 +187,11 @@ class NodeContext:
         return n
 
     def data_config(self) -> dict[str, Any]:
+        """The data this node offers (:attr:`_described`), as a dict the caller may alter."""
+        return dict(self._described)
+
+    @cached_property
+    def _described(self) -> dict[str, Any]:
         """The data this node offers, as its operator describes it: the ClientApp's
         description (:attr:`base_data`: a simulation builds its ClientApp with the run's,
         ``build_client_app(data=...)``), the node config's data keys over it (a deployed

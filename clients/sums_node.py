@@ -87,7 +87,7 @@ def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
         values = mask_values(node, vec.astype(np.float64, copy=False), bound)
         reply[VALUES_KEY] = to_array_record({"v": values})
         reply[BOUND_KEY] = ConfigRecord({"digest": bound})
-    elif mode == "ckks":
+    else:  # ckks: check_sum_request refused every other mode before the handler ran
         sum_id = int(cfg["sum-id"])
         # bound to the request and to the node set every member signed: a decrypter that
         # committed to another set refuses this contribution
@@ -99,8 +99,6 @@ def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
                                     node.context.node_id,
                                     contribution_digest(sum_id, chunks, bound))
         reply[CIPHER_KEY] = ConfigRecord({"chunks": chunks, "signed-digest": signed})
-    else:
-        raise AggregationError(f"unknown sum mode {mode!r} (secagg+, plain or ckks)")
     for key, record in (extra or {}).items():
         reply[key] = record
     return reply
