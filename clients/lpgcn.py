@@ -99,6 +99,28 @@ def unpack(blob: bytes) -> dict[str, np.ndarray]:
         return {k: z[k] for k in z.files}
 
 
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def state_view(array: Array) -> np.ndarray:
+    """A read-only view of an array this node kept in its own state.
+
+    Why not ``Array.numpy()``: ``np.load`` parses each header's text with ``ast``, which
+    cost more than the data in a round that reads a few dozen small arrays. The node wrote
+    these arrays itself (C order, ``Array(ndarray)``), so the Array's dtype and shape say
+    everything; anything else takes numpy's reader."""
+    data = array.data
+    major = data[6] if len(data) > 9 and data[:6] == _NPY_MAGIC else 0
+    offset = {1: 10 + int.from_bytes(data[8:10], "little"),
+              2: 12 + int.from_bytes(data[8:12], "little")}.get(major, 0)
+    dtype = np.dtype(array.dtype) if offset else None
+    if (dtype is None or dtype.hasobject or array.stype != "numpy.ndarray"
+            or b"'fortran_order': False" not in data[:offset]):
+        return array.numpy()
+    count = int(np.prod(array.shape, dtype=np.int64))
+    return np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(array.shape)
+
+
 class StateArrays(MutableMapping):
     """Named arrays in one ArrayRecord of the node state, each read on first use and written
     only when set: a round touches a few of a node's arrays, and re-serializing all of them
@@ -113,7 +135,7 @@ class StateArrays(MutableMapping):
 
     def __getitem__(self, key: str) -> np.ndarray:
         if key not in self.cache:
-            self.cache[key] = self.record[key].numpy()
+            self.cache[key] = state_view(self.record[key])
         return self.cache[key]
 
     def __setitem__(self, key: str, value: np.ndarray) -> None:
@@ -229,7 +251,7 @@ def _check_cover(node: NodeContext, cfg: dict[str, Any]) -> None:
                     "item, so the server's holder counts name real holdings)", node.who)
     pinned = array_record(node.state, _SETUP)
     if pinned is not None and "cover" in pinned:
-        was = pinned["cover"].numpy()
+        was = state_view(pinned["cover"])
         if (alpha, scale, float(HOLDINGS.index(mode))) != tuple(float(x) for x in was):
             raise PolicyError(
                 f"{node.who} refuses an LP-GCN request with lpgcn-alpha = {alpha:g}, "
@@ -599,7 +621,10 @@ class Session:
         self.device = _device(node)
 
     def x(self, a: np.ndarray) -> Any:
-        """``a`` on this node's device (the state keeps numpy between rounds)."""
+        """``a`` on this node's device (the state keeps numpy between rounds; its read-only
+        views are copied for torch, whose CPU tensors would share and may write them)."""
+        if self.device != NUMPY and isinstance(a, np.ndarray) and not a.flags.writeable:
+            a = a.copy()
         return to_device(a, self.device)
 
     # -- bookkeeping -------------------------------------------------------------------------
@@ -864,7 +889,8 @@ class Session:
         neg = self.x(c["neg"])  # (outside negatives, L+1, d)
         uf, hf = layer_mean(users), layer_mean(items)
         nf = layer_mean([neg[:, layer] for layer in range(L + 1)])
-        rows, pos, jn, out_pos = c["t.rows"], c["t.pos"], c["t.neg"], c["t.out"]
+        # writable copies: a torch device takes numpy index arrays, and state views are not
+        rows, pos, jn, out_pos = (np.array(c[k]) for k in ("t.rows", "t.pos", "t.neg", "t.out"))
         held_neg = jn >= 0
         n_fin, n_0 = zeros_like(uf[rows]), zeros_like(uf[rows])
         n_fin[held_neg], n_0[held_neg] = hf[jn[held_neg]], items[0][jn[held_neg]]
