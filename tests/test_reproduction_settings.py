@@ -197,3 +197,11 @@ def test_headline_results_without_a_row_have_one() -> None:
 def test_not_run_costs_scale_with_the_interactions() -> None:
     text = rep._table4_missing("Yelp2018")
     assert "1.53x" in text
+
+
+def test_a_papers_setting_is_always_read_from_the_file() -> None:
+    """No row is the paper's setting by default: each reads at least one setting (besides
+    the dataset's name) from the config its results file records."""
+    for row in rep.rows():
+        if rep.evaluate(row).setting == rep.PAPER_SETTING:
+            assert rep._regimes(row), (row.paper, row.item, row.metric)
