@@ -756,6 +756,7 @@ class Session:
         every one checked before any is kept."""
         for key, value in self.checked_deliveries(got).items():
             self.cur[key] = value
+            self.mark(f"got.{key}")  # the array may be dropped once used, the mark stays
 
     def checked_deliveries(self, got: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``got`` by state key, once every array is a part delivered to a node, new in this
@@ -772,7 +773,7 @@ class Session:
                                         "delivered to a node")
             if layer is not None:
                 key = f"{key}{layer}"
-            if key in self.cur or key in out:
+            if key in self.cur or key in out or self.done(f"got.{key}"):
                 raise LosslessnessError(f"{self.node.who}: '{name}' delivered twice in step "
                                         f"{self.flags['step']}")
             expected = self.delivered_shape(_DELIVERED[part], layer)
@@ -798,8 +799,8 @@ class Session:
 
     def advance(self) -> None:
         """Apply every rule that has become applicable, until none is."""
-        rules = (self.rule_users, self.rule_mail, self.rule_conv, self.rule_w, self.rule_loss,
-                 self.rule_backward)
+        rules = (self.rule_users, self.rule_item_sum, self.rule_mail, self.rule_conv,
+                 self.rule_w, self.rule_loss, self.rule_backward)
         while any([rule() for rule in rules]):
             pass
 
@@ -825,13 +826,38 @@ class Session:
                 progress = True
         return progress
 
+    def rule_item_sum(self) -> bool:
+        """Add each delivered layer of item rows, in layer order, to their running sum (the
+        loss reads only their mean and layer 0: ``layer_mean`` adds in the same order, so
+        the sum is the same to the bit), and drop a layer >= 1 once added and propagated
+        to the users: the step's state keeps two item tables instead of L + 1."""
+        progress = False
+        for layer in range(self.L + 1):
+            key = f"ei{layer}"
+            if self.done(f"sum.{key}"):
+                continue
+            if key not in self.cur:
+                break
+            self.cur["eisum"] = (self.cur[key] if layer == 0
+                                 else self.cur["eisum"] + self.cur[key])
+            self.mark(f"sum.{key}")
+            progress = True
+        for layer in range(1, self.L + 1):
+            key = f"ei{layer}"
+            if (key in self.cur and self.done(f"sum.{key}")
+                    and (layer == self.L or f"eu{layer + 1}" in self.cur)):
+                del self.cur[key]
+        return progress
+
     def rule_mail(self) -> bool:
         """Mail user rows of layers 0..L-1 (each item's share) to the convolution nodes."""
         progress = False
         for layer in range(self.L):
             if f"eu{layer}" in self.cur and not self.done(f"mailed{layer}"):
                 purpose = f"lpgcn-e{layer}-s{self.flags['step']}"
-                self.cur[f"own{layer}"] = self.mail_items(purpose, self.cur[f"eu{layer}"])
+                own = self.mail_items(purpose, self.cur[f"eu{layer}"])
+                if len(self.conv_hpos):  # its own share, until the holders' shares arrive
+                    self.cur[f"own{layer}"] = own
                 self.mark(f"mailed{layer}")
                 progress = True
         return progress
@@ -853,6 +879,7 @@ class Session:
             if acc is not None:
                 self.out[wire.name(Part.ITEM_ROWS, layer + 1)] = inv[:, None] * acc
                 self.mark(f"conv{layer + 1}")
+                del self.cur[f"own{layer}"]
                 progress = True
         return progress
 
@@ -880,28 +907,31 @@ class Session:
         """Loss share and direct gradients of this node's triples (all layers delivered)."""
         L = self.L
         if (not self.flags["train"] or self.done("loss") or not self.forward_done()
-                or "neg" not in self.cur
-                or not all(f"ei{layer}" in self.cur for layer in range(L + 1))):
+                or "neg" not in self.cur or not self.done(f"sum.ei{L}")):
             return False
         c = self.cur
-        items = [self.x(c[f"ei{layer}"]) for layer in range(L + 1)]
+        item0, hf = self.x(c["ei0"]), self.x(c["eisum"]) / (L + 1)  # = layer_mean, bitwise
         users = [self.x(c[f"eu{layer}"]) for layer in range(L + 1)]
         neg = self.x(c["neg"])  # (outside negatives, L+1, d)
-        uf, hf = layer_mean(users), layer_mean(items)
+        uf = layer_mean(users)
         nf = layer_mean([neg[:, layer] for layer in range(L + 1)])
         # writable copies: a torch device takes numpy index arrays, and state views are not
         rows, pos, jn, out_pos = (np.array(c[k]) for k in ("t.rows", "t.pos", "t.neg", "t.out"))
         held_neg = jn >= 0
         n_fin, n_0 = zeros_like(uf[rows]), zeros_like(uf[rows])
-        n_fin[held_neg], n_0[held_neg] = hf[jn[held_neg]], items[0][jn[held_neg]]
+        n_fin[held_neg], n_0[held_neg] = hf[jn[held_neg]], item0[jn[held_neg]]
         n_fin[~held_neg], n_0[~held_neg] = nf[out_pos[~held_neg]], neg[out_pos[~held_neg], 0]
-        t = bpr_terms(uf[rows], hf[pos], n_fin, users[0][rows], items[0][pos], n_0,
+        t = bpr_terms(uf[rows], hf[pos], n_fin, users[0][rows], item0[pos], n_0,
                       float(self.hp["reg"]), int(self.hp["batch-size"]))
         h, nu, no = len(hf), len(uf), len(nf)
         hidx = np.concatenate([pos, jn[held_neg]])
         c["dUf"], c["dUr"] = scatter_rows(rows, t.d_user, nu), scatter_rows(rows, t.r_user, nu)
-        c["dHf"] = scatter_rows(hidx, concat([t.d_pos, t.d_neg[held_neg]]), h)
-        c["dHr"] = scatter_rows(hidx, concat([t.r_pos, t.r_neg[held_neg]]), h)
+        # the held items' direct terms are zero outside this node's triples: kept as those
+        # rows only (held_direct rebuilds the table, the same values)
+        touched = np.unique(hidx)
+        c["dH.idx"] = touched
+        c["dHf.rows"] = to_numpy(scatter_rows(hidx, concat([t.d_pos, t.d_neg[held_neg]]), h))[touched]
+        c["dHr.rows"] = to_numpy(scatter_rows(hidx, concat([t.r_pos, t.r_neg[held_neg]]), h))[touched]
         c["dNf"] = scatter_rows(out_pos[~held_neg], t.d_neg[~held_neg], no)
         c["dNr"] = scatter_rows(out_pos[~held_neg], t.r_neg[~held_neg], no)
         c[f"Gu{L}"] = direct_terms(L, L, self.x(c["dUf"]), self.x(c["dUr"]))
@@ -922,11 +952,15 @@ class Session:
             if f"Gu{layer}" not in c and f"gsum{layer + 1}" in c:
                 c[f"Gu{layer}"] = direct_terms(layer, L, x(c["dUf"]), x(c["dUr"])) + to_users(
                     self.R, x(self.inv_du), x(self.inv_di), x(c[f"gsum{layer + 1}"]))
+                del c[f"gsum{layer + 1}"]  # used once
                 progress = True
+        dHf = dHr = None
         for layer in range(L, -1, -1):
             if self.done(f"up.g{layer}") or f"Gu{layer + 1}" not in c and layer < L:
                 continue
-            part = direct_terms(layer, L, x(c["dHf"]), x(c["dHr"]))
+            if dHf is None:
+                dHf, dHr = (x(table) for table in self.held_direct())
+            part = direct_terms(layer, L, dHf, dHr)
             if layer < L:
                 part = part + x(self.inv_di)[:, None] * item_partial(self.RT, x(self.inv_du),
                                                                      x(c[f"Gu{layer + 1}"]))
@@ -936,6 +970,17 @@ class Session:
             self.mark(f"up.g{layer}")
             progress = True
         return progress
+
+    def held_direct(self) -> tuple[np.ndarray, np.ndarray]:
+        """The held items' direct terms (final-embedding and regulariser parts) as tables,
+        from the rows of this node's triples that ``rule_loss`` kept."""
+        idx, tables = self.cur["dH.idx"], []
+        for key in ("dHf.rows", "dHr.rows"):
+            rows = self.cur[key]
+            table = np.zeros((len(self.setup["held"]), rows.shape[1]), rows.dtype)
+            table[idx] = rows
+            tables.append(table)
+        return tables[0], tables[1]
 
     def masked(self, part: np.ndarray, layer: int) -> np.ndarray:
         """The partial with a cover row on every item another node convolves, real or virtual,
