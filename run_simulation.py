@@ -1,6 +1,10 @@
 #!/usr/bin/env python
 """Run a fedrec-privacy protocol end to end in a Flower simulation and print its results.
 
+The default protocol is PriviRec (``--protocol privirec``: graph filters from secure sums
+and a power method, SecAgg+), on the embedded synthetic data, beside its centralized
+reference and item popularity; ``--help`` lists every protocol.
+
     python run_simulation.py                       # PriviRec on the embedded synthetic data
     python run_simulation.py --protocol fedmf --dataset ml-100k --nodes 10 --rounds 50
     python run_simulation.py --protocol fedmf --set mf-dim=32 --set mf-lr=0.1

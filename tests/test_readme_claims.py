@@ -1,7 +1,8 @@
-"""README's leaderboard paragraph quotes the board: every three-decimal number in it is a
-value of results/leaderboard.json (a cell's NDCG@20, its reference's, popularity's, or the
+"""The leaderboard paragraph quotes the board: every three-decimal number in it is a value
+of results/leaderboard.json (a cell's NDCG@20, its reference's, popularity's, or the
 fed / cen ratio) or one of the PriviRec draws it cites, so a regenerated board that moves a
-number fails here until the README follows."""
+number fails here until the paragraph follows. The paragraph lives in docs/results.md, which
+README.md's "Where the numbers live" links (the front page quotes no leaderboard number)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+#: where the leaderboard paragraph lives
+PAGE = REPO / "docs" / "results.md"
+
+
 def _paragraph() -> str:
-    text = (REPO / "README.md").read_text()
+    text = PAGE.read_text()
     start = text.index("**Leaderboard** (`results/leaderboard.md`")
     return text[start:text.index("\n\n", start)]
 
@@ -41,10 +46,16 @@ def _stale(paragraph: str) -> tuple[int, list[str]]:
     return len(quoted), sorted(set(quoted) - _quotable())
 
 
-def test_every_number_of_the_readme_leaderboard_paragraph_is_on_the_board() -> None:
+def test_every_number_of_the_leaderboard_paragraph_is_on_the_board() -> None:
     n, stale = _stale(_paragraph())
     assert n > 20, "the paragraph lost its numbers"
-    assert not stale, f"README's leaderboard paragraph quotes numbers not on the board: {stale}"
+    assert not stale, f"{PAGE.name}'s leaderboard paragraph quotes numbers not on the board: " \
+        f"{stale}"
+
+
+def test_the_readme_points_to_the_leaderboard_paragraph() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert "(docs/results.md)" in readme and "(results/leaderboard.md)" in readme
 
 
 def test_the_check_sees_a_stale_number() -> None:
