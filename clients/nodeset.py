@@ -24,17 +24,20 @@ from clients.handlers import handler
 from clients.identity_node import signers_of
 from clients.node import NodeContext
 from fedrec.records import config_record
+from fedrec.secure.merkle import verify_path
 from fedrec.wire.sums import (
     NODESET_KEY,
     NODESET_PURPOSE,
     NODESET_SIGNED_KEY,
     Action,
     AggregationError,
+    node_set_commitment,
     node_set_digest,
 )
 
-#: Node state ConfigRecord: this run's committed ``members`` and, once every member's
-#: signature on them checked, ``confirmed``.
+#: Node state ConfigRecord: this run's committed set as ``digest`` (``node_set_commitment``)
+#: and ``count``, its ``members`` when the node was given the whole set, the node's ``index``
+#: in the sorted set, and ``confirmed`` once the set's signatures were checked.
 STATE = "nodeset.committed"
 #: Bytes one member of a server-chosen node set takes in the node's copies of it (the ids,
 #: the distinctness check's set, the sorted list, the state record), reserved before any.
@@ -63,18 +66,82 @@ def commit(node: NodeContext, listed: Sequence[Any], what: str) -> list[int]:
     if len(set(members)) != len(members) or node.context.node_id not in members:
         raise AggregationError(f"{refuse}: the node set must list distinct node ids "
                                "including this node")
-    if len(members) < node.policy.min_survivors:
-        raise AggregationError(f"{refuse}: {len(members)} node(s) in the run's set, its "
-                               f"node policy's min-survivors is {node.policy.min_survivors}")
     members = sorted(members)
+    _keep(node, node_set_digest(members), len(members), members.index(node.context.node_id),
+          refuse, members)
+    return members
+
+
+def commit_root(node: NodeContext, root: bytes, count: int, index: int, path: bytes,
+                what: str) -> int:
+    """Commit this node to the node set given by its Merkle root, size ``count`` and this
+    node's leaf ``index`` with its audit ``path`` (``fedrec/secure/merkle.py``), or refuse
+    ``what`` on the same grounds as :func:`commit`; returns ``count``.
+
+    Why: the whole set costs every node a request that grows with the federation. The root
+    commits to the same set (its digest is the one a node given every id signs), the path
+    proves this node is in it, and a size beyond the roster's bound is refused before
+    anything is kept. Which nodes are in it the node checks where it matters to it: its
+    neighbours' places, in the share round (``clients/secagg_node.py``)."""
+    refuse = f"{node.who} refuses {what}"
+    node.identity.bound_nodes(count, refuse, "the node set", AggregationError)
+    if not verify_path(root, count, index, node.context.node_id, path):
+        raise AggregationError(f"{refuse}: the node set's Merkle path does not place this "
+                               f"node at index {index} of the {count} committed")
+    _keep(node, node_set_commitment(root, count), count, index, refuse)
+    committed(node, what)["root"] = bytes(root)
+    return count
+
+
+def _keep(node: NodeContext, digest: bytes, count: int, index: int, refuse: str,
+          members: list[int] | None = None) -> None:
+    """Record the committed set (once per run; the same set again is a no-op, another one
+    is refused), after the node policy's ``min-survivors``."""
+    if count < node.policy.min_survivors:
+        raise AggregationError(f"{refuse}: {count} node(s) in the run's set, its "
+                               f"node policy's min-survivors is {node.policy.min_survivors}")
     record = config_record(node.state, STATE)
     if record is None:
-        node.state[STATE] = ConfigRecord({"members": members, "confirmed": False})
-    elif [int(v) for v in record["members"]] != members:
+        node.state[STATE] = ConfigRecord({"digest": digest, "count": int(count),
+                                          "index": int(index), "confirmed": False,
+                                          **({"members": members} if members else {})})
+    elif bytes(record["digest"]) != digest:
         raise AggregationError(f"{refuse}: the node set differs from the one it committed to "
                                "earlier in this run (sums over different sets could be "
                                "differenced)")
-    return members
+    elif members and "members" not in record:  # the whole set of the root it holds
+        record["members"] = members
+
+
+def committed(node: NodeContext, what: str) -> ConfigRecord:
+    """This run's committed set record (:data:`STATE`), or a refusal of ``what``."""
+    record = config_record(node.state, STATE)
+    if record is None:
+        raise AggregationError(f"{node.who} refuses {what}: it committed to no node set in "
+                               "this run (the server must run the node-set key setup first)")
+    return record
+
+
+def confirm_by_neighbours(node: NodeContext) -> None:
+    """Mark a set held by its root alone (no ``members``) confirmed by the node's SecAgg+
+    neighbours: each signed a mask key bound to this set, and the share round checked every
+    one (``clients/secagg_node.py``). A node given the whole set checks every member's
+    signature instead (:func:`signed_set_digest`)."""
+    record = committed(node, "the share round")
+    if "members" in record:
+        raise AggregationError(f"{node.who}: it holds the whole node set, whose every "
+                               "member's signature it checks itself")
+    record["confirmed"] = True
+
+
+def needs_whole_set(node: NodeContext) -> bool:
+    """Whether this node checks every member's signature on its set, not only its
+    neighbours': a roster identity does, since it holds its set across runs by the members'
+    partitions (:func:`_hold_across_runs`), which it learns only from every member's signed
+    key. A simulated identity holds nothing across runs and its signatures authenticate
+    nothing (anyone can make them), so its neighbours' checks are all it can use, and its
+    requests stay polylogarithmic in the federation's size."""
+    return not node.identity.simulated
 
 
 @handler(Action.NODESET)
@@ -89,10 +156,13 @@ def nodeset_commit(content: RecordDict, node: NodeContext) -> RecordDict:
     return RecordDict({NODESET_KEY: ConfigRecord({"signed": sign(node, members)})})
 
 
-def sign(node: NodeContext, members: list[int]) -> bytes:
-    """This node's signature on the node set ``members`` it committed to (:func:`commit`)."""
+def sign(node: NodeContext, members: list[int] | None = None) -> bytes:
+    """This node's signature on the node set it committed to (:func:`commit`, or
+    :func:`commit_root` when ``members`` is None: the same digest either way)."""
+    digest = node_set_digest(members) if members is not None else \
+        bytes(committed(node, "to sign its node set")["digest"])
     return node.identity.sign(NODESET_PURPOSE, node.context.run_id, node.context.node_id,
-                              node_set_digest(members))
+                              digest)
 
 
 def signed_set_digest(node: NodeContext, request: RecordDict, what: str) -> bytes:
@@ -101,14 +171,15 @@ def signed_set_digest(node: NodeContext, request: RecordDict, what: str) -> byte
     remembered for the rest of the run). A node that committed to no set, or whose set some
     member did not sign, refuses ``what``."""
     refuse = f"{node.who} refuses {what}"
-    record = config_record(node.state, STATE)
-    if record is None:
-        raise AggregationError(f"{refuse}: it committed to no node set in this run (the "
-                               "server must run the node-set key setup first)")
-    members = [int(v) for v in record["members"]]
-    digest = node_set_digest(members)
+    record = committed(node, what)
+    digest = bytes(record["digest"])
     if bool(record["confirmed"]):
         return digest
+    if "members" not in record:
+        raise AggregationError(f"{refuse}: it holds its node set by its Merkle root only, "
+                               "and its members' signatures are checked by its SecAgg+ "
+                               "neighbours in the share round, which has not run")
+    members = [int(v) for v in record["members"]]
     signatures = config_record(request, NODESET_SIGNED_KEY) or ConfigRecord()
     # on its length, before any signature is verified (or kept as verified)
     node.identity.bound_nodes(len(signatures), refuse, f"field '{NODESET_SIGNED_KEY}'",
@@ -157,8 +228,13 @@ def _hold_across_runs(node: NodeContext, partitions: list[int], refuse: str) -> 
 
 
 def committed_members(node: NodeContext) -> list[int]:
-    """The run's committed node set (:func:`commit` must have run)."""
+    """The run's committed node set, as ids (:func:`commit` must have run with the whole
+    set: a set held by its root alone has none to give)."""
     record = config_record(node.state, STATE)
     if record is None:
         raise AggregationError(f"{node.who}: it committed to no node set in this run")
+    if "members" not in record:
+        raise AggregationError(f"{node.who}: it holds the run's node set by its Merkle root "
+                               "only (a cross-device SecAgg+ key setup); this step needs "
+                               "every member's id")
     return [int(v) for v in record["members"]]

@@ -16,14 +16,21 @@ from clients.handlers import handler
 from clients.identity_node import signers_of
 from clients.node import NodeContext
 from clients.nodeset import commit as commit_node_set
-from clients.nodeset import listed_nodes
+from clients.nodeset import (
+    commit_root,
+    committed,
+    confirm_by_neighbours,
+    listed_nodes,
+    needs_whole_set,
+    signed_set_digest,
+)
 from clients.nodeset import sign as sign_node_set
-from clients.nodeset import signed_set_digest
 from clients.sealed_node import new_mail_key
 from fedrec.records import config_record
 from fedrec.secure.fixedpoint import FixedPoint
 from fedrec.secure.keys import NodeKeys, split_secrets
 from fedrec.secure.masks import expand_mask
+from fedrec.secure.merkle import HASH_BYTES, verify_path
 from fedrec.secure.secagg import (
     SHARES_PURPOSE,
     SURVIVORS_PURPOSE,
@@ -33,7 +40,7 @@ from fedrec.secure.secagg import (
     graph_degree,
     mask_key_purpose,
     masking_minimum,
-    neighbour_graph,
+    neighbour_indices,
     pairwise_sum_key,
     self_mask,
     survivors_digest,
@@ -49,7 +56,7 @@ _RECEIVED = "secagg.received"  # ConfigRecord: "<sum>:<owner>" -> my share of ow
 _SEEDS = "secagg.seeds"  # ConfigRecord: "<sum>" -> my own self-mask seed for that sum
 _REVEALED = "secagg.revealed"  # ConfigRecord: sums this node has already unmasked
 _MASK_KEYS = "secagg.mask-keys"  # ConfigRecord: neighbour -> its signed mask key, as verified
-_COMMITTED = "secagg.committed"  # ConfigRecord: the run's node set and dropouts (whole run)
+_COMMITTED = "secagg.committed"  # ConfigRecord: the run's set size and dropouts (whole run)
 _CONFIRMED = "secagg.confirmed"  # ConfigRecord: sums whose survivor set this node signed
 _BOUNDS = "secagg.bounds"  # ConfigRecord: sum -> digest of the request it masked for
 
@@ -91,11 +98,12 @@ def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
     If the request asks (:data:`MAIL_KEYGEN`, the run has no sealed relay yet), the node
     makes its mail key in the same round (``clients/sealed_node.py``): one round less of key
     setup, the same fresh signed key as ``relay_keys``."""
-    cfg = _fields(content, ("run-tag", "members", "degree", "graph-seed"), node,
-                  Action.ADVERTISE)
-    members = _commit_members(node, cfg["members"])  # bounded before it is copied
-    run_tag = bytes(cfg["run-tag"])
-    commit = commitment(run_tag, members, int(cfg["degree"]), int(cfg["graph-seed"]))
+    cfg = _fields(content, ("run-tag", "members-root", "members-count", "member-index",
+                            "member-path", "degree", "graph-seed"), node, Action.ADVERTISE)
+    run_tag = _bytes_field(node, cfg, "run-tag", RUN_TAG_BYTES)
+    _commit_members(node, cfg)
+    digest = bytes(committed(node, "key setup")["digest"])
+    commit = commitment(run_tag, digest, int(cfg["degree"]), int(cfg["graph-seed"]))
     s_keys = NodeKeys()
     state = node.state
     previous = config_record(state, _STATE)
@@ -117,39 +125,101 @@ def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
             state[key] = ConfigRecord()
     signed = node.identity.sign(mask_key_purpose(commit), node.context.run_id,
                                 node.context.node_id, s_keys.public_bytes())
-    reply = RecordDict({secagg_wire.KEYS: ConfigRecord({"s-pk": signed}),
-                        NODESET_KEY: ConfigRecord({"signed": sign_node_set(node, members)})})
+    whole = "members" in committed(node, "key setup")
+    reply = RecordDict({secagg_wire.KEYS: ConfigRecord({"s-pk": signed, "whole-set": whole}),
+                        NODESET_KEY: ConfigRecord({"signed": sign_node_set(node)})})
     if config_record(content, MAIL_KEYGEN) is not None:
         reply[MAIL_KEY_REPLY] = ConfigRecord({"pk": new_mail_key(
             node.state, node.identity, node.context.run_id, node.context.node_id)})
     return reply
 
 
-def _commit_members(node: NodeContext, members: list) -> list[int]:
-    """The run's node set this node sums over, fixed at its first key setup of the run.
+#: Longest run tag a node keeps (the server's is a SHA-256 digest).
+RUN_TAG_BYTES = 64
+
+
+def _bytes_field(node: NodeContext, cfg: ConfigRecord, key: str, most: int) -> bytes:
+    """Field ``key`` of the request's sum record as bytes of at most ``most``."""
+    value = cfg[key]
+    if not isinstance(value, bytes) or len(value) > most:
+        raise SecAggError(f"{node.who}: field '{SUM_KEY}.{key}' must be bytes, at most "
+                          f"{most}")
+    return bytes(value)
+
+
+def _commit_members(node: NodeContext, cfg: ConfigRecord) -> None:
+    """Commit to the run's node set, fixed at this node's first key setup of the run.
 
     Why: two sums of the same request over sets that differ by one node give that node's
     input as their difference. So the node commits to one set per run (bound into its signed
     mask key, which its neighbours check) and refuses a key setup with any other set; later
-    it leaves the set only through dropouts every survivor signed (``allow-dropouts``)."""
-    # distinct, including this node, at least min-survivors, and the run's one set:
-    # the same checks and refusals as the node-set commitment (clients/nodeset.py)
-    members = commit_node_set(node, members, "key setup")
+    it leaves the set only through dropouts its survivors signed (``allow-dropouts``).
+
+    The set arrives as its Merkle root and size with this node's place in it
+    (``clients/nodeset.py`` ``commit_root``: a request that does not grow with the
+    federation). A node with a roster identity also needs every member's id
+    (``secagg.members``), to hold the set across runs by its members' partitions."""
+    root = _bytes_field(node, cfg, "members-root", HASH_BYTES)
+    path = _bytes_field(node, cfg, "member-path", HASH_BYTES * 64)
+    count, index = cfg["members-count"], cfg["member-index"]
+    if isinstance(count, bool) or not isinstance(count, int) or \
+            isinstance(index, bool) or not isinstance(index, int):
+        raise SecAggError(f"{node.who}: fields '{SUM_KEY}.members-count' and "
+                          f"'{SUM_KEY}.member-index' must be integers")
+    if needs_whole_set(node):
+        if "members" not in cfg:
+            raise SecAggError(f"{node.who} refuses key setup: a node with a roster identity "
+                              f"needs the whole node set (field '{SUM_KEY}.members'), to hold "
+                              "it across runs by its members' partitions")
+        commit_node_set(node, cfg["members"], "key setup")
+    # the same set's root (a whole-set node: the ids it was given must have this root)
+    count = commit_root(node, root, count, index, path, "key setup")
     if config_record(node.state, _COMMITTED) is None:  # the dropouts this node has signed
-        node.state[_COMMITTED] = ConfigRecord({"members": members, "dropped": [],
+        node.state[_COMMITTED] = ConfigRecord({"count": count, "dropped": [],
                                                "dropped-at": []})
-    return members
 
 
-def _committed(node: NodeContext, before: int | None = None) -> tuple[list[int], set[int]]:
-    """(the run's committed node set, the nodes dropped from it by signed dropouts in sums
-    before ``before``, or in any sum)."""
+def _committed(node: NodeContext, before: int | None = None) -> tuple[int, set[int]]:
+    """(the size of the run's committed node set, the nodes dropped from it by signed
+    dropouts in sums before ``before``, or in any sum)."""
     record = config_record(node.state, _COMMITTED)
     if record is None:
         raise SecAggError("secure aggregation used before key setup (secagg_advertise)")
     gone = {int(v) for v, t in zip(record["dropped"], record["dropped-at"])
             if before is None or int(t) < before}
-    return [int(v) for v in record["members"]], gone
+    return int(record["count"]), gone
+
+
+def _neighbours(node: NodeContext, st: ConfigRecord, cfg: ConfigRecord,
+                content: RecordDict) -> list[int]:
+    """The server's neighbour list, checked to be this node's neighbours in the committed
+    set's graph: by every member's id and signature on the set when the node holds the
+    whole set, else by each neighbour's Merkle path to the index the graph gives it."""
+    refuse = f"{node.who} refuses the share round"
+    record = committed(node, "the share round")
+    count, index = int(record["count"]), int(record["index"])
+    places = neighbour_indices(count, index, graph_degree(int(st["degree"])),
+                               int(st["graph-seed"]))
+    listed = listed_nodes(node, cfg["neighbours"], "the share round", SecAggError,
+                          f"field '{SUM_KEY}.neighbours'")
+    wrong = SecAggError(f"{refuse}: its neighbours are not the ones the committed node set, "
+                        "degree and graph seed give (a server choosing neighbourhoods could "
+                        "cut the graph)")
+    if len(listed) != len(places) or listed != sorted(set(listed)):
+        raise wrong
+    if "members" in record:
+        members = [int(v) for v in record["members"]]
+        if listed != [members[j] for j in places]:
+            raise wrong
+        # every member signed this node's set (no member was shown another), across runs too
+        signed_set_digest(node, content, "the share round")
+        return listed
+    paths = cfg.get("neighbour-paths")
+    if not isinstance(paths, list) or len(paths) != len(listed) or \
+            not all(isinstance(p, bytes) and verify_path(bytes(record["root"]), count, j, v, p)
+                    for j, v, p in zip(places, listed, paths)):
+        raise wrong
+    return listed
 
 
 @handler(Action.SHARE)
@@ -160,17 +230,9 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     cfg = _fields(content, ("neighbours", "threshold", "first-sum", "batch", "s-pks"), node,
                   Action.SHARE)
     me = node.context.node_id
-    members, _ = _committed(node)
-    # every member signed this node's set (no member was shown another), across runs too
-    signed_set_digest(node, content, "the share round")
-    neighbours = neighbour_graph(members, graph_degree(int(st["degree"])),
-                                 int(st["graph-seed"]))[me]
-    if len(cfg["neighbours"]) != len(neighbours) or \
-            sorted(int(v) for v in cfg["neighbours"]) != neighbours:
-        raise SecAggError(f"{node.who} refuses the share round: its neighbours are not the "
-                          "ones the committed node set, degree and graph seed give (a server "
-                          "choosing neighbourhoods could cut the graph)")
-    if len(neighbours) < min(node.policy.min_neighbours, len(members) - 1):
+    count, _ = _committed(node)
+    neighbours = _neighbours(node, st, cfg, content)
+    if len(neighbours) < min(node.policy.min_neighbours, count - 1):
         raise SecAggError(f"{node.who} refuses the share round: {len(neighbours)} neighbour(s), "
                           f"its node policy's min-neighbours is {node.policy.min_neighbours}")
     first, batch = int(cfg["first-sum"]), int(cfg["batch"])
@@ -188,11 +250,10 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     # than that whatever the server's message says: a lower one would let fewer colluding
     # holders rebuild this node's self-mask seed.
     threshold = max(threshold_for(len(holders)), int(cfg["threshold"]))
-    listed = [int(v) for v in cfg["neighbours"]]
-    if len(cfg["s-pks"]) != len(listed) or len(set(listed)) != len(listed):
-        raise SecAggError(f"{node.who}: secagg_share lists {len(listed)} neighbours and "
+    if len(cfg["s-pks"]) != len(neighbours):
+        raise SecAggError(f"{node.who}: secagg_share lists {len(neighbours)} neighbours and "
                           f"{len(cfg['s-pks'])} mask keys")
-    signed = {v: bytes(pk) for v, pk in zip(listed, cfg["s-pks"])}
+    signed = {v: bytes(pk) for v, pk in zip(neighbours, cfg["s-pks"])}
     # A later share round (the next batch of seeds) must hand over the same mask keys: a
     # different key for a neighbour, even one its publisher signed (e.g. from an earlier
     # setup of this run), would silently replace the key the masks so far were made with.
@@ -207,6 +268,8 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     # ... and bind the same commitment (node set and graph): a neighbour shown another set
     # would have signed another purpose
     s_pks = [_checked_mask_key(node, str(st["commit"]), v, signed[v]) for v in neighbours]
+    if "members" not in committed(node, "the share round"):
+        confirm_by_neighbours(node)  # each neighbour signed a key bound to this set
     for v in neighbours:
         kept[str(v)] = signed[v]
     seeds = {first + i: secrets.token_bytes(32) for i in range(batch)}  # 256-bit HKDF keys
@@ -283,8 +346,8 @@ def _codec(node: NodeContext, cfg: ConfigRecord, sum_id: int) -> FixedPoint:
     of one request decode to that node's input; the sum digest binds them too
     (``clients/sums_node.py`` ``request_digest``), and deriving them leaves the server
     nothing to choose."""
-    members, dropped = _committed(node)
-    n = len(set(members) - dropped)
+    count, dropped = _committed(node)
+    n = count - len(dropped)
     try:
         codec = FixedPoint.for_sum(float(cfg["max-abs"]), max(n, 1))
     except (OverflowError, ValueError):  # the server's own number, echoed
@@ -322,15 +385,15 @@ def begin_masked_sum(node: NodeContext) -> None:
         raise SecAggError(f"no self-mask seed shared for sum {sum_id}")
     alive = set(listed_nodes(node, cfg["alive"], f"sum {sum_id}", SecAggError,
                              f"field '{SUM_KEY}.alive'"))
-    members, dropped = _committed(node)
+    count, dropped = _committed(node)
     expected = {int(v) for v in st["neighbours"]} - dropped
     if alive != expected:
         raise SecAggError(f"{node.who} refuses sum {sum_id}: the server's alive list is not its "
                           "neighbours in the run's committed node set (less the dropouts its "
                           "survivors signed); a sum over another set could be differenced")
-    if len(set(members) - dropped) < node.policy.min_survivors:
+    if count - len(dropped) < node.policy.min_survivors:
         raise SecAggError(f"{node.who} refuses sum {sum_id}: the run's node set has "
-                          f"{len(set(members) - dropped)} node(s) left, its node policy's "
+                          f"{count - len(dropped)} node(s) left, its node policy's "
                           f"min-survivors is {node.policy.min_survivors}")
     _codec(node, cfg, sum_id)
     needed = masking_minimum(len(st["neighbours"]), int(st["threshold"]))
@@ -373,31 +436,44 @@ def mask_values(node: NodeContext, vec: np.ndarray, bound: bytes = b"") -> np.nd
     return out
 
 
-def _split(node: NodeContext, cfg: ConfigRecord, sum_id: int,
-           what: str) -> tuple[list[int], list[int]]:
-    """The server's survivor and dropped lists of sum ``sum_id``, checked against this node's
-    own record: both inside the run's committed set, disjoint, together exactly the nodes
-    not yet dropped, this node a survivor, at least ``min-survivors`` survivors; dropouts
-    only if its policy allows them."""
+def _split(node: NodeContext, cfg: ConfigRecord, sum_id: int, what: str) -> tuple[list[int], int]:
+    """The server's dropped list of sum ``sum_id``, checked against this node's own record:
+    nodes of the run's committed set not dropped before (every one, when the node holds the
+    whole set), never this node, dropouts only if its policy allows them, and at least
+    ``min-survivors`` nodes left. Returns the list and how many nodes the set keeps: with
+    the committed set and the earlier signed dropouts, the survivors are fixed."""
     me = node.context.node_id
-    survivors, dropped = (sorted(set(listed_nodes(node, cfg[k], f"to {what} sum {sum_id}",
-                                                  SecAggError, f"field '{SUM_KEY}.{k}'")))
-                          for k in ("survivors", "dropped"))
-    members, gone = _committed(node, before=sum_id)
+    dropped = sorted(set(listed_nodes(node, cfg["dropped"], f"to {what} sum {sum_id}",
+                                      SecAggError, f"field '{SUM_KEY}.dropped'")))
+    count, gone = _committed(node, before=sum_id)
+    record = committed(node, f"to {what} sum {sum_id}")
     refuse = f"{node.who} refuses to {what} sum {sum_id}"
-    if set(survivors) & set(dropped) or me not in survivors or \
-            set(survivors) | set(dropped) != set(members) - gone:
-        raise SecAggError(f"{refuse}: the survivor and dropped lists must split the run's "
-                          "committed node set (less earlier signed dropouts), with this node a "
-                          "survivor")
-    if len(survivors) < node.policy.min_survivors:
-        raise SecAggError(f"{refuse}: the sum would cover {len(survivors)} node(s), its node "
+    inside = "members" not in record or \
+        set(dropped) <= {int(v) for v in record["members"]}
+    if me in dropped or set(dropped) & gone or not inside:
+        raise SecAggError(f"{refuse}: the dropped list must name nodes of the run's committed "
+                          "node set not dropped before, and not this node")
+    left = count - len(gone) - len(dropped)
+    if left < node.policy.min_survivors:
+        raise SecAggError(f"{refuse}: the sum would cover {left} node(s), its node "
                           f"policy's min-survivors is {node.policy.min_survivors}")
     if dropped and not node.policy.allow_dropouts:
         raise SecAggError(f"{refuse} with dropouts: its node policy does not allow dropouts "
                           "(allow-dropouts=false), so every sum of the run must hold the whole "
                           "committed node set")
-    return survivors, dropped
+    return dropped, left
+
+
+def confirmers(node: NodeContext, st: ConfigRecord, sum_id: int,
+               dropped: list[int]) -> list[int]:
+    """Whose signatures on a split of sum ``sum_id`` this node needs before it unmasks: every
+    survivor when it holds the whole set, else its surviving neighbourhood (the nodes whose
+    shares and keys it reveals; Bell et al.'s neighbour-local consistency check)."""
+    _, gone = _committed(node, before=sum_id)
+    record = committed(node, f"to unmask sum {sum_id}")
+    pool = [int(v) for v in record["members"]] if "members" in record else \
+        [node.context.node_id, *(int(v) for v in st["neighbours"])]
+    return sorted(set(pool) - gone - set(dropped))
 
 
 def _spend(node: NodeContext, record: str, sum_id: int, what: str) -> None:
@@ -414,45 +490,55 @@ def _spend(node: NodeContext, record: str, sum_id: int, what: str) -> None:
 
 @handler(Action.CONFIRM)
 def confirm(content: RecordDict, node: NodeContext) -> RecordDict:
-    """The consistency round of a sum with dropouts: sign the survivor and dropped lists,
-    once per sum. The dropped nodes leave this node's committed set for the rest of the run
-    (a dropped node never comes back, so the server cannot alternate sets)."""
-    cfg = _fields(content, ("sum-id", "survivors", "dropped"), node, Action.CONFIRM)
+    """The consistency round of a sum with dropouts: sign the split (the dropped list and the
+    nodes left), once per sum. The dropped nodes leave this node's committed set for the rest
+    of the run (a dropped node never comes back, so the server cannot alternate sets)."""
+    cfg = _fields(content, ("sum-id", "dropped"), node, Action.CONFIRM)
     sum_id = int(cfg["sum-id"])
     _spend(node, _CONFIRMED, sum_id, "confirm")
-    survivors, dropped = _split(node, cfg, sum_id, "confirm")
+    dropped, left = _split(node, cfg, sum_id, "confirm")
     if not dropped:
         raise SecAggError(f"{node.who} refuses to confirm sum {sum_id}: it has no dropouts")
     record = config_record(node.state, _COMMITTED)
     record["dropped"] = [*record["dropped"], *dropped]
     record["dropped-at"] = [*record["dropped-at"], *[sum_id] * len(dropped)]
     signed = node.identity.sign(SURVIVORS_PURPOSE, node.context.run_id, node.context.node_id,
-                                survivors_digest(sum_id, survivors, dropped))
+                                _split_digest(node, sum_id, dropped, left))
     return RecordDict({secagg_wire.CONFIRMATION: ConfigRecord({"signed": signed})})
 
 
-def _check_confirmations(node: NodeContext, cfg: ConfigRecord, sum_id: int,
-                         survivors: list[int], dropped: list[int]) -> None:
-    """Every survivor's signature on exactly these lists (checked against the roster), each
-    from its own partition: then no survivor was shown another split of this sum."""
+def _split_digest(node: NodeContext, sum_id: int, dropped: list[int], left: int) -> bytes:
+    digest = bytes(committed(node, f"sum {sum_id}")["digest"])
+    return survivors_digest(sum_id, digest, dropped, left)
+
+
+def _check_confirmations(node: NodeContext, st: ConfigRecord, cfg: ConfigRecord, sum_id: int,
+                         dropped: list[int], left: int) -> None:
+    """The signature on exactly this split (checked against the roster, each from its own
+    partition) of every node in :func:`confirmers`, in their order: then none of them was
+    shown another split of this sum."""
     refuse = f"{node.who} refuses to unmask sum {sum_id}"
+    needed = confirmers(node, st, sum_id, dropped)
     signatures = cfg.get("confirmations")
-    if not isinstance(signatures, list) or len(signatures) != len(survivors):
-        raise SecAggError(f"{refuse}: a sum with dropouts needs every survivor's signature on "
-                          f"the lists (field '{SUM_KEY}.confirmations')")
-    digest = survivors_digest(sum_id, survivors, dropped)
-    signers_of(((v, bytes(blob)) for v, blob in zip(survivors, signatures)), digest,
+    if not isinstance(signatures, list) or len(signatures) != len(needed):
+        raise SecAggError(f"{refuse}: a sum with dropouts needs the signature on the split "
+                          f"of each of {len(needed)} survivor(s) it checks (field "
+                          f"'{SUM_KEY}.confirmations')")
+    digest = _split_digest(node, sum_id, dropped, left)
+    signers_of(((v, bytes(blob)) for v, blob in zip(needed, signatures)), digest,
                lambda v, blob: node.identity.check(SURVIVORS_PURPOSE, node.context.run_id, v,
                                                    blob),
-               refuse, "these survivor and dropped lists", SecAggError)
+               refuse, "this split of the sum", SecAggError)
 
 
 @handler(Action.UNMASK)
 def unmask(content: RecordDict, node: NodeContext) -> RecordDict:
     """Reveal what the server needs to finish sum t, under the refusal rules.
 
-    The survivor and dropped lists must split the run's committed node set (:func:`_split`);
-    with dropouts, every survivor must have signed them (:func:`confirm`). Then for each
+    The dropped list must name nodes of the run's committed set (:func:`_split`); with
+    dropouts, every node of :func:`confirmers` must have signed the split (:func:`confirm`):
+    every survivor for a node holding the whole set, its surviving neighbourhood for a node
+    holding the set by its root. Then for each
     surviving member of this node's neighbourhood: its share of that member's ``b^(t)``; for
     each dropped neighbour: the per-sum pairwise key. Never both for one peer in one sum, each
     sum once (refused or not), and nothing if fewer than the threshold of the neighbourhood
@@ -460,19 +546,20 @@ def unmask(content: RecordDict, node: NodeContext) -> RecordDict:
     """
     me = node.context.node_id
     st = _state(node.state)
-    cfg = _fields(content, ("sum-id", "survivors", "dropped"), node, Action.UNMASK)
+    cfg = _fields(content, ("sum-id", "dropped"), node, Action.UNMASK)
     sum_id = int(cfg["sum-id"])
     _spend(node, _REVEALED, sum_id, "unmask")
-    survivors, dropped = _split(node, cfg, sum_id, "unmask")
+    dropped, left = _split(node, cfg, sum_id, "unmask")
     if dropped:
-        _check_confirmations(node, cfg, sum_id, survivors, dropped)
+        _check_confirmations(node, st, cfg, sum_id, dropped, left)
         confirmed = config_record(node.state, _CONFIRMED)
         if str(sum_id) not in confirmed:
             raise SecAggError(f"{node.who} refuses to unmask sum {sum_id}: it did not sign its "
-                              "survivor lists itself")
+                              "split itself")
+    _, gone = _committed(node, before=sum_id)
     neighbours = {int(v) for v in st["neighbours"]}
     neighbourhood = neighbours | {me}
-    alive = neighbourhood & set(survivors)
+    alive = neighbourhood - gone - set(dropped)
     if len(alive) < int(st["threshold"]):
         raise SecAggError(f"{node.who} refuses to unmask: only {len(alive)} of its "
                           f"{len(neighbourhood)} neighbourhood survive, threshold is "

@@ -106,9 +106,10 @@ class Run:
             del self.agg._unmask, self.agg._confirm  # the class's own again
 
     def lists(self, survivors: list[int], dropped: list[int], **extra: Any) -> RecordDict:
+        """A split of the current sum as the wire carries it: the dropped list (the
+        survivors follow from the committed set; ``survivors`` orders ``confirmations``)."""
         return RecordDict({SUM_KEY: ConfigRecord({
-            "sum-id": self.agg.sum_id, "survivors": sorted(survivors),
-            "dropped": sorted(dropped), **extra})})
+            "sum-id": self.agg.sum_id, "dropped": sorted(dropped), **extra})})
 
     def ask(self, node: int, action: str, content: RecordDict) -> RecordDict | None:
         """The node's reply, or None if it refused."""
@@ -174,21 +175,25 @@ def test_split_survivor_lists_never_unmask_the_victim(roster: Path, n: int) -> N
     assert victim not in revealed  # it holds no survivor's signature on its split
 
 
-@pytest.mark.parametrize("lists", ["padded", "omitted", "outsider dropped"])
-def test_survivor_lists_must_split_exactly_the_committed_set(roster: Path, lists: str) -> None:
-    """Lists padded with node ids that do not exist, lists that leave a member out, or that
-    name an outsider as dropped are refused: a node counts only its committed set."""
+@pytest.mark.parametrize("lists", ["outsider dropped", "itself dropped", "listed twice"])
+def test_a_dropped_list_must_name_nodes_of_the_committed_set(roster: Path, lists: str) -> None:
+    """A dropped list naming a node id outside the run's set, the asked node itself, or (in
+    a later sum) a node dropped before is refused: a node counts only its committed set,
+    and the survivors follow from it."""
     run = Run(roster, 5, policy="dropouts")
     try:
         run.mask()
         members = run.nodes
-        survivors, dropped = {
-            "padded": ([*members, 10**9, 10**9 + 1], []),
-            "omitted": (members[1:], []),
-            "outsider dropped": (members, [10**9]),
-        }[lists]
-        with pytest.raises(Refused, match="must split the run's committed node set"):
-            run.grid.ask(members[1], "secagg_unmask", run.lists(survivors, dropped))
+        dropped = {"outsider dropped": [10**9], "itself dropped": [members[1]],
+                   "listed twice": [members[2], members[2]]}[lists]
+        content = run.lists(members, dropped)
+        if lists == "listed twice":  # a duplicate is one dropout; the split is then unsigned
+            with pytest.raises(Refused, match="signature on the split"):
+                run.grid.ask(members[1], "secagg_unmask", content)
+            return
+        with pytest.raises(Refused, match="dropped list must name nodes of the run's "
+                                          "committed node set"):
+            run.grid.ask(members[1], "secagg_unmask", content)
     finally:
         run.close()
 

@@ -21,6 +21,7 @@ import pytest
 from flwr.app import ConfigRecord, RecordDict
 
 from fedrec.secure.identity import keygen
+from fedrec.secure.merkle import MerkleTree
 from fedrec.secure.sealed import MAIL_DIRECTORY, MAIL_IN, in_key
 from fl_app.client_app import build_client_app
 from tests.bounds import check_refusal, state_bytes
@@ -124,8 +125,16 @@ def test_a_mail_directory_longer_than_the_roster_is_not_kept(tmp_path: Path) -> 
 
 # -- (b) member lists ------------------------------------------------------------------------
 def _secagg_setup(members: list[int]) -> RecordDict:
-    return RecordDict({"secagg": ConfigRecord({"run-tag": b"t" * 16, "members": members,
-                                               "degree": 0, "graph-seed": 0})})
+    """A SecAgg+ key setup over ``members`` for the node ``members[0]``: the set's Merkle
+    root, size and that node's path (all a simulated identity reads), and the whole list
+    (which a roster identity needs)."""
+    ids = sorted(members)
+    tree = MerkleTree(ids)
+    index = ids.index(members[0])
+    return RecordDict({"secagg": ConfigRecord({
+        "run-tag": b"t" * 16, "members": members, "members-root": tree.root,
+        "members-count": len(ids), "member-index": index, "member-path": tree.path(index),
+        "degree": 0, "graph-seed": 0})})
 
 
 def _nodeset(members: list[int]) -> RecordDict:
@@ -220,9 +229,10 @@ def test_a_key_setup_is_reserved_against_the_budget_before_it_is_copied(
 
 def test_node_set_signatures_beyond_the_set_are_refused_before_any_is_checked(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every key-share request carries the members' signatures on the node set: a record
-    listing more signatures than the roster has partitions (here 10,000 made-up ones
-    besides the real three) is refused on its length, before any signature is verified."""
+    """A roster node's key-share request carries the members' signatures on the node set
+    (it holds the whole set): a record listing more signatures than the roster has
+    partitions (here 10,000 made-up ones besides the real three) is refused on its length,
+    before any signature is verified."""
     import clients.nodeset
     from fedrec.transport.messenger import Messenger, NodeError
     from fedrec.transport.secagg_server import SecureAggregator
@@ -242,7 +252,12 @@ def test_node_set_signatures_beyond_the_set_are_refused_before_any_is_checked(
             **{str(10**6 + i): bytes(100) for i in range(10_000)}})
         return content
 
-    with MaliciousGrid(_app(64, tmp_path), 3, rewrite=pad) as grid:
+    folder = tmp_path / "roster"
+    keygen(3, folder)
+    configs = {i: {"identity-key": str(folder / f"node-{i}.key"),
+                   "roster": str(folder / "roster.json"),
+                   "allow-simulated-identity": "false"} for i in range(3)}
+    with MaliciousGrid(_app(64, tmp_path), 3, rewrite=pad, node_configs=configs) as grid:
         messenger = Messenger(grid, timeout=10)
         with pytest.raises(NodeError, match="nodeset.signatures. lists 10,003 nodes") as err:
             SecureAggregator(messenger, messenger.node_ids(), seed=7).setup()

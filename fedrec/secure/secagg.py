@@ -76,23 +76,36 @@ def neighbour_graph(nodes: list[int], degree: int | None, seed: int) -> dict[int
     """Each node's neighbours (excluding itself): complete graph, or a random Harary graph.
 
     ``degree=None`` or ``degree >= n - 1`` gives the complete graph (Bonawitz et al.).
-    Otherwise nodes are placed on a ring in a seeded random order and each is joined to the
-    ``degree // 2`` nearest on each side (Bell et al.'s construction; choose
-    degree = O(log n)). The graph is public: every node learns its own neighbours.
+    Otherwise the sorted nodes are placed on a ring in a seeded random order
+    (:func:`ring_order`) and each is joined to the ``degree // 2`` nearest on each side (Bell
+    et al.'s construction; choose degree = O(log n)). The graph is public: every node learns
+    its own neighbours, from its index in the sorted set alone (:func:`neighbour_indices`).
     """
-    n = len(nodes)
-    if degree is None or degree >= n - 1:
-        return {u: [v for v in nodes if v != u] for u in nodes}
-    half = max(1, degree // 2)
-    order = list(nodes)
+    members = sorted(int(v) for v in nodes)
+    return {u: [members[j] for j in neighbour_indices(len(members), i, degree, seed)]
+            for i, u in enumerate(members)}
+
+
+def ring_order(n: int, seed: int) -> list[int]:
+    """The ring of the Harary graph: indices 0..n-1 of the sorted node set, seeded order."""
+    order = list(range(n))
     random.Random(seed).shuffle(order)
-    graph: dict[int, set[int]] = {u: set() for u in nodes}
-    for pos, u in enumerate(order):
-        for step in range(1, half + 1):
-            v = order[(pos + step) % n]
-            graph[u].add(v)
-            graph[v].add(u)
-    return {u: sorted(vs) for u, vs in graph.items()}
+    return order
+
+
+def neighbour_indices(n: int, index: int, degree: int | None, seed: int,
+                      order: list[int] | None = None) -> list[int]:
+    """The indices (in the sorted node set of ``n``) of node ``index``'s neighbours in
+    :func:`neighbour_graph`, sorted: what a node that holds only the set's Merkle root and
+    its own index computes for itself (``order``: :func:`ring_order`, if already made)."""
+    if degree is None or degree >= n - 1:
+        return [j for j in range(n) if j != index]
+    order = ring_order(n, seed) if order is None else order
+    pos = order.index(index)
+    half = max(1, degree // 2)
+    near = {order[(pos + step) % n] for step in range(1, half + 1)} | \
+        {order[(pos - step) % n] for step in range(1, half + 1)}
+    return sorted(near - {index})
 
 
 def threshold_for(neighbourhood_size: int, fraction: float = 0.5) -> int:
@@ -144,13 +157,13 @@ SURVIVORS_PURPOSE = "secagg-survivors"
 COMPLETE_GRAPH = -1
 
 
-def commitment(run_tag: bytes, members: list[int], degree: int, graph_seed: int) -> str:
-    """Digest of what a node commits to at key setup: the run's node set and the public
-    neighbour graph over it. Every node binds its signed mask key to it
-    (:func:`mask_key_purpose`), so a neighbour told another set or graph refuses the key."""
-    text = f"{bytes(run_tag).hex()}|{sorted(int(m) for m in members)}|{int(degree)}|" \
-        f"{int(graph_seed)}"
-    return hashlib.sha256(b"fedrec-secagg-commit|v1|" + text.encode()).hexdigest()
+def commitment(run_tag: bytes, set_digest: bytes, degree: int, graph_seed: int) -> str:
+    """Digest of what a node commits to at key setup: the run's node set (its
+    ``node_set_commitment``: Merkle root and size) and the public neighbour graph over it.
+    Every node binds its signed mask key to it (:func:`mask_key_purpose`), so a neighbour
+    told another set or graph refuses the key."""
+    text = f"{bytes(run_tag).hex()}|{bytes(set_digest).hex()}|{int(degree)}|{int(graph_seed)}"
+    return hashlib.sha256(b"fedrec-secagg-commit|v2|" + text.encode()).hexdigest()
 
 
 def mask_key_purpose(commit: str) -> str:
@@ -163,11 +176,13 @@ def graph_degree(degree: int) -> int | None:
     return None if int(degree) == COMPLETE_GRAPH else int(degree)
 
 
-def survivors_digest(sum_id: int, survivors: list[int], dropped: list[int]) -> bytes:
-    """What every survivor of a sum with dropouts signs (32 bytes): the sum id and both
-    lists, so one signature can never vouch for another split."""
-    text = f"{int(sum_id)}|{sorted(map(int, survivors))}|{sorted(map(int, dropped))}"
-    return hashlib.sha256(b"fedrec-secagg-survivors|v1|" + text.encode()).digest()
+def survivors_digest(sum_id: int, set_digest: bytes, dropped: list[int], left: int) -> bytes:
+    """What a survivor of a sum with dropouts signs (32 bytes): the sum id, the run's node
+    set, the nodes dropped in this sum and how many nodes the set keeps after it. With the
+    committed set and the earlier signed dropouts, that fixes the survivors, so one signature
+    never vouches for another split."""
+    text = f"{int(sum_id)}|{bytes(set_digest).hex()}|{sorted(map(int, dropped))}|{int(left)}"
+    return hashlib.sha256(b"fedrec-secagg-survivors|v2|" + text.encode()).digest()
 
 
 # ----------------------------------------------------------------------------- server side
@@ -175,4 +190,4 @@ def survivors_digest(sum_id: int, survivors: list[int], dropped: list[int]) -> b
 
 __all__ = ["BOUND_KEY", "COMPLETE_GRAPH", "MASK_KEY_PURPOSE", "SHARES_PURPOSE",
            "SURVIVORS_PURPOSE", "SecAggError", "commitment", "masking_minimum",
-           "neighbour_graph", "threshold_for"]
+           "neighbour_graph", "neighbour_indices", "ring_order", "threshold_for"]

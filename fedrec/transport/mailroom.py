@@ -41,20 +41,35 @@ class Mailroom:
     nodes: list[int]
     directory: dict[int, bytes] = field(default_factory=dict)  # node -> signed mail key
     queues: dict[int, dict[str, bytes]] = field(default_factory=dict)
-    informed: set[int] = field(default_factory=set)
+    #: node -> the directory entries it was sent (peer -> signed key), so each goes once
+    sent: dict[int, dict[int, bytes]] = field(default_factory=dict)
+    #: node -> the peers whose keys it needs, for nodes that write to a few peers only
+    #: (:meth:`need`); a node not listed is sent the whole directory
+    peers: dict[int, set[int]] = field(default_factory=dict)
     view: list[MailRecord] = field(default_factory=list)
     tamper: Callable[[int, int, bytes], bytes] | None = None
     out_record: str = MAIL_OUT  # the reply record that carries outgoing mail
-    #: The directory as a request record, made once per change and shared by every request
-    #: that carries it (n nodes x n keys: building and measuring it per node was most of
-    #: the server's share of key setup at 100 nodes).
+    #: The whole directory as a request record, made once per change and shared by every
+    #: request that carries it (n nodes x n keys: building and measuring it per node was
+    #: most of the server's share of key setup at 100 nodes).
     _directory_record: tuple[dict[int, bytes], ConfigRecord] | None = field(default=None,
                                                                              repr=False)
 
     def add_keys(self, keys: dict[int, bytes]) -> None:
         """Signed public mail keys from the ``relay_keys`` round (checked by the nodes)."""
         self.directory.update({int(n): bytes(k) for n, k in keys.items()})
-        self.informed.clear()  # every node gets the new directory with its next request
+
+    def need(self, peers: Mapping[int, Iterable[int]]) -> None:
+        """Each listed node writes to the given peers only (SecAgg+'s neighbours): it is
+        sent their keys, not the whole directory, so no request grows with the federation.
+        Sending fewer keys weakens nothing: a node refuses mail to a peer it has no key for."""
+        for node, wanted in peers.items():
+            self.peers.setdefault(int(node), set()).update(int(v) for v in wanted)
+
+    def need_all(self, nodes: Iterable[int]) -> None:
+        """The listed nodes may write to anyone (a protocol's own relay): whole directory."""
+        for node in nodes:
+            self.peers.pop(int(node), None)
 
     def directory_record(self) -> ConfigRecord:
         """The current directory as the request record nodes receive (node -> signed key)."""
@@ -67,12 +82,23 @@ class Mailroom:
         return all(int(n) in self.directory for n in nodes)
 
     def attach(self, node: int, content: RecordDict, round_: int) -> RecordDict:
-        """``content`` for ``node`` plus its pending mail, the directory (once) and the round."""
+        """``content`` for ``node`` plus its pending mail, the directory entries it has not
+        been sent yet (its peers', or all) and the round."""
         out = RecordDict(dict(content.items()))
         out[MAIL_ROUND] = ConfigRecord({"round": int(round_)})
-        if node not in self.informed:
-            out[MAIL_DIRECTORY] = self.directory_record()
-            self.informed.add(node)
+        sent = self.sent.setdefault(node, {})
+        wanted = self.peers.get(node)
+        if wanted is None and not sent:  # the whole directory, as one shared record
+            if self.directory:
+                out[MAIL_DIRECTORY] = self.directory_record()
+                sent.update(self.directory)
+        else:
+            pool = self.directory if wanted is None else \
+                {v: self.directory[v] for v in wanted if v in self.directory}
+            new = {v: k for v, k in pool.items() if sent.get(v) != k}
+            if new:
+                out[MAIL_DIRECTORY] = ConfigRecord({str(v): k for v, k in new.items()})
+                sent.update(new)
         mail = self.queues.pop(node, None)
         if mail:
             out[MAIL_IN] = ConfigRecord(mail)
@@ -130,6 +156,7 @@ def open_mailroom(messenger, nodes: Iterable[int]) -> Mailroom:  # noqa: ANN001 
     """The messenger's mailroom, with mail keys for every node in ``nodes`` (one round if any
     node has none yet). Every later request through the messenger carries mail."""
     room, missing = prepare_mailroom(messenger, nodes)
+    room.need_all(nodes)
     if missing:
         replies = messenger.broadcast(Action.RELAY_KEYS, RecordDict(), missing,
                                       phase=Action.RELAY_KEYS)

@@ -54,6 +54,11 @@ class RunReport:
         """The fixed order reductions run in (partition order)."""
         self._order = list(order)
 
+    def identity_source(self, node: int) -> str:
+        """Where ``node``'s signing identity comes from, as the handshake reported it
+        (``roster``, ``simulated``; empty if it reported none)."""
+        return self._identities.get(node, "")
+
     def label(self, node: int) -> str:
         return self._labels.get(node, f"node {node}")
 

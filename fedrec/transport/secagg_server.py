@@ -7,6 +7,7 @@ hidden from a deviating server, and the parts both sides share are in
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,7 @@ from fedrec.secure.fixedpoint import FixedPoint
 from fedrec.secure.identity import SIGNED_KEY_BYTES
 from fedrec.secure.keys import combine_secret
 from fedrec.secure.masks import expand_mask
+from fedrec.secure.merkle import MerkleTree
 from fedrec.secure.secagg import (
     COMPLETE_GRAPH,
     SecAggError,
@@ -65,6 +67,9 @@ class SecureAggregator(Aggregator):
         self.seed, self.seed_batch = seed, seed_batch
         self.drop = set(drop or ())
         self.graph: dict[int, list[int]] = {}
+        self.tree: MerkleTree | None = None
+        self.index: dict[int, int] = {}
+        self.whole: dict[int, bool] = {}
         self.thresholds: dict[int, int] = {}
         self.s_pks: dict[int, bytes] = {}
         self.alive = set(self.nodes)
@@ -76,23 +81,37 @@ class SecureAggregator(Aggregator):
     # -- setup ----------------------------------------------------------------------------
     def setup(self) -> None:
         """Key setup in two rounds: mask keys (and the mail keys of nodes that have none:
-        the sealed relay opens in the same round), then the first batch of self-mask seeds."""
+        the sealed relay opens in the same round), then the first batch of self-mask seeds.
+
+        The node set travels as its Merkle root with each node's path to its own leaf
+        (``fedrec/secure/merkle.py``), and each node's neighbours with theirs: no request
+        grows linearly with the federation, except for nodes with roster identities, which
+        need every member's id and signature (``clients/nodeset.py`` ``needs_whole_set``)."""
         room, keyless = prepare_mailroom(self.messenger, self.nodes)
-        self.run_tag = f"{self.seed}:{','.join(map(str, sorted(self.nodes)))}".encode()
-        self.graph = neighbour_graph(sorted(self.nodes), self.degree, self.seed)
+        members = sorted(int(u) for u in self.nodes)
+        self.run_tag = hashlib.sha256(
+            f"fedrec-secagg-run|{self.seed}:{','.join(map(str, members))}".encode()).digest()
+        self.tree = MerkleTree(members)
+        self.index = {u: i for i, u in enumerate(members)}
+        self.graph = neighbour_graph(members, self.degree, self.seed)
         self.thresholds = {u: threshold_for(len(vs) + 1, self.threshold_fraction)
                            for u, vs in self.graph.items()}
-        request = RecordDict({SUM_KEY: ConfigRecord({
-            "run-tag": self.run_tag, "members": sorted(int(u) for u in self.nodes),
-            "degree": COMPLETE_GRAPH if self.degree is None else int(self.degree),
-            "graph-seed": int(self.seed)})})
-        with_mail_key = RecordDict({**request, MAIL_KEYGEN: ConfigRecord({"make": True})})
-        replies = self.messenger.send(
-            Action.ADVERTISE,
-            {u: with_mail_key if u in keyless else request for u in self.nodes},
-            phase="secagg_setup",
-        )
+        common = {"run-tag": self.run_tag, "members-root": self.tree.root,
+                  "members-count": len(members),
+                  "degree": COMPLETE_GRAPH if self.degree is None else int(self.degree),
+                  "graph-seed": int(self.seed)}
+        requests = {}
+        for u in members:
+            fields = {**common, "member-index": self.index[u],
+                      "member-path": self.tree.path(self.index[u])}
+            if self.messenger.report.identity_source(u) != "simulated":
+                fields["members"] = members  # a roster node asks for them
+            requests[u] = RecordDict({SUM_KEY: ConfigRecord(fields)})
+            if u in keyless:
+                requests[u][MAIL_KEYGEN] = ConfigRecord({"make": True})
+        replies = self.messenger.send(Action.ADVERTISE, requests, phase="secagg_setup")
         take_mail_keys(self.messenger, room, keyless, replies)
+        room.need(self.graph)  # a node is sent the mail keys of its neighbours only
         self.s_pks = {}
         self.node_set_signatures = {}
         for node, reply in replies.items():
@@ -104,7 +123,14 @@ class SecureAggregator(Aggregator):
                 raise SecAggError(f"{self.messenger.label(node)}: field 'keys.s-pk' is missing "
                                   f"or not a signed public key ({SIGNED_KEY_BYTES} bytes)")
             self.s_pks[node] = pk
+            self.whole[node] = bool(keys.get("whole-set", True))
         self._share_seeds(first_sum=1)
+
+    def _whole_set(self, node: int) -> bool:
+        """Whether ``node`` checks the whole node set (as its advertise reply says: the node
+        decides, ``clients/nodeset.py`` ``needs_whole_set``; this only sends what it will ask
+        for)."""
+        return self.whole.get(node, True)
 
     def _share_seeds(self, first_sum: int) -> None:
         """One ``secagg_share`` round: seeds for sums [first_sum, first_sum + batch)."""
@@ -114,10 +140,13 @@ class SecureAggregator(Aggregator):
             requests[u] = RecordDict({SUM_KEY: ConfigRecord({
                 "threshold": self.thresholds[u],
                 "neighbours": [int(v) for v in neighbours],
+                "neighbour-paths": [self.tree.path(self.index[v]) for v in neighbours],
                 "s-pks": [self.s_pks[v] for v in neighbours],
                 "first-sum": first_sum,
                 "batch": self.seed_batch,
-            }), NODESET_SIGNED_KEY: ConfigRecord(dict(self.node_set_signatures))})
+            })})
+            if self._whole_set(u):
+                requests[u][NODESET_SIGNED_KEY] = ConfigRecord(dict(self.node_set_signatures))
         self.messenger.send(Action.SHARE, requests, phase="secagg_setup")
         self.seeds_until = first_sum + self.seed_batch - 1
 
@@ -241,11 +270,11 @@ class SecureAggregator(Aggregator):
 
     def _confirm(self, survivors: list[int], dropped: list[int], phase: str) -> dict[int, bytes]:
         """The consistency round of a sum with dropouts (Bonawitz et al. 2017, round 3): every
-        survivor signs the survivor and dropped lists once; each survivor later unmasks only
-        if it holds every survivor's signature on the lists it is shown, so no two survivors
-        can be shown different splits."""
-        req = RecordDict({SUM_KEY: ConfigRecord({
-            "sum-id": self.sum_id, "survivors": survivors, "dropped": dropped})})
+        survivor signs the split (the dropped list; the survivors follow from the committed
+        set) once; each survivor later unmasks only if it holds the signatures on the split it
+        is shown of every survivor (a node with the whole set) or of its surviving
+        neighbourhood (Bell et al.), so no two of them can be shown different splits."""
+        req = RecordDict({SUM_KEY: ConfigRecord({"sum-id": self.sum_id, "dropped": dropped})})
         replies = self.messenger.send(Action.CONFIRM, {v: req for v in survivors},
                                       phase=f"{phase}:confirm")
         out: dict[int, bytes] = {}
@@ -268,14 +297,17 @@ class SecureAggregator(Aggregator):
         those two held it); then the sum is abandoned with an error naming both.
         """
         askers = sorted(survivors)
-        fields: dict[str, Any] = {"sum-id": self.sum_id, "survivors": askers,
-                                  "dropped": sorted(dropped)}
-        if confirmations:
-            fields["confirmations"] = [confirmations[v] for v in askers]
-        req = RecordDict({SUM_KEY: ConfigRecord(fields)})
+        requests = {}
+        for v in askers:
+            fields: dict[str, Any] = {"sum-id": self.sum_id, "dropped": sorted(dropped)}
+            if confirmations:
+                pool = askers if self._whole_set(v) else \
+                    sorted(({v} | set(self.graph[v])) & survivors)
+                fields["confirmations"] = [confirmations[w] for w in pool]
+            requests[v] = RecordDict({SUM_KEY: ConfigRecord(fields)})
         action, round_phase = Action.UNMASK, f"{phase}:unmask"
         replies = dict(self.messenger.iter_replies(
-            action, {v: req for v in askers}, phase=round_phase, allow_missing=True))
+            action, requests, phase=round_phase, allow_missing=True))
         silent = set(askers) - set(replies)
         label = self.messenger.label
         for v in sorted(silent):

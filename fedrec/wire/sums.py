@@ -60,11 +60,21 @@ NODESET_PURPOSE = "node-set"
 
 
 def node_set_digest(members: Sequence[int]) -> bytes:
-    """SHA-256 of a node set (sorted node ids): what every member signs at key setup."""
+    """What every member signs at key setup: :func:`node_set_commitment` of the sorted ids."""
+    from fedrec.secure.merkle import merkle_root
+
+    ids = sorted(int(v) for v in members)
+    return node_set_commitment(merkle_root(ids), len(ids))
+
+
+def node_set_commitment(root: bytes, size: int) -> bytes:
+    """SHA-256 of a node set given as the Merkle root of its sorted ids and their count
+    (``fedrec/secure/merkle.py``): a node given the whole set and a node given only the root
+    and a path to its own leaf commit to, and sign, the same 32 bytes."""
     import hashlib
 
-    ids = ",".join(str(int(v)) for v in sorted(members))
-    return hashlib.sha256(f"fedrec-node-set|v1|{ids}".encode()).digest()
+    return hashlib.sha256(b"fedrec-node-set|v2|" + int(size).to_bytes(8, "big")
+                          + bytes(root)).digest()
 
 
 def node_set_signature(reply: RecordDict, label: str) -> bytes:
