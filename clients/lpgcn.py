@@ -70,8 +70,7 @@ from fedrec.wire.lpgcn import Action, Part
 from fedrec.wire.sums import NODESET_KEY
 
 SECRET = "lpgcn-S"  # the relay purpose of the shared key S
-_SETUP, _PARAMS, _STEP, _EPOCH, _FLAGS = ("lpgcn.setup", "lpgcn.params", "lpgcn.step",
-                                          "lpgcn.epoch", "lpgcn.flags")
+_SETUP, _PARAMS, _STEP, _FLAGS = "lpgcn.setup", "lpgcn.params", "lpgcn.step", "lpgcn.flags"
 
 
 #: Where a delivered part goes in the step's state (a per-layer part's key gets its layer).
@@ -79,6 +78,11 @@ _DELIVERED = {Part.NEG_ROWS: "neg", Part.W: "w_held", Part.ITEM_ROWS: "ei",
               Part.ITEM_GRAD: "gsum"}
 #: This process's rows per (run, node), for the many rounds of a run in one process.
 _DATA: dict[tuple[int, int, str, str], Any] = {}
+#: Each node's triples of its current epoch, per process, under the key of its rows: a pure
+#: function of its rows, the seed, the epoch and the batch count, so recomputed where missing
+#: (~35 ms for an ML-1M node of 8) rather than kept in the node state, which a Flower
+#: simulation ships to a worker and back with every message (1.3 MB for that node).
+_TRIPLES: dict[tuple[int, int, str, str], tuple[tuple[int, int, int], tuple[np.ndarray, ...]]] = {}
 
 
 class LosslessnessError(RuntimeError):
@@ -177,13 +181,19 @@ def _data(node: NodeContext) -> Any:
     rescans the node state on every call, and every LP-GCN request needs them. The node
     config (partition) is part of the key: one process may host federations of other sizes
     under the same run and node ids (the in-process grids of tests and benchmarks)."""
-    key = (node.context.run_id, node.context.node_id, repr(sorted(node.data_config().items())),
-           repr(sorted(node.context.node_config.items())))
+    key = _data_key(node)
     if key not in _DATA:
         if len(_DATA) > 256:
             _DATA.clear()
         _DATA[key] = node.data()
     return _DATA[key]
+
+
+def _data_key(node: NodeContext) -> tuple[int, int, str, str]:
+    """What this node's rows are a function of (see :func:`_data`)."""
+    return (node.context.run_id, node.context.node_id,
+            repr(sorted(node.data_config().items())),
+            repr(sorted(node.context.node_config.items())))
 
 
 def _hp(node: NodeContext) -> dict[str, Any]:
@@ -737,18 +747,19 @@ class Session:
         self.out[wire.name(Part.NEG_REQUEST)] = self.setup["pseudo_all"][outside]
 
     def triples(self, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        nb = int(self.hp["nbatches"])
+        """This node's triples of ``step`` (its epoch's, drawn once per process: _TRIPLES)."""
+        nb, seed = int(self.hp["nbatches"]), int(self.hp["seed"])
         epoch, b = divmod(step, nb)
-        cache = self.node.load_arrays(_EPOCH)
-        if cache is None or int(cache["epoch"][0]) != epoch:
-            data = self.data
-            rows, pos, neg, batch = epoch_triples(data.train, data.user_ids,
-                                                  int(self.hp["seed"]), epoch, nb)
-            cache = {"epoch": np.array([epoch]), "rows": rows, "pos": pos, "neg": neg,
-                     "batch": batch}
-            self.node.store_arrays(_EPOCH, cache)
-        keep = cache["batch"] == b
-        return cache["rows"][keep], cache["pos"][keep], cache["neg"][keep]
+        key = _data_key(self.node)
+        cached = _TRIPLES.get(key)
+        if cached is None or cached[0] != (seed, epoch, nb):
+            if len(_TRIPLES) > 256:
+                _TRIPLES.clear()
+            cached = _TRIPLES[key] = (seed, epoch, nb), epoch_triples(
+                self.data.train, self.data.user_ids, seed, epoch, nb)
+        rows, pos, neg, batch = cached[1]
+        keep = batch == b
+        return rows[keep], pos[keep], neg[keep]
 
     def absorb(self, got: dict[str, np.ndarray]) -> None:
         """Deliveries of this round: item rows ``e<l>``, negatives ``neg``, W rows ``w``,
