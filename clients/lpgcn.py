@@ -22,8 +22,10 @@ move in lockstep and the server can sum a layer's partials once every node sent 
 
 from __future__ import annotations
 
+import hashlib
 import io
 from collections.abc import Iterator, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -601,6 +603,52 @@ def _sender_lists(ptr: np.ndarray, holders: np.ndarray,
     return {int(s): (ks[who == s], slots[who == s]) for s in np.unique(who)}
 
 
+@dataclass(frozen=True)
+class _Graph:
+    """What a node's rounds derive from its rows and its setup, the same in every round:
+    its users x held items matrix R (and transposed, per convolution node's shared items),
+    ``1/sqrt(d_u)``, and who shares which items with it."""
+
+    R: sp.csr_matrix
+    RT: sp.csr_matrix
+    inv_du: np.ndarray
+    #: other convolution node -> positions (in held order) of the items it convolves
+    shared: dict[int, np.ndarray]
+    RT_shared: dict[int, sp.csr_matrix]
+    RT_conv: sp.csr_matrix  # rows of this node's own convolution items
+    senders: dict[int, tuple[np.ndarray, np.ndarray]]
+
+
+#: Per process, each node's :class:`_Graph` under the key of its rows and a digest of the
+#: setup arrays it derives from: rebuilding it every request cost more than the round's math.
+_GRAPHS: dict[tuple[Any, ...], _Graph] = {}
+_GRAPH_FROM = ("held_real", "conv_of", "conv_hpos", "hold_ptr", "hold_nodes")
+
+
+def _graph(node: NodeContext, setup: StateArrays, dtype: np.dtype) -> _Graph:
+    """This node's :class:`_Graph` (built once per process and setup)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name in _GRAPH_FROM:
+        digest.update(np.ascontiguousarray(setup[name]).tobytes())
+    key = (_data_key(node), str(dtype), digest.digest())
+    if key not in _GRAPHS:
+        if len(_GRAPHS) > 256:
+            _GRAPHS.clear()
+        me = node.context.node_id
+        train = _data(node).train
+        R = sp.csr_matrix(train[:, setup["held_real"]], dtype=dtype)
+        R.data[:] = 1
+        RT = R.T.tocsr()
+        conv_of = setup["conv_of"]
+        shared = {int(c): np.flatnonzero(conv_of == c) for c in np.unique(conv_of)
+                  if int(c) != me}
+        _GRAPHS[key] = _Graph(
+            R, RT, inv_sqrt(train.getnnz(axis=1), dtype), shared,
+            {c: RT[rows] for c, rows in shared.items()}, RT[setup["conv_hpos"]],
+            _sender_lists(setup["hold_ptr"], setup["hold_nodes"], me))
+    return _GRAPHS[key]
+
+
 class Session:
     """One node's LP-GCN state for one request: loaded from and saved to ``node.state``."""
 
@@ -619,14 +667,11 @@ class Session:
         self.plus = self.hp["backbone"] == "lightgcn+"
         self.dtype = np.dtype(str(self.hp["dtype"]))
         self.data = _data(node)
-        train = self.data.train
-        self.R = sp.csr_matrix(train[:, self.setup["held_real"]], dtype=self.dtype)
-        self.R.data[:] = 1
-        self.RT = self.R.T.tocsr()
-        self.inv_du = inv_sqrt(train.getnnz(axis=1), self.dtype)
+        self.graph = _graph(node, self.setup, self.dtype)
+        self.R, self.RT, self.inv_du = self.graph.R, self.graph.RT, self.graph.inv_du
         self.conv_of = self.setup["conv_of"]
         self.conv_hpos = self.setup["conv_hpos"]
-        self.senders = _sender_lists(self.setup["hold_ptr"], self.setup["hold_nodes"], self.me)
+        self.senders = self.graph.senders
         self.out: dict[str, np.ndarray] = {}
         self.device = _device(node)
 
@@ -670,7 +715,7 @@ class Session:
 
     def conv_nodes(self) -> list[int]:
         """Other nodes that convolve items this node holds (real or virtual), ascending."""
-        return sorted(int(c) for c in np.unique(self.conv_of) if int(c) != self.me)
+        return list(self.graph.shared)
 
     # -- mail --------------------------------------------------------------------------------
     def absorb_degrees(self) -> None:
@@ -698,11 +743,9 @@ class Session:
         (rows in ascending pseudonym order; zero rows for virtual items, which the
         convolution node knows to ignore); return this node's share of its own items."""
         for c in self.conv_nodes():
-            shared = np.flatnonzero(self.conv_of == c)
-            part = item_partial(self.RT[shared], self.x(self.inv_du), self.x(X_users))
+            part = item_partial(self.graph.RT_shared[c], self.x(self.inv_du), self.x(X_users))
             self.node.mailbox.send(c, purpose, pack({"x": part}))
-        return to_numpy(item_partial(self.RT[self.conv_hpos], self.x(self.inv_du),
-                                     self.x(X_users)))
+        return to_numpy(item_partial(self.graph.RT_conv, self.x(self.inv_du), self.x(X_users)))
 
     def gather(self, purpose: str, own: np.ndarray) -> np.ndarray | None:
         """``own`` plus every holder's mailed share of this node's items, once all arrived."""
@@ -1007,8 +1050,7 @@ class Session:
         part = np.array(to_numpy(part), dtype=self.dtype)
         scale = float(self.setup["cover"][1])
         step = int(self.flags["step"])
-        for c in self.conv_nodes():
-            rows = np.flatnonzero(self.conv_of == c)
+        for c, rows in self.graph.shared.items():
             part[rows] += self.cover(step, layer, self.me, c, len(rows), part.shape[1], scale)
         for s, (ks, _) in self.senders.items():
             part[self.conv_hpos[ks]] -= self.cover(step, layer, s, self.me, len(ks),
