@@ -24,17 +24,46 @@ Calibrations:
   without replacement ("peeling"), each eps/s-DP, hence eps-DP in total by basic
   composition.
 
-Sampling (why not numpy): textbook floating-point Laplace/Gaussian samplers leak through
-the set of floats they can output (Mironov 2012: the low bits of x + noise reveal x), and
-numpy's Generator is a seedable statistical PRG. Every mechanism here draws its noise from
-OpenDP's samplers (``opendp.measurements``: make_laplace, make_gaussian, make_noisy_max,
-make_noisy_top_k). They sample exactly from discrete distributions on a fine grid with
-OpenDP's CSPRNG (seeded by the OS) and round without leaking, the constructions of Canonne,
-Kamath & Steinke 2020 and OpenDP's floating-point-safe Laplace/Gaussian. There is therefore
-no ``rng`` argument and no seed: DP noise must be unpredictable to everyone, the server
-included, so it is the one draw the run seed does not reproduce. Cost: OpenDP samples about
-1e4-3e4 floats per second per core (measured on the 2-core test machine), which is ample for
-the noised statistics here (prototypes, sketches) and slow for millions of values.
+Sampling (why not numpy or textbook floats): textbook floating-point Laplace/Gaussian
+samplers leak through the set of floats they can output (Mironov 2012: the low bits of
+x + noise reveal x), and numpy's Generator is a seedable statistical PRG. The Gaussian and
+Laplace mechanisms here draw exact discrete Gaussian / discrete Laplace noise on a grid
+(``fedrec/dp_sampling.py``: Canonne, Kamath & Steinke 2020, CKS below, batched in numpy,
+ChaCha20 keyed by ``os.urandom``; ~2e6 values per CPU second against OpenDP's ~1.6e4,
+``results/dp_sampler/sampler.md``): x is rounded to the grid g = 2^(floor(log2 scale) - 44)
+and integer noise times g is added, so the released float is the correctly rounded exact
+grid value, a function of the mechanism's output alone. The selection mechanisms
+(exponential, Gumbel top-s) draw one value per candidate and keep OpenDP's exact samplers
+(``opendp.measurements``: make_noisy_top_k). There is no ``rng`` argument and no seed: DP
+noise must be unpredictable to everyone, the server included, so it is the one draw the
+run seed does not reproduce.
+
+Discrete noise, the same guarantees (what each mechanism below calibrates to):
+
+- Rounding to the grid moves each of n coordinates by at most g/2, so the sensitivity of
+  the grid values is at most Delta_2 + g sqrt(n) (L2) or Delta_1 + g n (L1)
+  (``dp_sampling.grid_l2_sensitivity``); :func:`gaussian_mechanism` and
+  :func:`laplace_mechanism` calibrate to these. :func:`gaussian_noise_with_sigma` takes
+  sigma from its caller, who accounts Delta_2 + g sqrt(n) with g <= 2^-44 sigma (relative
+  to the sensitivity 2^-44 sqrt(n) sigma / Delta: 3.6e-13 for fedsvd-privacy's defaults
+  on ML-100K, checked in ``tests/test_fedsvd_accounting.py``).
+- Discrete Laplace with scale b on the grid: P(y) proportional to exp(-|y| / b), so the
+  pmf ratio of two shifts is at most exp(Delta_1 / b): pure (Delta_1 / b)-DP, as the
+  continuous Laplace.
+- Discrete Gaussian with sigma on the grid: for shifts of L2 norm Delta (in grid units) its
+  Renyi divergence at every order alpha is at most alpha Delta^2 / (2 sigma^2) (CKS Sec. 2:
+  (Delta^2 / 2 sigma^2)-zCDP, Thm. 14 for independent coordinates), the continuous
+  Gaussian's RDP curve. So Opacus's RDP accountant composes discrete-Gaussian entries
+  recorded with sample_rate = 1 unchanged (noise_multiplier = sigma / Delta). Its (eps,
+  delta) calibrations (classical, analytic) are continuous-Gaussian results, so
+  :func:`gaussian_mechanism` takes the larger of that sigma and the one whose zCDP
+  implies (eps, delta) (:func:`zcdp_gaussian_sigma`, CKS Cor. 13's conversion). The
+  per-release epsilon a Gaussian ledger entry records (fedsvd-privacy: Theorem 2, the
+  classical formula) is a continuous-Gaussian number; for epsilon <= 1 the zCDP
+  conversion confirms it for the discrete noise too (checked on a grid of epsilon in
+  [0.01, 1] and delta in [1e-12, 0.05], ``tests/test_fedsvd_accounting.py``), above 1 it is
+  no theorem for either noise. Opacus's PRV accountant and subsampled RDP
+  (sample_rate < 1) model continuous noise and are not claimed for discrete entries.
 
 Accounting: the ledger composes pure-DP entries by summation, and the Gaussian entries
 with Opacus's RDP or PRV accountant from (noise_multiplier = sigma / sensitivity,
@@ -51,6 +80,14 @@ from typing import Any, Literal
 
 import numpy as np
 
+from fedrec.dp_sampling import (
+    add_discrete_gaussian,
+    add_discrete_laplace,
+    grid_l1_sensitivity,
+    grid_l2_sensitivity,
+    noise_grid,
+)
+
 # scipy.optimize / scipy.special are imported where the analytic calibration needs them, so
 # importing this module stays cheap for processes that only read its constants and ledger.
 
@@ -59,6 +96,8 @@ __all__ = [
     "classical_gaussian_epsilon",
     "gaussian_mechanism",
     "gaussian_noise_with_sigma",
+    "zcdp_epsilon",
+    "zcdp_gaussian_sigma",
     "laplace_mechanism",
     "exponential_mechanism",
     "gumbel_top_s",
@@ -140,36 +179,62 @@ def classical_gaussian_epsilon(sigma: float, l2_sensitivity: float, delta: float
 
 
 def _opendp():
-    """OpenDP with its ``contrib`` features on (the samplers used here are in contrib)."""
-    import opendp.prelude as odp  # lazy: a native library, only for processes that add noise
+    """OpenDP with its ``contrib`` features on (the selection samplers are in contrib)."""
+    import opendp.prelude as odp  # lazy: a native library, only for processes that select
 
     odp.enable_features("contrib")
     return odp
 
 
-def _float_vector(x: np.ndarray) -> tuple[np.ndarray, list[float]]:
+def _float_vector(x: np.ndarray) -> np.ndarray:
     arr = np.asarray(x, dtype=np.float64)
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{int(np.count_nonzero(~np.isfinite(arr)))} non-finite value(s) "
                          "cannot be released")
-    return arr, arr.ravel().tolist()
+    return arr
+
+
+def zcdp_epsilon(rho: float, delta: float) -> float:
+    """The epsilon at ``delta`` implied by rho-zCDP: min over alpha > 1 of alpha rho +
+    log((alpha - 1) / alpha) - (log delta + log alpha) / (alpha - 1) (CKS 2020 Cor. 13;
+    the conversion Opacus's RDP accountant applies). The minimum is over a fixed grid of
+    orders, each of which gives a valid bound."""
+    alphas = 1.0 + np.logspace(-4, 5, 4000)
+    eps = alphas * rho + np.log1p(-1 / alphas) - (math.log(delta) + np.log(alphas)) / (alphas - 1)
+    return float(np.min(eps))
+
+
+def zcdp_gaussian_sigma(l2_sensitivity: float, epsilon: float, delta: float) -> float:
+    """The smallest sigma (to 1e-12 relative, rounded up) whose (Delta^2 / 2 sigma^2)-zCDP
+    implies (epsilon, delta)-DP through :func:`zcdp_epsilon`: a calibration the discrete
+    Gaussian meets as a theorem, whatever epsilon."""
+    sens = _check_pos("l2_sensitivity", l2_sensitivity)
+    eps = _check_pos("epsilon", epsilon)
+    delta = _check_delta(delta)
+
+    def ok(sigma: float) -> bool:
+        return zcdp_epsilon(sens * sens / (2 * sigma * sigma), delta) <= eps
+
+    lo, hi = sens * 1e-6, sens
+    while not ok(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1e-12 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
 
 
 def gaussian_noise_with_sigma(x: np.ndarray, sigma: float) -> np.ndarray:
-    """Return x + N(0, sigma^2 I) (float64), for callers that calibrate sigma themselves.
-
-    Noise from OpenDP's floating-point-safe Gaussian sampler (``make_gaussian``).
-    """
+    """Return x rounded to the noise grid plus discrete Gaussian noise of scale sigma
+    (float64), for callers that calibrate sigma themselves to the sensitivity on the grid
+    (module docstring; ``dp_sampling.add_discrete_gaussian``)."""
     sigma = float(sigma)
     if not (math.isfinite(sigma) and sigma >= 0):
         raise ValueError(f"sigma must be finite and >= 0, got {sigma}")
-    arr, values = _float_vector(x)
+    arr = _float_vector(x)
     if sigma == 0 or arr.size == 0:
         return arr.copy()
-    odp = _opendp()
-    meas = odp.m.make_gaussian(odp.vector_domain(odp.atom_domain(T=float, nan=False)),
-                               odp.l2_distance(T=float), scale=sigma)
-    return np.asarray(meas(values), dtype=np.float64).reshape(arr.shape)
+    return add_discrete_gaussian(arr, sigma)
 
 
 def gaussian_mechanism(
@@ -179,23 +244,29 @@ def gaussian_mechanism(
     delta: float,
     analytic: bool = False,
 ) -> np.ndarray:
-    """(epsilon, delta)-DP release of x: x + N(0, sigma^2 I) with sigma from :func:`gaussian_sigma`."""
-    sigma = gaussian_sigma(l2_sensitivity, epsilon, delta, analytic=analytic)
-    return gaussian_noise_with_sigma(x, sigma)
+    """(epsilon, delta)-DP release of x with discrete Gaussian noise on the grid: sigma the
+    larger of :func:`gaussian_sigma`'s and :func:`zcdp_gaussian_sigma`'s, both for the
+    sensitivity on the grid (Delta + g sqrt(n), module docstring)."""
+    arr = _float_vector(x)
+    grid = noise_grid(gaussian_sigma(l2_sensitivity, epsilon, delta, analytic=analytic))
+    sens = grid_l2_sensitivity(l2_sensitivity, arr.size, grid)
+    sigma = max(gaussian_sigma(sens, epsilon, delta, analytic=analytic),
+                zcdp_gaussian_sigma(sens, epsilon, delta))
+    return add_discrete_gaussian(arr, sigma, grid=grid) if arr.size else arr.copy()
 
 
 # ---------------------------------------------------------------------------- Laplace
 def laplace_mechanism(x: np.ndarray, l1_sensitivity: float, epsilon: float) -> np.ndarray:
-    """epsilon-DP release of x: x + Laplace(0, l1_sensitivity / epsilon) per coordinate
-    (OpenDP's floating-point-safe ``make_laplace``)."""
+    """epsilon-DP release of x: x rounded to the grid plus discrete Laplace noise of scale
+    (Delta_1 + g n) / epsilon on it (the L1 sensitivity on the grid; the scale rounded up
+    to whole grid steps), per coordinate."""
     scale = _check_pos("l1_sensitivity", l1_sensitivity) / _check_pos("epsilon", epsilon)
-    arr, values = _float_vector(x)
+    arr = _float_vector(x)
     if arr.size == 0:
         return arr.copy()
-    odp = _opendp()
-    meas = odp.m.make_laplace(odp.vector_domain(odp.atom_domain(T=float, nan=False)),
-                              odp.l1_distance(T=float), scale=scale)
-    return np.asarray(meas(values), dtype=np.float64).reshape(arr.shape)
+    grid = noise_grid(scale)
+    sens = grid_l1_sensitivity(l1_sensitivity, arr.size, grid)
+    return add_discrete_laplace(arr, sens / epsilon, grid=grid)[0]
 
 
 # ---------------------------------------------------------------------------- selection

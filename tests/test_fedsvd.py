@@ -271,7 +271,9 @@ def test_a_declared_tiny_z_hat_cannot_release_a_large_basis_cheaply(attacked):
     assert charge == pytest.approx(honest, rel=1e-12)
     assert charge > svd.release_epsilon(params, 2.0, 1, 1)  # the declared rank's charge
     weight = rows.shape[0] / 60.0
-    expected = weight * svd.gram_product(rows, svd.clip_entries(big, 2e-7))
+    # the node's value on the grid of its noise (power_svd.on_noise_grid), noise zero here
+    expected = weight * svd.on_noise_grid(svd.gram_product(rows, svd.clip_entries(big, 2e-7)),
+                                          2.0)
     np.testing.assert_allclose(values, expected.ravel(), rtol=1e-12, atol=0)
 
 

@@ -39,6 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from fedrec.dp import PrivacyLedger
+from fedrec.dp_sampling import noise_grid, snap_to_grid
 from fedrec.recsys.linalg import qr_positive
 from fedrec.recsys.metrics import subspace_distance
 
@@ -49,14 +50,29 @@ Noise = Callable[[tuple[int, ...], float], np.ndarray]
 
 
 def draw_noise(shape: tuple[int, ...], std: float) -> np.ndarray:
-    """N(0, std^2) noise of ``shape`` from the floating-point-safe OpenDP sampler.
+    """Discrete Gaussian noise of scale ``std`` on the grid ``noise_grid(std)`` (integers
+    times a power of two; ``fedrec/dp_sampling.py``), as float64 of ``shape``.
 
-    Every noise the protocol releases comes from here (``fedrec/dp.py``); tests may
-    replace it with known values (the node handlers look it up on this module per call).
+    Every noise the protocol releases comes from here, and :func:`noisy` adds it to the
+    value rounded to the same grid (floating-point safe); tests may replace it with known
+    values (the node handlers look it up on this module per call).
     """
-    from fedrec.dp import gaussian_noise_with_sigma
+    from fedrec.dp_sampling import add_discrete_gaussian
 
-    return gaussian_noise_with_sigma(np.zeros(shape), std)
+    return add_discrete_gaussian(np.zeros(shape), std)
+
+
+def on_noise_grid(Y: np.ndarray, std: float) -> np.ndarray:
+    """Y rounded to the grid of noise of scale ``std`` (``dp_sampling.noise_grid``): with
+    :func:`draw_noise`'s values, also on that grid, the float sum is the correctly rounded
+    exact mechanism output, so no low bit of Y reaches it; the rounding adds at most
+    grid sqrt(d r) to the L2 sensitivity (``fedrec/dp.py``, "Discrete noise")."""
+    return snap_to_grid(Y, noise_grid(std))
+
+
+def noisy(Y: np.ndarray, std: float, noise: Noise) -> np.ndarray:
+    """Y on the noise grid plus ``noise(Y.shape, std)`` (:func:`on_noise_grid`)."""
+    return on_noise_grid(Y, std) + noise(Y.shape, std)
 
 
 @dataclass(frozen=True)
@@ -273,7 +289,7 @@ def local_step(scheme: str, rows: sp.spmatrix, Z: np.ndarray, params: SvdParams,
     Y = gram_product(rows, Z)
     if scheme == "fedsvd-privacy":
         if sigma > 0:
-            Y = Y + noise(Y.shape, sigma)
+            Y = noisy(Y, sigma, noise)
         return clip_entries(orth(Y), params.z_hat)
     return orth(Y)
 
@@ -287,17 +303,14 @@ def sync_step(scheme: str, rows: sp.spmatrix, Z: np.ndarray, common: np.ndarray,
     s_i / s before it leaves (Eq. 1).
     """
     Y = gram_product(rows, Z)
-    kept = None
     if scheme == "fedsvd-privacy":
-        N = noise(Y.shape, sigma) if sigma > 0 else np.zeros_like(Y)
-        update = Y + N
+        std, update = sigma, Y
     else:
-        D = procrustes(Z, common)
         std = FEDPOWER_Z_MAX * sigma if scheme == "fedpower" else sigma
-        N = noise(Y.shape, std) if std > 0 else np.zeros_like(Y)
-        update = Y @ D + N
-        if scheme == "fedsvd-utility":
-            kept = weight * N
+        update = Y @ procrustes(Z, common)
+    N = noise(update.shape, std) if std > 0 else np.zeros_like(update)
+    update = (on_noise_grid(update, std) if std > 0 else update) + N
+    kept = weight * N if scheme == "fedsvd-utility" else None
     return SyncContribution(weight * update, kept)
 
 
@@ -338,7 +351,7 @@ def server_step(scheme: str, total: np.ndarray, params: SvdParams, *,
     if scheme == "fedpower":
         std = FEDPOWER_Z_MAX * params.sigma_server
         draw = noise or draw_noise  # looked up per call (tests substitute known noise)
-        Y = total + draw(total.shape, std) if std > 0 else total
+        Y = noisy(total, std, draw) if std > 0 else total
         return orth(Y)
     if scheme == "fedsvd-utility":
         return orth(total if removed is None else total - removed)
