@@ -4,11 +4,13 @@ update as a share of a sum, and fedsvd-utility's homomorphic noise product.
 The node never sends M'_i, its local bases or its noise in clear. What it enforces on its
 own (``clients/policy.py``), whatever the request declares: its M'_i is clipped to the
 declared bound m_hat and fedsvd-privacy's basis to z_hat (clips, not refusals, so no answer
-depends on the data); fedsvd-privacy's noisy release outside a secure sum (plain mode) is
-charged to its DP ledger (``clients/dp_ledger.py``) before it is computed, by Theorem 2 with
-the rank, bounds, sigma and iteration count the node itself uses, and a delta outside (0, 1)
-is refused; server-chosen sizes are bounded by ``memory-budget-mb`` and a request's work
-(iterations times the flops of one, :func:`block_flops`) by ``max-iterations`` iterations of
+depends on the data); fedsvd-privacy's noisy release is charged to its DP ledger
+(``clients/dp_ledger.py``) before it is computed, whatever carries it (SecAgg+, plain or
+CKKS sums: Theorem 2 bounds what the node's own noise protects, and a secure sum is no DP
+guarantee of its own), by Theorem 2 with the rank, bounds, sigma and iteration count the
+node itself uses, and a delta outside (0, 1) is refused; server-chosen sizes are bounded by
+``memory-budget-mb`` and a request's work (iterations times the flops of one,
+:func:`block_flops`) by ``max-iterations`` iterations of
 :data:`ITERATION_FLOPS` each, both from sizes the server knows, before any work; the noise
 product needs ``allow-noise-removal``, is answered once per synchronization and only if its
 update went into a masked sum. A reply holds the protocol's values alone: FedPower's noise
@@ -151,14 +153,18 @@ def _sum_mode(node: NodeContext) -> str:
 
 
 def _charge(node: NodeContext, block: _Block) -> None:
-    """fedsvd-privacy outside a secure sum: charge the node's ledger before computing, from
-    what the node itself uses (its rank, its clipped bounds, its sigma, its iterations)."""
-    if block.scheme != "fedsvd-privacy" or block.mode != "plain" or block.sigma <= 0:
+    """fedsvd-privacy: charge the node's ledger before computing, from what the node itself
+    uses (its rank, its clipped bounds, its sigma, its iterations), whatever aggregator
+    carries the release: the masks of a secure sum hide the node's update from the server,
+    but the sum is released, and the node's own noise is what Theorem 2 accounts (its
+    ledger cannot count on the other nodes' noise)."""
+    if block.scheme != "fedsvd-privacy" or block.sigma <= 0:
         return
     release = svd.release_ledger(block.params, block.sigma, block.Z.shape[1],
                                  block.t_to - block.t_from)
+    carrier = f"a {block.mode} sum" if block.mode else "a sum"
     node.charge_dp(release, f"fedsvd-privacy iterations {block.t_from + 1}..{block.t_to} "
-                   "released in a plain sum")
+                   f"released in {carrier}")
 
 
 def _noise(shape: tuple[int, ...], std: float) -> np.ndarray:

@@ -67,7 +67,7 @@ CASES: dict[str, Case] = {
                    "partition": "shards-random"}, victim=1),
     "fedpower": Case(_SVD),
     "fedsvd-utility": Case(_SVD, {"allow-noise-removal": True}),
-    "fedsvd-privacy": Case(_SVD),
+    "fedsvd-privacy": Case(_SVD, {"dp-budget": 1e9}),  # charged under SecAgg+ too
     "dp-prototypes": Case({"dpp-k": 2, "dpp-sparsity": 4, "dpp-rank": 2, "dpp-swaps": 1,
                            "dpp-shifts": 1}, {"dp-budget": 100.0}),
     "fedmvmf": Case(_MVMF, nodes=NODES + 1),

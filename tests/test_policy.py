@@ -165,7 +165,7 @@ PRODUCTION_ACTIONS = {
     "query.fedmf_train": "local BPR on the node's users; item deltas as a sum contribution",
     "query.fedmf_evaluate": "metric sums of the node's users (a sum contribution)",
     "query.fedsvd_sync": "local power iterations; the noisy update as a sum contribution "
-                         "(plain: charged to dp-budget for fedsvd-privacy)",
+                         "(charged to dp-budget for fedsvd-privacy, whatever the aggregator)",
     "query.fedsvd_noise_product": "own noise times the server's encrypted selection value; "
                                   "needs allow-noise-removal, once per sync, masked sums only",
     "query.fedsvd_output": "output rule: the aligned local basis as a sum contribution",
