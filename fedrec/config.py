@@ -98,8 +98,10 @@ CORE_KEYS: tuple[Key, ...] = (
         "negatives, public graphs); secrets never come from it", used_by="all"),
     Key("rounds", 20, "training rounds (FedMVMF/PrivMVMF: epochs)", min=1,
         used_by="fedmf, fedmvmf, privmvmf"),
-    Key("timeout", 120.0, "seconds a node may take to answer one request; a silent node then "
-        "fails the run with an error naming it (secure sums treat it as a dropout)",
+    Key("timeout", 120.0, "seconds a node may take to answer one request, counted from the "
+        "request or from the round's last reply (a simulation answers its nodes a few at a "
+        "time); a silent node then fails the run with an error naming it (secure sums treat "
+        "it as a dropout)",
         min=0.001, used_by="all"),
     Key("startup-timeout", 600.0, "seconds the first contact may take (waiting for "
         "`min-nodes`, then the handshake): it also pays each node's start, e.g. Flower's "

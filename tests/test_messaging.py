@@ -165,6 +165,37 @@ def test_silent_node_times_out_and_is_named(client_app) -> None:
     assert set(messenger.ledger.node_up) == {1001, 1003}
 
 
+class _Staggered(LocalGrid):
+    """Replies that become ready one after another, ``gap`` seconds apart (a simulation's
+    few workers answering a large round's nodes in turn)."""
+
+    gap = 0.5
+
+    def push_messages(self, messages):  # noqa: ANN001, ANN201
+        ids = super().push_messages(messages)
+        start = time.monotonic()
+        for k, mid in enumerate(ids):
+            self._ready_at[mid] = start + self.gap * (k + 1)
+        return ids
+
+
+def test_a_round_longer_than_the_timeout_completes_while_replies_keep_coming(
+        client_app) -> None:
+    """Six replies 0.5 s apart take 3 s, beyond a 2 s timeout: the deadline counts a node's
+    silence from the last reply, so the round completes. A node silent after them still
+    fails the round, naming it."""
+    with _Staggered(client_app, 6) as grid:
+        messenger = Messenger(grid, timeout=2.0)
+        replies = messenger.broadcast("msgtest_echo", RecordDict())
+        assert sorted(replies) == grid.ids
+    with _Staggered(client_app, 6, silent=[1006]) as grid:
+        messenger = Messenger(grid, timeout=2.0)
+        with pytest.raises(NodeTimeoutError) as info:
+            messenger.broadcast("msgtest_echo", RecordDict())
+        assert info.value.missing == ["node 1006"]
+        assert set(messenger.ledger.node_up) == set(grid.ids) - {1006}
+
+
 def test_node_the_superlink_reports_unavailable_counts_as_silent(client_app) -> None:
     """A dead SuperNode is noticed by its missed heartbeats or by the deadline, whichever
     comes first; either way the run reports the same silence (a timeout error naming it,

@@ -225,8 +225,11 @@ class Messenger:
         """Push ``messages``; yield ``(node, reply Message)`` as replies arrive (errors too).
 
         The one push/poll loop of the project: :meth:`iter_replies` and
-        :class:`AccountedGrid` both run on it. It always has a deadline (``timeout``, else the
-        Messenger's); when it passes, :attr:`last_missing` lists the silent node ids and the
+        :class:`AccountedGrid` both run on it. It always has a deadline: ``timeout`` (else the
+        Messenger's) seconds after the push, moved to ``timeout`` after each reply while
+        replies come. Why: a simulation's few workers answer a round's nodes one after
+        another, so a round of 3,000 nodes takes longer than any one node; the deadline
+        measures a node's silence, not the federation's size. When it passes, :attr:`last_missing` lists the silent node ids and the
         iteration ends: the caller decides whether silence is an error. Messages the grid
         rejects (unknown or offline node) count as silent, and so do the error replies the
         SuperLink writes itself for a node that stopped sending heartbeats
@@ -267,13 +270,16 @@ class Messenger:
                         continue
                     up[node] = message_nbytes(reply)
                     yield node, reply
+                if replies:  # the clock runs from the last reply: see ``timeout`` below
+                    deadline = max(deadline, time.monotonic() + timeout)
                 if pending and not replies:
                     if time.monotonic() > deadline:
                         break
                     if time.monotonic() > next_progress:
                         next_progress = time.monotonic() + PROGRESS_SECONDS
-                        log.info("%s: %d of %d node(s) answered, waiting %.0f s of up to %g s",
-                                 phase, len(messages) - len(pending), len(messages),
+                        log.info("%s: %d of %d node(s) answered, waiting %.0f s (a node may "
+                                 "take %g s after the last reply)", phase,
+                                 len(messages) - len(pending), len(messages),
                                  time.perf_counter() - t0, timeout)
                     time.sleep(self.poll_wait(time.monotonic() - (deadline - timeout)))
             self.last_missing = sorted(set(pending.values()) | set(self.last_rejected)
