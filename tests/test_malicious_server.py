@@ -72,9 +72,10 @@ class Run:
     aggregator stops before its own unmasking, so the test plays the server from there)."""
 
     def __init__(self, folder: Path, n: int, *, policy: str = "default",
-                 degree: int | None = None) -> None:
-        self.grid = MaliciousGrid(APPS[policy], n, node_configs=_configs(folder, n),
-                                  run_id=next(_RUNS))
+                 degree: int | None = None, identity: str = "roster") -> None:
+        # simulated identities check the node set and splits through their neighbours only
+        configs = _configs(folder, n) if identity == "roster" else None
+        self.grid = MaliciousGrid(APPS[policy], n, node_configs=configs, run_id=next(_RUNS))
         self.messenger = Messenger(self.grid, timeout=10)
         self.nodes = self.messenger.node_ids()
         self.agg = SecureAggregator(self.messenger, self.nodes, seed=7, degree=degree,
@@ -149,7 +150,10 @@ def _schedule_attack(run: Run, views: dict[int, list[int]]) -> dict[int, dict[st
         have = signatures.get((tuple(survivors), tuple(sorted(dropped))), {})
         # a missing signature is filled with any other signature the server holds
         spare = next((s for sigs in signatures.values() for s in sigs.values()), b"\0" * 100)
-        extra = {"confirmations": [have.get(v, spare) for v in survivors]} if dropped else {}
+        # the signers the node asks for: every survivor, or its surviving neighbourhood
+        pool = survivors if run.agg.whole[u] else \
+            sorted(({u} | set(run.agg.graph[u])) & set(survivors))
+        extra = {"confirmations": [have.get(v, spare) for v in pool]} if dropped else {}
         reply = run.ask(u, "secagg_unmask", run.lists(survivors, dropped, **extra))
         if reply is not None:
             revealed[u] = {k: bytes(v) for k, v in reply.config_records["revealed"].items()}
@@ -157,12 +161,17 @@ def _schedule_attack(run: Run, views: dict[int, list[int]]) -> dict[int, dict[st
 
 
 # -- 1. split unmask lists --------------------------------------------------------------------
+@pytest.mark.parametrize("identity", ["roster", "simulated"])
 @pytest.mark.parametrize("n", [5, 6, 7])
-def test_split_survivor_lists_never_unmask_the_victim(roster: Path, n: int) -> None:
+def test_split_survivor_lists_never_unmask_the_victim(roster: Path, n: int,
+                                                      identity: str) -> None:
     """The review's attack: the victim is told its neighbours dropped (it reveals its pairwise
     keys with them), the others are told the victim survived (they reveal shares of its
-    seed); padded lists name node ids that do not exist. Nodes allow dropouts here."""
-    run = Run(roster, n, policy="dropouts")
+    seed); padded lists name node ids that do not exist. Nodes allow dropouts here. With
+    simulated identities each node checks only its neighbourhood's signatures: the victim's
+    neighbours are exactly the nodes whose signatures its split lacks."""
+    run = Run(roster, n, policy="dropouts", identity=identity)
+    assert set(run.agg.whole.values()) == {identity == "roster"}  # the path under test
     try:
         run.mask()
         victim = run.nodes[0]
@@ -203,12 +212,14 @@ def test_a_dropped_list_must_name_nodes_of_the_committed_set(roster: Path, lists
 @given(data=st.data())
 def test_no_unmask_schedule_reconstructs_a_single_input(roster: Path, data: Any) -> None:
     """Any per-node survivor/dropped split over 3-12 nodes, complete or sparse graph, nodes
-    allowing dropouts: the server never holds both enough seed shares and every pairwise
-    key of any one node."""
+    allowing dropouts, roster identities (every survivor's signature checked) or simulated
+    ones (the neighbourhood's): the server never holds both enough seed shares and every
+    pairwise key of any one node."""
     n = data.draw(st.integers(3, MAX_NODES), label="nodes")
     degree = data.draw(st.sampled_from([None, 2, 4]), label="degree")
+    identity = data.draw(st.sampled_from(["roster", "simulated"]), label="identity")
     run = Run(roster, n, policy="dropouts", degree=degree if degree and degree < n - 1
-              else None)
+              else None, identity=identity)
     try:
         run.mask()
         subsets = st.lists(st.sampled_from(run.nodes), unique=True, max_size=n - 1)

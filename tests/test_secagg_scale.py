@@ -113,3 +113,93 @@ def test_no_request_grows_linearly_with_the_federation() -> None:
     per = 8 + 140
     model = 16 * (per + 8 * HASH_BYTES) / (12 * (per + 6 * HASH_BYTES))
     assert large["secagg_share"] / small["secagg_share"] < 1.5 * model
+
+
+# -- what a node given only the root still refuses --------------------------------------------
+N_SPARSE, DEGREE = 40, 4  # a sparse graph: most nodes are not a given node's neighbours
+
+
+def _setup(rewrite: Any = None) -> tuple[Any, Any]:
+    """Key setup (and a sum, if it passes) over N_SPARSE simulated nodes under a server that
+    rewrites requests with ``rewrite(msg)``; returns (the error or None, the aggregator)."""
+    from fedrec.transport.messenger import Messenger, NodeError
+    from fedrec.transport.secagg_server import SecureAggregator
+    from fl_app.client_app import build_client_app
+    from tests.malicious import MaliciousGrid
+    from tests.simutil import DIAGNOSTIC_APP, diag_request
+
+    app = build_client_app(DIAGNOSTIC_APP["extra_modules"], policy=DIAGNOSTIC_APP["policy"])
+    with MaliciousGrid(app, N_SPARSE, rewrite=rewrite, run_id=7000) as grid:
+        messenger = Messenger(grid, timeout=60)
+        nodes = messenger.node_ids(min_nodes=N_SPARSE)
+        for u in nodes:
+            messenger.report.add_identity(u, "simulated")
+        agg = SecureAggregator(messenger, nodes, degree=DEGREE, seed=5)
+        try:
+            agg.setup()
+            agg.sum("diag_secure_sum", diag_request(2, {"v": (3,)}), max_abs=10.0)
+        except NodeError as err:
+            return err, agg
+    return None, agg
+
+
+def _rewriting(action: str, victim_index: int, change: Any) -> Any:
+    """A rewrite that applies ``change(fields, ids)`` to the victim's ``action`` request."""
+    def rewrite(msg: Any) -> Any:
+        if msg.metadata.message_type != f"query.{action}":
+            return None
+        ids = sorted(1001 + i for i in range(N_SPARSE))
+        if msg.metadata.dst_node_id != ids[victim_index]:
+            return None
+        from flwr.app import ConfigRecord, RecordDict
+
+        content = RecordDict(dict(msg.content.items()))
+        fields = dict(content["secagg"])
+        change(fields, ids)
+        content["secagg"] = ConfigRecord(fields)
+        return content
+    return rewrite
+
+
+def test_the_honest_sparse_run_passes_and_each_node_holds_the_root_only() -> None:
+    err, agg = _setup()
+    assert err is None
+    assert not any(agg.whole.values())
+
+
+def test_a_set_without_one_far_node_shown_to_one_node_is_refused() -> None:
+    """The victim is shown the set less one node that is not its neighbour (a valid root,
+    size and path for that smaller set): its neighbours signed mask keys over the real set,
+    so the share round refuses; no sum exists over the smaller set."""
+    def smaller(fields: dict, ids: list[int]) -> None:
+        victim = ids[0]
+        near = set(neighbour_graph(ids, DEGREE, 5)[victim])
+        far = next(v for v in reversed(ids) if v not in near and v != victim)
+        rest = [v for v in ids if v != far]
+        tree = MerkleTree(rest)
+        fields.update({"members-root": tree.root, "members-count": len(rest),
+                       "member-index": 0, "member-path": tree.path(0)})
+    err, _ = _setup(_rewriting("secagg_advertise", 0, smaller))
+    assert err is not None and "secagg_share" in str(err), err
+    assert "committed node set" in str(err)
+
+
+@pytest.mark.parametrize("lie", ["a far node as a neighbour", "a forged path",
+                                 "a neighbour left out"])
+def test_neighbours_the_graph_does_not_give_are_refused(lie: str) -> None:
+    def change(fields: dict, ids: list[int]) -> None:
+        listed, paths = list(fields["neighbours"]), list(fields["neighbour-paths"])
+        tree = MerkleTree(ids)
+        if lie == "a far node as a neighbour":
+            far = next(v for v in reversed(ids) if v not in listed and v != ids[0])
+            listed[-1], paths[-1] = far, tree.path(ids.index(far))
+            order = sorted(range(len(listed)), key=lambda k: listed[k])
+            listed, paths = [listed[k] for k in order], [paths[k] for k in order]
+        elif lie == "a forged path":
+            paths[0] = bytes(len(paths[0]))
+        else:
+            listed, paths = listed[1:], paths[1:]
+            fields["s-pks"] = list(fields["s-pks"])[1:]
+        fields.update({"neighbours": listed, "neighbour-paths": paths})
+    err, _ = _setup(_rewriting("secagg_share", 0, change))
+    assert err is not None and "its neighbours are not the ones" in str(err), err
