@@ -63,6 +63,7 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("clients.node", "NodeContext.store_arrays", "node: state save"),
     ("clients.node", "NodeContext.arrays", "node: (de)serialization"),
     ("clients.lpgcn", "to_array_record", "node: (de)serialization"),
+    ("clients.lpgcn", "reply_arrays", "node: (de)serialization"),
     ("clients.lpgcn", "pack", "node: (de)serialization"),
     ("clients.lpgcn", "unpack", "node: (de)serialization"),
     ("clients.sealed_node", "Mailbox.send", "node: sealed relay (seal, open)"),

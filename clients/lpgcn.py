@@ -23,12 +23,14 @@ move in lockstep and the server can sum a layer's partials once every node sent 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.lib.format as npy_format
 import scipy.sparse as sp
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
@@ -73,6 +75,7 @@ from fedrec.wire.sums import NODESET_KEY
 
 SECRET = "lpgcn-S"  # the relay purpose of the shared key S
 _SETUP, _PARAMS, _STEP, _FLAGS = "lpgcn.setup", "lpgcn.params", "lpgcn.step", "lpgcn.flags"
+_LOSSES = "lpgcn.losses"  # ArrayRecord: "step" and "loss" of each step this node trained
 
 
 #: Where a delivered part goes in the step's state (a per-layer part's key gets its layer).
@@ -156,6 +159,35 @@ def state_view(array: Array) -> np.ndarray:
     return np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(array.shape)
 
 
+#: .npy headers by (dtype, shape): a round stores arrays of a few shapes again and again.
+_HEADERS: dict[tuple[str, tuple[int, ...]], bytes] = {}
+
+
+def state_array(value: np.ndarray) -> Array:
+    """``Array(value)`` with its .npy header made once per dtype and shape (``np.save``
+    formats it anew for every array, which cost more than copying a round's small arrays);
+    the same bytes as ``Array(value)`` for a C-ordered array."""
+    value = np.asarray(value)
+    if not value.flags.c_contiguous:
+        value = np.ascontiguousarray(value)
+    key = (value.dtype.str, value.shape)
+    head = _HEADERS.get(key)
+    if head is None:
+        buf = io.BytesIO()
+        npy_format.write_array_header_1_0(buf, npy_format.header_data_from_array_1_0(value))
+        head = buf.getvalue()
+        if len(_HEADERS) > 4096:
+            _HEADERS.clear()
+        _HEADERS[key] = head
+    return Array(dtype=str(value.dtype), shape=tuple(int(n) for n in value.shape),
+                 stype="numpy.ndarray", data=head + value.tobytes())
+
+
+def reply_arrays(arrays: dict[str, Any]) -> ArrayRecord:
+    """A round's uploads as the reply's record (:func:`state_array`: the same bytes)."""
+    return ArrayRecord({k: state_array(to_numpy(v)) for k, v in arrays.items()})
+
+
 class StateArrays(MutableMapping):
     """Named arrays in one ArrayRecord of the node state, each read on first use and written
     only when set: a round touches a few of a node's arrays, and re-serializing all of them
@@ -176,7 +208,7 @@ class StateArrays(MutableMapping):
     def __setitem__(self, key: str, value: np.ndarray) -> None:
         value = to_numpy(value)  # a tensor of a node computing on a device
         self.cache[key] = value
-        self.record[key] = Array(np.ascontiguousarray(value))
+        self.record[key] = state_array(value)
 
     def __delitem__(self, key: str) -> None:
         del self.record[key]
@@ -802,7 +834,7 @@ class Session:
         for key in [k for k in self.cur if not k.startswith("lpgcn-wg")]:
             del self.cur[key]
         keep = {k: v for k, v in self.flags.items()
-                if k in ("degrees", "losses", "loss-steps", "w-pending") or k.startswith("deg.")}
+                if k in ("degrees", "w-pending") or k.startswith("deg.")}
         self.flags = {**keep, "step": step, "train": train}
         if not train:
             return
@@ -1018,10 +1050,13 @@ class Session:
         c["dNf"] = scatter_rows(out_pos[~held_neg], t.d_neg[~held_neg], no)
         c["dNr"] = scatter_rows(out_pos[~held_neg], t.r_neg[~held_neg], no)
         c[f"Gu{L}"] = direct_terms(L, L, self.x(c["dUf"]), self.x(c["dUr"]))
-        losses = list(self.flags.get("losses", []))
-        steps = list(self.flags.get("loss-steps", []))
-        self.flags["losses"], self.flags["loss-steps"] = losses + [t.loss], steps + [
-            int(self.flags["step"])]
+        # appended once per step, in an array record of its own (the flags, rewritten every
+        # round, would grow with the run)
+        kept = StateArrays(self.node, _LOSSES)
+        had = "loss" in kept
+        kept["step"] = np.append(kept["step"] if had else np.zeros(0, np.int64),
+                                 int(self.flags["step"]))
+        kept["loss"] = np.append(kept["loss"] if had else np.zeros(0), float(t.loss))
         self.mark("loss")
         return True
 
@@ -1145,7 +1180,7 @@ def lpgcn_round(content: RecordDict, node: NodeContext) -> RecordDict:
     reply = RecordDict({wire.STATUS: ConfigRecord({"step": step,
                                                    "forward-done": s.forward_done()})})
     if s.out:
-        reply[request_wire.ARRAYS] = to_array_record(s.out)
+        reply[request_wire.ARRAYS] = reply_arrays(s.out)
     return reply
 
 
@@ -1181,9 +1216,9 @@ def lpgcn_losses(content: RecordDict, node: NodeContext) -> RecordDict:
     """This node's loss share of every training step so far, as a share of a sum."""
     steps = node.size(_hp(node), "steps", minimum=0)
     node.reserve(8.0 * steps, f"LP-GCN losses of {steps} steps")
-    flags = dict(config_record(node.state, _FLAGS) or ConfigRecord())
+    kept = StateArrays(node, _LOSSES)
     out = np.zeros(steps)
-    for s, value in zip(flags.get("loss-steps", []), flags.get("losses", [])):
+    for s, value in zip(*((kept["step"], kept["loss"]) if "loss" in kept else ((), ()))):
         if 0 <= int(s) < steps:
             out[int(s)] += float(value)
     return sum_reply(node, {"loss": out})

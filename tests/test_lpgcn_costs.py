@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flwr.app import Array
 
-from clients.lpgcn import LosslessnessError, pack, state_view, unpack
+from clients.lpgcn import LosslessnessError, pack, state_array, state_view, unpack
 
 
 @pytest.mark.parametrize("value", [np.arange(12.0).reshape(3, 4), np.zeros((0, 20)),
@@ -51,3 +51,13 @@ def test_a_malformed_letter_is_refused(cut) -> None:
             "negative": framed(b'[["x", "<f8", [-4]]]')}[cut]
     with pytest.raises(LosslessnessError, match="malformed LP-GCN mail"):
         unpack(blob)
+
+
+@pytest.mark.parametrize("value", [np.arange(12.0).reshape(3, 4), np.zeros((0, 20)),
+                                   np.arange(5, dtype=np.uint64), np.array(3.5)])
+def test_a_state_array_is_the_array_flower_makes(value) -> None:
+    """The cached .npy header gives Flower's own bytes, dtype and shape."""
+    made, flowers = state_array(value), Array(value)
+    assert (made.data, made.dtype, made.shape, made.stype) == (
+        flowers.data, flowers.dtype, flowers.shape, flowers.stype)
+    np.testing.assert_array_equal(state_view(made), value)
