@@ -26,8 +26,15 @@ Every unit is stored in ``results/lpgcn/converged.json`` as it finishes, trainin
 every epoch under ``--checkpoint-dir``, and a rerun continues (same config). Each dataset's
 cell goes into ``results/leaderboard.json`` when its three units are done.
 
+On a user's own split (``--datasets NAME --data-dir DIR``: any folder the project's loader
+reads, docs/datasets.md) the same three units run on it, and everything goes beside that
+split's board (``benchmarks/_board.default_out``: ``results/boards/NAME/``): the units in
+``lpgcn_converged.json``, the checkpoints in ``checkpoints/``, the cell into its
+``leaderboard.json``; the shipped results are never touched.
+
     python benchmarks/lpgcn_converged.py                       # ML-100K, then ML-1M
     python benchmarks/lpgcn_converged.py --datasets ml-100k --fed-epochs 1
+    python benchmarks/lpgcn_converged.py --datasets my-data --data-dir DIR
     python benchmarks/lpgcn_converged.py --markdown-only
     python benchmarks/lpgcn_converged.py --device cuda         # centralized units on a GPU
 """
@@ -46,7 +53,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package named benchmarks
 
 from benchmarks._board import OUT as BOARD  # noqa: E402
-from benchmarks._board import board_config, board_data, server_sees  # noqa: E402
+from benchmarks._board import board_config, board_data, default_out, server_sees  # noqa: E402
 from benchmarks._board_report import markdown as board_markdown  # noqa: E402
 from benchmarks._board_report import plot as board_plot  # noqa: E402
 from benchmarks._report import (  # noqa: E402
@@ -83,6 +90,25 @@ class Phase:
         """The hyperparameters (and, for ``final``, the epoch count) a checkpoint must match."""
         return {k: v for k, v in self.config
                 if k.startswith("lpgcn-") and (self.phase == "final" or k != "lpgcn-epochs")}
+
+
+def cell_config(dataset: str, data_dir: str = "") -> dict[str, Any]:
+    """The board's LP-GCN run config on ``dataset``, read from ``data_dir`` when given (a
+    user's folder split), every default resolved."""
+    from fl_app.registry import resolve_config
+
+    cfg = board_config(dataset)
+    return resolve_config({**cfg, "data-dir": data_dir}) if data_dir else cfg
+
+
+def check_datasets(datasets: list[str], data_dir: str = "") -> None:
+    """Load every split as the units will, so a bad name or folder stops the run before its
+    first unit, naming it."""
+    for ds in datasets:
+        try:
+            board_data(cell_config(ds, data_dir))
+        except (ValueError, FileNotFoundError) as exc:  # DataError is a ValueError
+            raise SystemExit(f"error: --datasets {ds}: {exc}") from None
 
 
 def select(dataset: str, cfg: dict[str, Any], ckpt: Path,
@@ -236,8 +262,12 @@ def markdown(result: dict[str, Any]) -> str:
         else:
             row += ["-", "-", "-", f"{sel['s_per_epoch']:.2f}", "-"]
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", f"Config: {result['config']}.", "",
-              "Command: `python benchmarks/lpgcn_converged.py` (continues where it stopped).",
+    config = result["config"]
+    own = (f" --datasets {' '.join(config['datasets'])} --data-dir {config['data_dir']}"
+           if config.get("data_dir") else "")
+    lines += ["", f"Config: {config}.", "",
+              f"Command: `python benchmarks/lpgcn_converged.py{own}` (continues where it "
+              "stopped).",
               f"Machine: {result.get('machine', {})}.", ""]
     return "\n".join(lines)
 
@@ -258,9 +288,10 @@ def put_cell(board: Path, cell: dict[str, Any]) -> None:
 
 
 def run(dataset: str, units: Units, fed_epochs: int, ckpt: Path,
-        device: str = "numpy") -> dict[str, Any]:
-    """The three units of ``dataset`` (stored ones are kept) and its leaderboard cell."""
-    cfg = board_config(dataset)
+        device: str = "numpy", data_dir: str = "") -> dict[str, Any]:
+    """The three units of ``dataset`` (from ``data_dir`` when given; stored ones are kept)
+    and its leaderboard cell."""
+    cfg = cell_config(dataset, data_dir)
     done: dict[str, Any] = {}
     for name, work in (("select", lambda: select(dataset, cfg, ckpt, device)),
                        ("final", lambda: final(dataset, cfg, done["select"]["epochs"], ckpt,
@@ -272,15 +303,29 @@ def run(dataset: str, units: Units, fed_epochs: int, ckpt: Path,
     return leaderboard_cell(dataset, cfg, done)
 
 
-def units_for(fed_epochs: int = 1, out: Path = OUT) -> Units:
-    """The units file of this config, its stored units kept."""
-    config = {"datasets": list(DATASETS), "fed_epochs": fed_epochs,
-              "eval_every": EVAL_EVERY, "patience_epochs": PATIENCE_EPOCHS,
-              "max_epochs": MAX_EPOCHS, "nodes": NODES,
-              "lpgcn": {ds: {k: v for k, v in board_config(ds).items()
-                             if k.startswith("lpgcn-") or k == "drop-cold-items"}
-                        for ds in DATASETS}}
+def units_for(fed_epochs: int = 1, out: Path = OUT, datasets: tuple[str, ...] = DATASETS,
+              data_dir: str = "") -> Units:
+    """The units file of this config, its stored units kept (a user's split records its
+    folder, so units of another folder's split of the same name are never taken)."""
+    config: dict[str, Any] = {
+        "datasets": list(datasets), "fed_epochs": fed_epochs,
+        "eval_every": EVAL_EVERY, "patience_epochs": PATIENCE_EPOCHS,
+        "max_epochs": MAX_EPOCHS, "nodes": NODES,
+        "lpgcn": {ds: {k: v for k, v in cell_config(ds, data_dir).items()
+                       if k.startswith("lpgcn-") or k == "drop-cold-items"}
+                  for ds in datasets}}
+    if data_dir:
+        config["data_dir"] = data_dir
     return Units(out, config, resume=True)
+
+
+def places(datasets: list[str], data_dir: str = "") -> tuple[Path, Path, Path, bool]:
+    """(board, units file, checkpoint folder, shipped): the shipped board's files for its own
+    datasets at the default data location, else the folder of that split's own board."""
+    board = default_out(datasets, data_dir)
+    if board == BOARD:
+        return BOARD, OUT, CHECKPOINTS, True
+    return board, board.parent / "lpgcn_converged.json", board.parent / "checkpoints", False
 
 
 def converged_cell(dataset: str, ckpt: Path = CHECKPOINTS) -> dict[str, Any]:
@@ -290,25 +335,38 @@ def converged_cell(dataset: str, ckpt: Path = CHECKPOINTS) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
+    ap.add_argument("--datasets", nargs="+", default=list(DATASETS),
+                    help="built-in names or the folder names of splits under --data-dir")
+    ap.add_argument("--data-dir", default="", help="where a user's split folders are "
+                    "(docs/datasets.md, 'Your own data')")
     ap.add_argument("--fed-epochs", type=int, default=1, help="whole epochs of the federated "
                     "check (Flower simulation)")
-    ap.add_argument("--checkpoint-dir", type=Path, default=CHECKPOINTS)
-    ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--board", type=Path, default=BOARD)
+    ap.add_argument("--checkpoint-dir", type=Path, default=None, help="default: "
+                    f"{CHECKPOINTS.relative_to(REPO)}, a user's split: checkpoints/ beside its "
+                    "board")
+    ap.add_argument("--out", type=Path, default=None, help=f"default: {OUT.relative_to(REPO)}, "
+                    "a user's split: lpgcn_converged.json beside its board")
+    ap.add_argument("--board", type=Path, default=None, help=f"default: "
+                    f"{BOARD.relative_to(REPO)}, a user's split: results/boards/<datasets>/")
     ap.add_argument("--markdown-only", action="store_true")
     ap.add_argument("--device", default="numpy", help="centralized training on numpy (the "
                     "reference) or a torch device: cpu, cuda, cuda:N")
     args = ap.parse_args(argv)
     if (why := available(args.device)) is not None:
         raise SystemExit(f"error: --device: {why}")
-    units = units_for(args.fed_epochs, args.out)
+    board, out, ckpt, shipped = places(args.datasets, args.data_dir)
+    board, out = args.board or board, args.out or out
+    ckpt = args.checkpoint_dir or ckpt
+    if not args.markdown_only:
+        check_datasets(args.datasets, args.data_dir)
+    units = units_for(args.fed_epochs, out, DATASETS if shipped else tuple(args.datasets),
+                      args.data_dir)
     if args.markdown_only:
         write(units)
         return
     for ds in args.datasets:
-        put_cell(args.board, run(ds, units, args.fed_epochs, args.checkpoint_dir, args.device))
-        log(f"{ds}: cell written to {args.board}")
+        put_cell(board, run(ds, units, args.fed_epochs, ckpt, args.device, args.data_dir))
+        log(f"{ds}: cell written to {board}")
 
 
 if __name__ == "__main__":

@@ -73,3 +73,95 @@ def test_the_centralized_units_train_on_the_device_asked(monkeypatch):
     assert not is_torch(model_builder(cfg)(train).V)
     model = model_builder(cfg, "cpu")(train)
     assert is_torch(model.V) and model.device == "cpu" and model.dim == 4
+
+
+def _own_split(folder, users: int = 40, items: int = 30) -> None:
+    """A seeded split in LightGCN list format (``user item ...``): 8 training and 2 test
+    items per user, every item trained."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True)
+    train, test = [], []
+    for u in range(users):  # user u trains item u % items, so every item is trained
+        others = rng.permutation([i for i in range(items) if i != u % items])
+        train.append(f"{u} {' '.join(map(str, sorted([u % items, *others[:7]])))}\n")
+        test.append(f"{u} {' '.join(map(str, sorted(others[7:9])))}\n")
+    (folder / "train.txt").write_text("".join(train))
+    (folder / "test.txt").write_text("".join(test))
+
+
+def _in_process_simulation(calls: list):
+    """``run_in_simulation`` on the in-process grid (no Ray): the same ClientApp, ServerApp
+    and comparison with the centralized reference."""
+    def run(cfg, num_nodes, *, quiet=True, compare=False, **_):
+        from fl_app.client_app import build_client_app
+        from fl_app.registry import resolve_config
+        from fl_app.server_app import build_strategy, run_protocol
+        from fl_app.simulation import compare_with_references
+        from tests.localgrid import LocalGrid
+
+        calls.append(dict(cfg))
+        cfg = resolve_config(cfg)
+        with LocalGrid(build_client_app(policy={}), num_nodes, data=cfg) as grid:
+            record = run_protocol(grid, cfg)
+        if compare:
+            record["comparison"] = compare_with_references(cfg, build_strategy(cfg), record)
+        return record
+
+    return run
+
+
+def test_the_converged_cell_runs_on_a_users_own_split(tmp_path, monkeypatch):
+    """``--datasets NAME --data-dir DIR``: the three units run on the folder's split, the
+    federated check equals the centralized model, the cell goes into the split's own board,
+    and a rerun takes the stored units (nothing is trained or simulated again)."""
+    import json
+
+    import benchmarks.lpgcn_converged as conv
+    import fl_app.simulation
+
+    _own_split(tmp_path / "data" / "my-split")
+    calls: list = []
+    monkeypatch.setattr(fl_app.simulation, "run_in_simulation", _in_process_simulation(calls))
+    monkeypatch.setattr(conv, "board_plot", lambda result, path: None)
+    files = {"--out": tmp_path / "units.json", "--board": tmp_path / "board.json",
+             "--checkpoint-dir": tmp_path / "ckpt"}
+    argv = ["--datasets", "my-split", "--data-dir", str(tmp_path / "data")]
+    argv += [str(x) for kv in files.items() for x in kv]
+    conv.main(argv)
+    assert len(calls) == 1 and calls[0]["data-dir"] == str(tmp_path / "data")
+    units = json.loads(files["--out"].read_text())
+    assert units["config"]["data_dir"] == str(tmp_path / "data")
+    assert units["config"]["datasets"] == ["my-split"]
+    fed = units["units"]["my-split/federated"]
+    assert fed["max_abs_metric_diff"] < 1e-10
+    cell = json.loads(files["--board"].read_text())["cells"]["my-split/lpgcn"]
+    chosen = units["units"]["my-split/select"]["epochs"]
+    assert cell["config"]["lpgcn-epochs"] == chosen >= 5
+    assert cell["federated"] == units["units"]["my-split/final"]["metrics"]
+    assert "--data-dir" in files["--out"].with_suffix(".md").read_text()
+    conv.main(argv)  # resumes: every unit stored
+    assert len(calls) == 1
+
+
+def test_a_users_split_never_writes_the_shipped_results(tmp_path):
+    from benchmarks._board import BOARDS
+    from benchmarks._board import OUT as SHIPPED_BOARD
+    from benchmarks.lpgcn_converged import OUT, places
+    from benchmarks.lpgcn_table4 import CHECKPOINTS
+
+    assert places(["ml-100k", "ml-1m"]) == (SHIPPED_BOARD, OUT, CHECKPOINTS, True)
+    board, units, ckpt, shipped = places(["my-split"], str(tmp_path))
+    assert not shipped and board.parent == units.parent == ckpt.parent == BOARDS / "my-split"
+    assert places(["ml-100k"], str(tmp_path))[3] is False  # a folder's split of that name
+
+
+def test_a_missing_split_stops_before_any_unit(tmp_path, monkeypatch):
+    import benchmarks.lpgcn_converged as conv
+
+    (tmp_path / "data").mkdir()
+    monkeypatch.setattr(conv, "run", lambda *a, **k: pytest.fail("a unit ran"))
+    with pytest.raises(SystemExit, match="--datasets no-such-split"):
+        conv.main(["--datasets", "no-such-split", "--data-dir", str(tmp_path / "data"),
+                   "--out", str(tmp_path / "u.json"), "--board", str(tmp_path / "b.json")])
