@@ -56,10 +56,10 @@ METRICS = ("request_max", "reply_max", "seconds_median", "peak_mb_median")
 
 def growth(n: int) -> dict[str, Any]:
     """Per action, what one node receives, sends, spends and holds (see the module doc)."""
+    from fedrec.transport.ledger import message_nbytes
     from fl_app.client_app import build_client_app
     from fl_app.registry import client_module, resolve_config
     from fl_app.server_app import run_protocol
-    from fedrec.transport.ledger import message_nbytes
     from tests.localgrid import LocalGrid
 
     rows: dict[str, dict[str, list[float]]] = {}

@@ -369,7 +369,8 @@ def flower_timing() -> dict[str, Any]:
         log(f"Flower simulation: {proto}, 10 nodes, SecAgg+, T = 8, p = 4, k = r = 4")
         t0 = time.perf_counter()
         rec = run_in_simulation({**base, "protocol": proto}, num_nodes=10, quiet=True,
-                                node_policy={"allow-noise-removal": True}, overwrite=True)
+                                node_policy={"allow-noise-removal": True, "dp-budget": 1e9},
+                                overwrite=True)
         out[proto] = {"wall_seconds": time.perf_counter() - t0, "run_seconds": rec["seconds"],
                       "message_rounds": rec["communication"]["total_rounds"],
                       "ndcg@20": rec["metrics"]["ndcg@20"]}

@@ -49,8 +49,9 @@ Keys (``docs/threat-model.md`` says what each weaker mode reveals):
 - ``allow-paper-accounting``: answer a dp-prototypes release in paper 003's printed
   accounting (``dpp-accounting = paper``), which spends 2.25 x epsilon by basic composition
   and uses the exact cluster sizes; the node charges its budget what it really spends.
-- ``dp-budget``: total epsilon this node spends on noised releases outside a secure sum
-  (``0``: none), across every run (the ledger below).
+- ``dp-budget``: total epsilon this node spends on noised releases, whatever carries them
+  (a secure sum hides one node's input, not the rows in it), across every run (``0``:
+  none; the ledger below).
 - ``dp-ledger``: path of the node's privacy state file: its DP spending (per row it
   releases, by the rows' content) and the node set its roster identity committed to
   (``clients/nodeset.py``), so a new run or a new name does not start either afresh.

@@ -117,7 +117,8 @@ class DPPrototypes(ProtocolStrategy):
         return tuple(needs)
 
     #: Why a run is not reproducible by its seed (the released prototypes are noised).
-    unseeded_randomness = ("each silo's prototypes carry DP noise from OpenDP's sampler, "
+    unseeded_randomness = ("each silo's prototypes carry DP noise from the exact discrete "
+                           "sampler (OS-keyed), "
                            "which is never seeded (DP noise must be unpredictable to "
                            "everyone, the server included)")
 

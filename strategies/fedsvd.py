@@ -87,13 +87,15 @@ class FedSvd(ProtocolStrategy):
     @property
     def unseeded_randomness(self) -> str:
         """Why this run is not reproducible by its seed ("" when it is): Gaussian noise from
-        OpenDP's CSPRNG (never seeded: DP noise must be unpredictable, the server included)
-        and, in fedsvd-utility, the kept node the server draws from the OS CSPRNG."""
+        the discrete sampler's ChaCha20 stream keyed from the OS (``fedrec/dp_sampling.py``;
+        never seeded: DP noise must be unpredictable, the server included) and, in
+        fedsvd-utility, the kept node the server draws from the OS CSPRNG."""
         p = self.params
         reasons = []
         if p.sigma > 0 or (self.scheme == "fedpower" and p.sigma_server > 0):
-            reasons.append(f"{self.scheme}'s Gaussian noise comes from OpenDP's sampler, "
-                           "which is never seeded (DP noise must be unpredictable to "
+            reasons.append(f"{self.scheme}'s Gaussian noise comes from the exact discrete "
+                           "sampler (OS-keyed), which is never seeded (DP noise must be "
+                           "unpredictable to "
                            "everyone, the server included)")
         if self.scheme == "fedsvd-utility":
             reasons.append("the node whose noise is kept is drawn from the OS CSPRNG")
@@ -257,3 +259,15 @@ class FedSvdPrivacy(FedSvd):
     """Privacy-enhanced FedPower (paper 002, Algorithm 3): clipping, noise every iteration."""
 
     scheme = "fedsvd-privacy"
+
+    def policy_needs(self) -> tuple[PolicyNeed, ...]:
+        """The aggregator's needs and a ``dp-budget`` of at least what every node charges
+        for the run's T iterations (``release_epsilon``, whatever aggregator carries them),
+        so a run the nodes would refuse is named before it starts."""
+        p = self.params
+        if p.sigma <= 0:
+            return super().policy_needs()
+        spent = svd.release_epsilon(p, p.sigma, p.r, p.T)
+        return (*super().policy_needs(), PolicyNeed(
+            "dp-budget", f"epsilon {spent:.6g} per node (fedsvd-privacy, {p.T} iterations)",
+            spent))

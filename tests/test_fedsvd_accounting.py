@@ -40,7 +40,12 @@ def _run(over: dict, policy: dict):
 
 @pytest.mark.parametrize("aggregator", ["secagg+", "plain"])
 def test_a_node_at_dp_budget_zero_refuses_fedsvd_privacy_whatever_the_aggregator(
-        aggregator: str) -> None:
+        aggregator: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server names the refusal before the run (its policy check, below); a server that
+    skips that check meets the node's own refusal, which is the guarantee."""
+    from strategies.fedsvd import FedSvd, FedSvdPrivacy
+
+    monkeypatch.setattr(FedSvdPrivacy, "policy_needs", FedSvd.policy_needs)
     policy = {"allow-plain": True} if aggregator == "plain" else {}
     with pytest.raises(NodeError) as err:
         _run({"aggregator": aggregator}, policy)
@@ -92,3 +97,15 @@ def test_rounding_to_the_grid_changes_the_default_sensitivity_negligibly() -> No
     for d, params in ((1682, svd.SvdParams()), (38048, svd.SvdParams(sigma=0.1))):
         excess = noise_grid(params.sigma) * math.sqrt(d * params.r) / svd.sensitivity(params)
         assert excess < (1e-12 if d == 1682 else 1e-11)
+
+
+def test_the_server_names_the_budget_a_run_needs_before_it_starts() -> None:
+    """An honest server checks the nodes' acknowledged policies first: a run its nodes would
+    refuse fails before any protocol message, naming the key and the epsilon it needs."""
+    from strategies.policy_needs import PolicyRefusal
+
+    with pytest.raises(PolicyRefusal, match="dp-budget=0.0") as err:
+        _run({"aggregator": "secagg+"}, {})
+    params = svd.params_from_config(resolve_config(RUN))
+    spent = svd.release_epsilon(params, params.sigma, params.r, params.T)
+    assert f"{spent:.6g}" in str(err.value)

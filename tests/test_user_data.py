@@ -203,7 +203,7 @@ def test_dp_noise_protocols_declare_unseeded_randomness() -> None:
     from fl_app.registry import load_strategy_class, resolve_config
     from fl_app.simulation import unseeded_randomness
 
-    for protocol, needle in (("dp-prototypes", "OpenDP"), ("fedpower", "OpenDP"),
+    for protocol, needle in (("dp-prototypes", "OS-keyed"), ("fedpower", "OS-keyed"),
                              ("privmvmf", "CKKS"), ("privirec", "Omega")):
         cfg = resolve_config({"protocol": protocol, "implicit": protocol != "privmvmf"})
         assert needle in unseeded_randomness(cfg, load_strategy_class(protocol)(cfg)), protocol

@@ -42,5 +42,5 @@ def release_ledger(epsilon: float, clip: float) -> dp.PrivacyLedger:
 
 def dp_item_counts(rows: sp.spmatrix, epsilon: float, clip: float) -> np.ndarray:
     """One node's epsilon-DP item counts: :func:`clipped_counts` plus Laplace(clip /
-    epsilon) per item, from the project's OpenDP sampler (``fedrec.dp``)."""
+    epsilon) per item, from the project's exact discrete sampler (``fedrec.dp``)."""
     return dp.laplace_mechanism(clipped_counts(rows, clip), clip, epsilon)

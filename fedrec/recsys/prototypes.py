@@ -14,7 +14,7 @@ constants in ``docs/protocols/dp-prototypes.md``:
    ``v ~ U([-R, R]^p)`` (so every point is inside, as Alg. 4 requires), each recursively
    split ``depth = ceil(log2 N)`` times. A child cube is kept with probability
    ``f(m) = P(m + Lap(1/eps') > gamma)`` -- exactly Alg. 4's f(m), drawn as a noisy threshold
-   with OpenDP's Laplace sampler; ``gamma = ln(2^p / delta) / eps'``, so each active cube
+   with the exact discrete Laplace sampler (``fedrec/dp_sampling.py``); ``gamma = ln(2^p / delta) / eps'``, so each active cube
    keeps an empty child with probability at most ``delta / 2``. All ``2^p`` children are
    tested, empty ones included.
 4. **Local swap** (Alg. 6): ``swaps`` exponential-mechanism swaps scored by the k-means loss
@@ -36,7 +36,7 @@ budget`) sums to epsilon by basic composition, and clusters compose in parallel.
 
 Randomness that is *not* DP noise (the JL matrix, shifts, initial centres, padding points,
 tie-breaks) is public by design (Balcan et al.'s guarantee does not need it secret) and comes
-from a seeded numpy stream; every DP draw comes from ``fedrec.dp`` (OpenDP).
+from a seeded numpy stream; every DP draw comes from ``fedrec.dp`` (exact discrete samplers, OS-keyed).
 """
 
 from __future__ import annotations
