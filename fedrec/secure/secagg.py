@@ -6,12 +6,16 @@ sides share (this module). The server side, :class:`SecureAggregator`, is
 
 Key setup, once per run (two synchronous rounds):
 
-1. ``secagg_advertise``: every node makes an X25519 key pair ``s`` (pairwise mask
+1. ``secagg_advertise``: the request names the run's node set by the Merkle root of its
+   sorted ids and its size, with the node's path to its own leaf (``merkle.py``; a roster
+   node also gets every id: ``clients/nodeset.py``), so no request grows linearly with the
+   federation; every node makes an X25519 key pair ``s`` (pairwise mask
    agreement) and publishes the public key signed with its long-term identity
    (``fedrec/secure/identity.py``); the same round opens the sealed relay
    (``fedrec/secure/sealed.py``) if the run has none yet: a node without a mail key makes
    one and publishes it, signed too, in the same reply (no ``relay_keys`` round).
-2. ``secagg_share``: the server sends each node its neighbours' signed ``s`` keys; the node
+2. ``secagg_share``: the server sends each node its neighbours (each with its Merkle path to
+   the index the graph gives it, :func:`neighbour_indices`) and their signed ``s`` keys; the node
    refuses any key its publisher's roster entry did not sign (a key-substituting server), and
    in a later share round any key that differs from the one it was given before. Each
    signature is verified once per run (``clients/identity_node.py``). The node
