@@ -190,8 +190,10 @@ def reply_arrays(arrays: dict[str, Any]) -> ArrayRecord:
 
 class StateArrays(MutableMapping):
     """Named arrays in one ArrayRecord of the node state, each read on first use and written
-    only when set: a round touches a few of a node's arrays, and re-serializing all of them
-    every round dominated the round's cost."""
+    at :meth:`flush`, if still there: a round touches a few of a node's arrays, and
+    re-serializing all of them every round dominated the round's cost; an array a round
+    both receives and uses up (a layer's item rows, a gradient sum) is never written.
+    Arrays set are not copied: nothing may change one after setting it."""
 
     def __init__(self, node: NodeContext, name: str) -> None:
         record = array_record(node.state, name)
@@ -199,6 +201,7 @@ class StateArrays(MutableMapping):
             record = node.state[name] = ArrayRecord()
         self.record = record
         self.cache: dict[str, np.ndarray] = {}
+        self.dirty: set[str] = set()  # set since the last flush
 
     def __getitem__(self, key: str) -> np.ndarray:
         if key not in self.cache:
@@ -206,25 +209,31 @@ class StateArrays(MutableMapping):
         return self.cache[key]
 
     def __setitem__(self, key: str, value: np.ndarray) -> None:
-        value = to_numpy(value)  # a tensor of a node computing on a device
-        self.cache[key] = value
-        self.record[key] = state_array(value)
+        self.cache[key] = to_numpy(value)  # a tensor of a node computing on a device
+        self.dirty.add(key)
 
     def __delitem__(self, key: str) -> None:
-        del self.record[key]
+        if key not in self:
+            raise KeyError(key)
+        if key in self.record:
+            del self.record[key]
         self.cache.pop(key, None)
+        self.dirty.discard(key)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(list(self.record.keys()))
+        return iter(list(dict.fromkeys([*self.record.keys(), *sorted(self.dirty)])))
 
     def __len__(self) -> int:
-        return len(self.record)
+        return len(set(self.record.keys()) | self.dirty)
 
     def __contains__(self, key: object) -> bool:
-        return key in self.record
+        return key in self.dirty or key in self.record
 
     def flush(self) -> None:
-        """Nothing to do (kept so callers state where a round's writes end)."""
+        """Write what was set since the last flush (the end of a request's writes)."""
+        for key in sorted(self.dirty):
+            self.record[key] = state_array(self.cache[key])
+        self.dirty.clear()
 
     def replace(self, arrays: dict[str, np.ndarray]) -> None:
         for key in list(self):
@@ -723,6 +732,7 @@ class Session:
         if "V" not in self.params or flags is None:
             raise LosslessnessError(f"{node.who}: lpgcn_round before the LP-GCN setup")
         self.cur = StateArrays(node, _STEP)
+        self.losses = StateArrays(node, _LOSSES)
         self.flags: dict[str, Any] = dict(flags)
         self.L = int(self.hp["layers"])
         self.plus = self.hp["backbone"] == "lightgcn+"
@@ -745,9 +755,8 @@ class Session:
 
     # -- bookkeeping -------------------------------------------------------------------------
     def save(self) -> None:
-        self.cur.flush()
-        self.params.flush()
-        self.setup.flush()
+        for arrays in (self.cur, self.params, self.setup, self.losses):
+            arrays.flush()
         self.node.state[_FLAGS] = ConfigRecord(self.flags)
 
     def done(self, name: str) -> bool:
@@ -1052,7 +1061,7 @@ class Session:
         c[f"Gu{L}"] = direct_terms(L, L, self.x(c["dUf"]), self.x(c["dUr"]))
         # appended once per step, in an array record of its own (the flags, rewritten every
         # round, would grow with the run)
-        kept = StateArrays(self.node, _LOSSES)
+        kept = self.losses
         had = "loss" in kept
         kept["step"] = np.append(kept["step"] if had else np.zeros(0, np.int64),
                                  int(self.flags["step"]))
