@@ -199,11 +199,12 @@ def server_sees(protocol: str, privacy: dict[str, Any]) -> str:
     return " + ".join(kinds) or "-"
 
 
-def board_config(dataset: str) -> dict[str, Any]:
-    """The leaderboard's LP-GCN run config on ``dataset``, every default resolved."""
+def board_config(dataset: str, data_dir: str = "") -> dict[str, Any]:
+    """The leaderboard's LP-GCN run config on ``dataset`` (a user's split read from
+    ``data_dir``), every default resolved."""
     from fl_app.registry import resolve_config
 
-    (cell,) = cells([dataset], ["lpgcn"])
+    (cell,) = cells([dataset], ["lpgcn"], data_dir)
     return resolve_config(cell.config)
 
 

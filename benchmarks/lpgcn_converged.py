@@ -92,21 +92,12 @@ class Phase:
                 if k.startswith("lpgcn-") and (self.phase == "final" or k != "lpgcn-epochs")}
 
 
-def cell_config(dataset: str, data_dir: str = "") -> dict[str, Any]:
-    """The board's LP-GCN run config on ``dataset``, read from ``data_dir`` when given (a
-    user's folder split), every default resolved."""
-    from fl_app.registry import resolve_config
-
-    cfg = board_config(dataset)
-    return resolve_config({**cfg, "data-dir": data_dir}) if data_dir else cfg
-
-
 def check_datasets(datasets: list[str], data_dir: str = "") -> None:
     """Load every split as the units will, so a bad name or folder stops the run before its
     first unit, naming it."""
     for ds in datasets:
         try:
-            board_data(cell_config(ds, data_dir))
+            board_data(board_config(ds, data_dir))
         except (ValueError, FileNotFoundError) as exc:  # DataError is a ValueError
             raise SystemExit(f"error: --datasets {ds}: {exc}") from None
 
@@ -291,7 +282,7 @@ def run(dataset: str, units: Units, fed_epochs: int, ckpt: Path,
         device: str = "numpy", data_dir: str = "") -> dict[str, Any]:
     """The three units of ``dataset`` (from ``data_dir`` when given; stored ones are kept)
     and its leaderboard cell."""
-    cfg = cell_config(dataset, data_dir)
+    cfg = board_config(dataset, data_dir)
     done: dict[str, Any] = {}
     for name, work in (("select", lambda: select(dataset, cfg, ckpt, device)),
                        ("final", lambda: final(dataset, cfg, done["select"]["epochs"], ckpt,
@@ -311,7 +302,7 @@ def units_for(fed_epochs: int = 1, out: Path = OUT, datasets: tuple[str, ...] = 
         "datasets": list(datasets), "fed_epochs": fed_epochs,
         "eval_every": EVAL_EVERY, "patience_epochs": PATIENCE_EPOCHS,
         "max_epochs": MAX_EPOCHS, "nodes": NODES,
-        "lpgcn": {ds: {k: v for k, v in cell_config(ds, data_dir).items()
+        "lpgcn": {ds: {k: v for k, v in board_config(ds, data_dir).items()
                        if k.startswith("lpgcn-") or k == "drop-cold-items"}
                   for ds in datasets}}
     if data_dir:
