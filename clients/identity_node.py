@@ -32,7 +32,13 @@ from flwr.app import RecordDict
 
 from clients.policy import NodePolicy
 from fedrec.records import state_record
-from fedrec.secure.identity import IdentityError, Roster, SignedKey, SigningIdentity
+from fedrec.secure.identity import (
+    IdentityError,
+    Roster,
+    SignedKey,
+    SigningIdentity,
+    simulated_roster_of,
+)
 
 #: Node config keys of a deployed node's identity.
 IDENTITY_KEY, ROSTER_KEY = "identity-key", "roster"
@@ -120,7 +126,7 @@ def load_identity(cfg: Mapping[str, Any], policy: NodePolicy, who: str) -> NodeI
                         "deterministic signing keys; node config has no 'identity-key' and "
                         "'roster')", who)
     known = max(int(cfg.get("num-partitions", 0)), partition + 1)
-    roster = Roster.simulated((-1, *range(known)))  # one cached object per process
+    roster = simulated_roster_of(known)  # one cached object per process and size
     return NodeIdentity(SigningIdentity.simulated(partition), roster, partition, simulated=True,
                         policy=policy)
 
