@@ -86,8 +86,10 @@ _DATA: dict[tuple[int, int, str, str], Any] = {}
 #: Each node's triples of its current epoch, per process, under the key of its rows: a pure
 #: function of its rows, the seed, the epoch and the batch count, so recomputed where missing
 #: (~35 ms for an ML-1M node of 8) rather than kept in the node state, which a Flower
-#: simulation ships to a worker and back with every message (1.3 MB for that node).
-_TRIPLES: dict[tuple[int, int, str, str], tuple[tuple[int, int, int], tuple[np.ndarray, ...]]] = {}
+#: simulation ships to a worker and back with every message (1.3 MB for that node). Like
+#: :data:`_GRAPHS`, an entry holds the rows object it was derived from and serves only that
+#: object (whoever replaces or clears :data:`_DATA` replaces what derives from it).
+_TRIPLES: dict[tuple[int, int, str, str], tuple[Any, tuple[int, int, int], tuple[Any, ...]]] = {}
 
 
 class LosslessnessError(RuntimeError):
@@ -691,7 +693,7 @@ class _Graph:
 
 #: Per process, each node's :class:`_Graph` under the key of its rows and a digest of the
 #: setup arrays it derives from: rebuilding it every request cost more than the round's math.
-_GRAPHS: dict[tuple[Any, ...], _Graph] = {}
+_GRAPHS: dict[tuple[Any, ...], tuple[Any, _Graph]] = {}
 _GRAPH_FROM = ("held_real", "conv_of", "conv_hpos", "hold_ptr", "hold_nodes")
 
 
@@ -701,22 +703,23 @@ def _graph(node: NodeContext, setup: StateArrays, dtype: np.dtype) -> _Graph:
     for name in _GRAPH_FROM:
         digest.update(np.ascontiguousarray(setup[name]).tobytes())
     key = (_data_key(node), str(dtype), digest.digest())
-    if key not in _GRAPHS:
+    data = _data(node)
+    if key not in _GRAPHS or _GRAPHS[key][0] is not data:
         if len(_GRAPHS) > 256:
             _GRAPHS.clear()
         me = node.context.node_id
-        train = _data(node).train
+        train = data.train
         R = sp.csr_matrix(train[:, setup["held_real"]], dtype=dtype)
         R.data[:] = 1
         RT = R.T.tocsr()
         conv_of = setup["conv_of"]
         shared = {int(c): np.flatnonzero(conv_of == c) for c in np.unique(conv_of)
                   if int(c) != me}
-        _GRAPHS[key] = _Graph(
+        _GRAPHS[key] = data, _Graph(
             R, RT, inv_sqrt(train.getnnz(axis=1), dtype), shared,
             {c: RT[rows] for c, rows in shared.items()}, RT[setup["conv_hpos"]],
             _sender_lists(setup["hold_ptr"], setup["hold_nodes"], me))
-    return _GRAPHS[key]
+    return _GRAPHS[key][1]
 
 
 class Session:
@@ -865,12 +868,12 @@ class Session:
         epoch, b = divmod(step, nb)
         key = _data_key(self.node)
         cached = _TRIPLES.get(key)
-        if cached is None or cached[0] != (seed, epoch, nb):
+        if cached is None or cached[0] is not self.data or cached[1] != (seed, epoch, nb):
             if len(_TRIPLES) > 256:
                 _TRIPLES.clear()
-            cached = _TRIPLES[key] = (seed, epoch, nb), epoch_triples(
+            cached = _TRIPLES[key] = self.data, (seed, epoch, nb), epoch_triples(
                 self.data.train, self.data.user_ids, seed, epoch, nb)
-        rows, pos, neg, batch = cached[1]
+        rows, pos, neg, batch = cached[2]
         keep = batch == b
         return rows[keep], pos[keep], neg[keep]
 
