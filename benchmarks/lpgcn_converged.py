@@ -53,7 +53,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package named benchmarks
 
 from benchmarks._board import OUT as BOARD  # noqa: E402
-from benchmarks._board import board_config, board_data, default_out, server_sees  # noqa: E402
+from benchmarks._board import (  # noqa: E402
+    board_config,
+    board_data,
+    cells,
+    default_out,
+    server_sees,
+)
 from benchmarks._board_report import markdown as board_markdown  # noqa: E402
 from benchmarks._board_report import plot as board_plot  # noqa: E402
 from benchmarks._report import (  # noqa: E402
@@ -148,13 +154,14 @@ def final(dataset: str, cfg: dict[str, Any], epochs: int, ckpt: Path,
             "train_interactions": int(data.train.nnz), "shape": list(data.train.shape)}
 
 
-def federated(cfg: dict[str, Any], epochs: int) -> dict[str, Any]:
-    """Unit 3: ``epochs`` whole epochs through a Flower simulation against the centralized
-    model at the same epochs; rounds and bytes of setup and per training epoch."""
+def federated(given: dict[str, Any], epochs: int) -> dict[str, Any]:
+    """Unit 3: ``epochs`` whole epochs through a Flower simulation of the cell's run config
+    (``given``: the keys it names, as a run is started) against the centralized model at the
+    same epochs; rounds and bytes of setup and per training epoch."""
     from fl_app.simulation import run_in_simulation
 
     logging.getLogger("flwr").setLevel(logging.WARNING)
-    run_cfg = {**cfg, "lpgcn-epochs": epochs}
+    run_cfg = {**given, "lpgcn-epochs": epochs}
     t0 = time.perf_counter()
     record = run_in_simulation(run_cfg, NODES, quiet=True, compare=True)
     wall = time.perf_counter() - t0
@@ -283,11 +290,12 @@ def run(dataset: str, units: Units, fed_epochs: int, ckpt: Path,
     """The three units of ``dataset`` (from ``data_dir`` when given; stored ones are kept)
     and its leaderboard cell."""
     cfg = board_config(dataset, data_dir)
+    (cell,) = cells([dataset], ["lpgcn"], data_dir)  # its run config as given
     done: dict[str, Any] = {}
     for name, work in (("select", lambda: select(dataset, cfg, ckpt, device)),
                        ("final", lambda: final(dataset, cfg, done["select"]["epochs"], ckpt,
                                                device)),
-                       ("federated", lambda: federated(cfg, fed_epochs))):
+                       ("federated", lambda: federated(cell.config, fed_epochs))):
         log(f"{dataset}/{name}")
         done[name] = units.get(f"{dataset}/{name}", work)
         write(units)

@@ -152,10 +152,12 @@ AGGREGATOR, POLICY = "plain", {"allow-plain": True}
 
 
 def run_config(dataset: str, steps: int, name: str) -> dict[str, Any]:
-    """The board's LP-GCN run config on ``dataset`` for ``steps`` steps, plain sums."""
-    from benchmarks._board import board_config
+    """The board's LP-GCN cell config on ``dataset`` for ``steps`` steps, plain sums, as a
+    run is started with (the keys it names; resolved once where the run starts)."""
+    from benchmarks._board import cells
 
-    return {**board_config(dataset), "lpgcn-steps": steps, "lpgcn-eval-every": 0,
+    (cell,) = cells([dataset], ["lpgcn"])
+    return {**cell.config, "lpgcn-steps": steps, "lpgcn-eval-every": 0,
             "aggregator": AGGREGATOR, "run-name": f"{name}-{dataset}"}
 
 
@@ -171,6 +173,7 @@ def federated(dataset: str, steps: int) -> dict[str, Any]:
     from tests.localgrid import LocalGrid
 
     cfg = run_config(dataset, steps, "bench-lpgcn-step-cost")
+    resolved = resolve_config(cfg)
     clock = PhaseClock()
     step_seconds: list[float] = []
     parts: dict[str, dict[str, float]] = {"down": defaultdict(float), "up": defaultdict(float)}
@@ -206,7 +209,7 @@ def federated(dataset: str, steps: int) -> dict[str, Any]:
     try:
         with grid, clock.installed():
             t0 = time.perf_counter()
-            record = run_protocol(grid, resolve_config(cfg))
+            record = run_protocol(grid, resolved)
             wall = time.perf_counter() - t0
     finally:
         strategy._Run.step, strategy._Run.send = step_fn, send_fn
@@ -230,7 +233,8 @@ def federated(dataset: str, steps: int) -> dict[str, Any]:
             "sealed_mail_bytes_run": mail,
             "node_state_bytes": {"mean": float(np.mean(state_bytes)),
                                  "max": float(np.max(state_bytes))},
-            "config": {k: v for k, v in cfg.items() if k != "run-name"}}
+            "config": {k: v for k, v in resolved.items()
+                       if k.startswith("lpgcn-") or k in cfg and k != "run-name"}}
 
 
 def _state_bytes(state: Any) -> int:

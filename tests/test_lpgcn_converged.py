@@ -96,11 +96,13 @@ def _in_process_simulation(calls: list):
     and comparison with the centralized reference."""
     def run(cfg, num_nodes, *, quiet=True, compare=False, **_):
         from fl_app.client_app import build_client_app
+        from fl_app.registry import resolve_config
         from fl_app.server_app import build_strategy, run_protocol
         from fl_app.simulation import compare_with_references
         from tests.localgrid import LocalGrid
 
-        calls.append(dict(cfg))  # the runner passes a resolved config (board_config's)
+        calls.append(dict(cfg))
+        cfg = resolve_config(cfg)
         with LocalGrid(build_client_app(policy={}), num_nodes, data=cfg) as grid:
             record = run_protocol(grid, cfg)
         if compare:
