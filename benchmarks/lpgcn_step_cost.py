@@ -220,7 +220,7 @@ def federated(dataset: str, steps: int) -> dict[str, Any]:
     per_node_step = 1.0 / (NODES * max(len(step_seconds), 1))
     phase_s = {k: v / len(step_seconds) for k, v in clock.seconds["lpgcn-train"].items()}
     return {"steps": n_steps, "nodes": NODES, "wall_seconds": wall,
-            "seconds_per_step": float(np.mean(step_seconds)),
+            "seconds_per_step": float(np.median(step_seconds)),
             "seconds_per_step_all": step_seconds,
             "phase_seconds_per_step": dict(sorted(phase_s.items(), key=lambda kv: -kv[1])),
             "rounds_per_step": record["extra"]["rounds_per_step"],
@@ -294,23 +294,53 @@ def measure_tree(datasets: list[str], steps: int, sim_steps: int) -> dict[str, A
     return out
 
 
+def measure_in(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`measure_tree` in a fresh process importing ``tree`` (no cache of an earlier
+    measurement carries over)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        got = Path(tmp) / "measured.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--tree", str(tree),
+               "--measure-only", str(got), "--datasets", *args.datasets,
+               "--steps", str(args.steps), "--simulation-steps", str(args.simulation_steps)]
+        # a copied tree's default data location (../shared/data beside it) is this one's
+        env = {**os.environ, "FEDREC_DATA": os.environ.get("FEDREC_DATA")
+               or str(HERE.parent / "shared" / "data")}
+        subprocess.run(cmd, check=True, cwd=tree, env=env)
+        return json.loads(got.read_text())
+
+
 def measure_revision(rev: str, args: argparse.Namespace) -> dict[str, Any]:
-    """:func:`measure_tree` of git revision ``rev`` in a subprocess importing that tree."""
+    """:func:`measure_tree` of git revision ``rev`` (its files from ``git archive``)."""
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"
         tree.mkdir()
         archive = subprocess.run(["git", "-C", str(HERE), "archive", rev], check=True,
                                  capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-        got = Path(tmp) / "measured.json"
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--tree", str(tree),
-               "--measure-only", str(got), "--datasets", *args.datasets,
-               "--steps", str(args.steps), "--simulation-steps", str(args.simulation_steps)]
-        # that tree's default data location (../shared/data beside it) is this one's
-        env = {**os.environ, "FEDREC_DATA": os.environ.get("FEDREC_DATA")
-               or str(HERE.parent / "shared" / "data")}
-        subprocess.run(cmd, check=True, cwd=tree, env=env)
-        return json.loads(got.read_text())
+        return measure_in(tree, args)
+
+
+def fastest(runs: list[dict[str, Any]], datasets: list[str]) -> dict[str, Any]:
+    """Per dataset, each unit from the repeat where it ran fastest (the least disturbed by
+    other processes on a shared machine), with every repeat's seconds per step kept."""
+    out: dict[str, Any] = {"flwr_version": runs[0]["flwr_version"]}
+    for ds in datasets:
+        units = [r[ds] for r in runs]
+        best = {"federated": min((u["federated"] for u in units),
+                                 key=lambda f: f["seconds_per_step"]),
+                "centralized": min((u["centralized"] for u in units),
+                                   key=lambda c: c["epoch_seconds"])}
+        best["federated"]["repeats_seconds_per_step"] = [
+            u["federated"]["seconds_per_step"] for u in units]
+        best["centralized"]["repeats_epoch_seconds"] = [
+            u["centralized"]["epoch_seconds"] for u in units]
+        if all("simulation" in u for u in units):
+            best["simulation"] = min((u["simulation"] for u in units),
+                                     key=lambda m: m["seconds_per_step"])
+            best["simulation"]["repeats_seconds_per_step"] = [
+                u["simulation"]["seconds_per_step"] for u in units]
+        out[ds] = best
+    return out
 
 
 # -- report ----------------------------------------------------------------------------------
@@ -328,9 +358,12 @@ def markdown(result: dict[str, Any]) -> str:
     lines = ["# LP-GCN: the cost of a federated training step against centralized LightGCN",
              "", f"The leaderboard's LP-GCN config ({_config_line(result)}), {NODES} nodes on "
              "the in-process Flower grid (nodes one after another, no Ray), "
-             f"{result['steps']} federated steps (seconds: the mean of the steps after the "
+             f"{result['steps']} federated steps (seconds: the median of the steps after the "
              "first); centralized: one whole epoch of the reference at the same config. Per "
              "epoch federated = seconds per step x steps per epoch. "
+             + (f"Each side measured {result['repeats']} times, alternating, each number "
+                "from its fastest repeat (the machine is shared). "
+                if result.get("repeats", 1) > 1 else "")
              + (f"`before`: revision {result['baseline']}; `after`: the working tree at "
                 f"{result.get('revision', '?')}, both measured in this run." if len(sides) > 1
                 else ""), "",
@@ -439,8 +472,8 @@ def _interpretation(result: dict[str, Any], sides: list[str]) -> list[str]:
         if len(sides) == 2:
             b, a = (_ratios(result[s][ds]) for s in sides)
             out.append(f"- {ds}: seconds per step {b['fed_s_per_step']:.3f} -> "
-                       f"{a['fed_s_per_step']:.3f} ({b['fed_s_per_step'] / a['fed_s_per_step']:.2f}x "
-                       f"faster), ratio to centralized {b['ratio']:.1f}x -> {a['ratio']:.1f}x, "
+                       f"{a['fed_s_per_step']:.3f} (before / after "
+                       f"{b['fed_s_per_step'] / a['fed_s_per_step']:.2f}), ratio to centralized {b['ratio']:.1f}x -> {a['ratio']:.1f}x, "
                        f"bytes per node per step {b['mb_per_node_step']:.2f} -> "
                        f"{a['mb_per_node_step']:.2f} MB.")
     return out
@@ -486,6 +519,8 @@ def main(argv: list[str] | None = None) -> None:
                     "left out of seconds per step)")
     ap.add_argument("--simulation-steps", type=int, default=0)
     ap.add_argument("--baseline", default="", help="git revision measured as 'before'")
+    ap.add_argument("--repeats", type=int, default=1, help="measure each side this many "
+                    "times, alternating; each unit is reported from its fastest repeat")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--markdown-only", action="store_true")
     ap.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
@@ -511,11 +546,17 @@ def main(argv: list[str] | None = None) -> None:
                             "clients/lpgcn.py", "strategies/lpgcn.py", "fedrec"],
                            capture_output=True, text=True).stdout.strip()
     result["revision"] = revision + (" (with uncommitted changes)" if dirty else "")
+    runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    for _ in range(args.repeats):  # alternating, so both sides meet the machine's load
+        if args.baseline:
+            runs["before"].append(measure_revision(args.baseline, args))
+        runs["after" if args.baseline else "before"].append(measure_in(HERE, args))
     if args.baseline:
         result["baseline"] = args.baseline
-        result["before"] = measure_revision(args.baseline, args)
-    result["after" if args.baseline else "before"] = measure_tree(
-        args.datasets, args.steps, args.simulation_steps)
+    result["repeats"] = args.repeats
+    for side, measured in runs.items():
+        if measured:
+            result[side] = fastest(measured, args.datasets)
     result["machine"] = machine_info()
     write_report(args.out, result, markdown(result))
     plot(result, args.out.with_suffix(".png"))
