@@ -25,11 +25,19 @@ from typing import Any
 
 from clients.policy import PolicyError
 from datasets.errors import DataError
-from fedrec.config import CORE_KEYS, ConfigError, key_table, parse_assignments, run_name
+from fedrec.config import (
+    CORE_KEYS,
+    ROUNDS,
+    ConfigError,
+    RunConfig,
+    key_table,
+    parse_assignments,
+    run_name,
+)
 from fedrec.results import ResultsError, release_run, reserve_run, results_dir
 from fedrec.secure.secagg import SecAggError
 from fedrec.transport.messenger import NodeError, NodeTimeoutError, RunInterrupted
-from fl_app.registry import check_keys_read, protocols, resolve_config
+from fl_app.registry import protocols, resolve_config
 from strategies.policy_needs import PolicyRefusal
 from strategies.refusals import SettingRefused
 
@@ -73,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", type=int, default=4, help="number of simulated SuperNodes")
     p.add_argument("--partition", default=DEFAULTS["partition"],
                    help="user | shards-contiguous | shards-random | row-blocks | silo-zip")
-    p.add_argument("--rounds", type=int, default=DEFAULTS["rounds"], help="training rounds")
+    p.add_argument("--rounds", type=int, default=None,
+                   help=f"training rounds, for a protocol that trains in rounds (default: "
+                        f"{ROUNDS.default}; any other protocol refuses the flag)")
     p.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="seeds every random draw")
     p.add_argument("--output", default="", help="results directory (default: ./results)")
     p.add_argument("--run-name", default="", help="results file stem (default: "
@@ -143,22 +153,34 @@ def report_refusals(problems: list[Exception]) -> int:
     return _error("; ".join(refusal_text(exc) for exc in problems), *hints)
 
 
+def given_keys(args: argparse.Namespace) -> dict[str, Any]:
+    """The run-config keys this command line names: its flags and ``--set`` pairs. The
+    flags of keys every run reads always count; ``--rounds`` only when typed, since a
+    protocol without rounds refuses it (:func:`fl_app.registry.resolve_config`)."""
+    given: dict[str, Any] = {
+        "protocol": args.protocol, "strategy": args.strategy, "dataset": args.dataset,
+        "data-dir": args.data_dir, "partition": args.partition, "seed": args.seed,
+        "run-name": args.run_name,
+    }
+    if args.rounds is not None:
+        given["rounds"] = args.rounds
+    return {**given, **parse_assignments(args.set)}
+
+
+def run_config(args: argparse.Namespace) -> RunConfig:
+    """The run's typed config, resolved once from this command line: what the command
+    hands down to the simulation and its ServerApp."""
+    return resolve_config(given_keys(args))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    overrides: dict[str, Any] = {
-        "protocol": args.protocol, "strategy": args.strategy, "dataset": args.dataset,
-        "data-dir": args.data_dir, "partition": args.partition, "rounds": args.rounds,
-        "seed": args.seed, "run-name": args.run_name,
-    }
     from fl_app.simulation import (PolicyNotAllowed, RunRefused, resolve_node_policy,
                                    run_in_simulation)
 
     try:
-        assigned = parse_assignments(args.set)
-        overrides.update(assigned)
+        cfg = run_config(args)
         node_policy = parse_assignments(args.node_policy, "--node-policy")
-        cfg = resolve_config(overrides)
-        check_keys_read(assigned, cfg)
     except ConfigError as exc:
         return _error(str(exc))
     try:
@@ -179,16 +201,16 @@ def main(argv: list[str] | None = None) -> int:
         import os
         os.environ["FEDREC_RESULTS"] = args.output
     try:  # the results file is claimed before anything runs: nothing is lost at the end
-        overrides["run-name"] = reserve_run(run_name(cfg), explicit=bool(args.run_name),
-                                            overwrite=args.overwrite)
+        cfg["run-name"] = reserve_run(run_name(cfg), explicit=bool(args.run_name),
+                                      overwrite=args.overwrite)
     except ResultsError as exc:
         return _error(str(exc))
     try:
-        run_in_simulation(overrides, num_nodes=args.nodes, quiet=args.quiet,
+        run_in_simulation(cfg, num_nodes=args.nodes, quiet=args.quiet,
                           verbose_flower=args.verbose_flower, compare=not args.no_compare,
                           node_policy=policy, overwrite=True)  # claimed above
     except RunInterrupted:  # the ServerApp wrote the partial results under the reserved name
-        where = results_dir() / "runs" / f"{overrides['run-name']}.json"
+        where = results_dir() / "runs" / f"{cfg['run-name']}.json"
         print(f"interrupted: partial results written to {where}" if where.is_file() else
               "interrupted", file=sys.stderr)
         return 130
@@ -206,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         refused = isinstance(exc, (NodeError, PolicyError, PolicyRefusal))  # by a node
         return _error(str(exc), *(policy_hints(str(exc)) if refused else []))
     finally:
-        release_run(overrides["run-name"])
+        release_run(cfg["run-name"])
     return 0
 
 

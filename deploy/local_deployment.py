@@ -28,11 +28,12 @@ found through ``/proc``) is stopped on exit, error or timeout. A failure raises
 Python::
 
     from deploy.local_deployment import run_deployed
-    record = run_deployed({"rounds": 3, "mf-dim": 4}, num_nodes=3)
+    record = run_deployed({"protocol": "fedmf", "rounds": 3, "mf-dim": 4}, num_nodes=3)
 
 Command line::
 
-    python -m deploy.local_deployment --nodes 3 --set rounds=3 --set mf-dim=4 [--insecure]
+    python -m deploy.local_deployment --nodes 3 --set protocol=fedmf --set rounds=3 \
+        --set mf-dim=4 [--insecure]
     python -m deploy.local_deployment --nodes 3 --item-servers 1 --set protocol=fedmvmf \
         --set implicit=false --node-set 0:allow-plain=true
 """

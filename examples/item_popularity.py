@@ -55,7 +55,7 @@ class ItemPopularity(ProtocolStrategy):
 
     def __init__(self, cfg: Mapping[str, Any] | None = None) -> None:
         super().__init__(cfg)  # self.cfg: the typed run config, with this protocol's keys
-        self.k = int(self.cfg["popularity-top-k"])
+        self.k = self.cfg["popularity-top-k"]
 
     def run(self, fed: Federation) -> RunOutcome:
         deg = fed.sum(Action.DEGREES, max_abs=fed.max_users + 1, phase="degrees")["deg"]

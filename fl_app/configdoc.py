@@ -53,7 +53,9 @@ def pyproject_section() -> str:
     lines = [_SECTION,
              "# Generated from the key declarations by `python -m fl_app.configdoc --write`;",
              "# docs/configuration.md says what each key means.",
-             "# Override: flwr run . --run-config \"protocol='privirec' aggregator='plain'\""]
+             "# Override: flwr run . --run-config \"protocol='privirec' aggregator='plain'\"",
+             "# These values are defaults for every protocol; a key --run-config names must be",
+             "# one its protocol reads (docs/configuration.md)."]
     for name, (key, _) in builtin_keys().items():
         lines.append(f"{_quote(name)} = {toml_value(key.default)}  # {_rule(key)}")
     return "\n".join(lines) + "\n"

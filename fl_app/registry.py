@@ -20,7 +20,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fedrec.config import CORE_KEYS, ConfigError, Key, key_table, merge_config
+from fedrec.config import (
+    CORE_KEYS,
+    ConfigError,
+    Key,
+    RunConfig,
+    key_table,
+    merge_config,
+    option_assignments,
+)
 
 
 @dataclass(frozen=True)
@@ -175,29 +183,42 @@ def protocol_keys(cfg: Mapping[str, Any]) -> dict[str, list[str]]:
     return out
 
 
-def check_keys_read(keys: Iterable[str], cfg: Mapping[str, Any], what: str = "--set") -> None:
-    """ConfigError for a key ``cfg``'s protocol does not read (another protocol's key, e.g.
-    ``mf-dim`` with privirec, would otherwise be accepted and ignored), naming its keys."""
+def check_keys_read(keys: Iterable[str], cfg: Mapping[str, Any]) -> None:
+    """ConfigError for keys ``cfg``'s protocol does not read (another protocol's key, e.g.
+    ``mf-dim`` or ``rounds`` with privirec, would otherwise be accepted and ignored),
+    naming the protocol and the keys it does read."""
     table = protocol_keys(cfg)
     known = {k for names in table.values() for k in names}
-    for key in keys:
-        if key not in known:
-            own = "; ".join(f"{who}: {', '.join(names) or '(none)'}"
-                            for who, names in table.items() if who != "core")
-            raise ConfigError(f"{what} {key}: protocol {cfg['protocol']!r} does not read "
-                              f"this key (its own keys: {own}; every protocol also reads "
-                              "the core keys, docs/configuration.md)")
+    unread = [k for k in dict.fromkeys(keys) if k not in known]
+    if unread:
+        own = "; ".join(f"{who}: {', '.join(names) or '(none)'}"
+                        for who, names in table.items() if who != "core")
+        these = "this key" if len(unread) == 1 else "these keys"
+        raise ConfigError(f"run config {', '.join(repr(k) for k in unread)}: protocol "
+                          f"{cfg['protocol']!r} does not read {these} (its own keys: {own}; "
+                          "every run also reads the core keys, docs/configuration.md)")
 
 
-def resolve_config(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The full typed run config: defaults of every applicable key, overrides applied.
+def resolve_config(given: Mapping[str, Any] | None,
+                   defaults: Mapping[str, Any] | None = None) -> RunConfig:
+    """The run's typed config, resolved once where the run starts and handed down as is.
 
-    An unknown protocol or key raises :class:`fedrec.config.ConfigError`.
+    Every applicable key's declared default, then ``defaults`` (values a run takes without
+    naming them: ``flwr run`` passes every key ``pyproject.toml`` lists), then ``given``
+    (the keys the run's command names). Each value is parsed by its key. A key in
+    ``given`` or in ``options`` that the protocol does not read is refused, so a setting is
+    never accepted and ignored; ``defaults`` may list any known key. An unknown protocol or
+    key raises :class:`fedrec.config.ConfigError`. A :class:`RunConfig` is resolved
+    already: it comes back as it is.
     """
-    overrides = dict(overrides or {})
+    if isinstance(given, RunConfig) and not defaults:
+        return given
+    given, merged = dict(given or {}), {**dict(defaults or {}), **dict(given or {})}
     known = key_table(CORE_KEYS)
-    head = {k: known[k].parse(v) for k, v in overrides.items() if k in ("protocol", "strategy")}
-    return merge_config(overrides, keys_for(head))
+    head = {k: known[k].parse(v) for k, v in merged.items() if k in ("protocol", "strategy")}
+    cfg = merge_config(merged, keys_for(head))
+    check_keys_read([*given, *option_assignments(cfg)], cfg)
+    return cfg
 
 
 def used_by(keys: Iterable[Key]) -> dict[str, str]:

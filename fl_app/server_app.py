@@ -18,11 +18,14 @@ from typing import Any
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedrec.config import ConfigError, run_name
+from clients.policy import PolicyError
+from datasets.errors import DataError
+from fedrec.config import ConfigError, RunConfig, run_name
 from fedrec.results import print_run_table, write_run
-from fedrec.transport.messenger import Messenger, RunInterrupted
+from fedrec.transport.messenger import Messenger, NodeError, NodeTimeoutError, RunInterrupted
 from fl_app.registry import load_strategy_class, resolve_config
 from strategies.base import ProtocolStrategy, RunOutcome
+from strategies.policy_needs import PolicyRefusal
 
 log = logging.getLogger("fedrec")
 
@@ -36,7 +39,7 @@ _LOG_DELIVERY_SECONDS = 1.5
 def build_strategy(cfg: Mapping[str, Any]) -> ProtocolStrategy:
     """The run's protocol, built once from the typed run config (``from_run_config``): a
     registered name or a ``package.module:Class`` of a ProtocolStrategy."""
-    cls = load_strategy_class(str(cfg["protocol"]))
+    cls = load_strategy_class(cfg["protocol"])
     if not issubclass(cls, ProtocolStrategy):
         raise ConfigError(f"protocol {cfg['protocol']!r} is a plain Flower strategy, not a "
                           "ProtocolStrategy: give it as 'strategy', with a 'protocol' whose "
@@ -59,7 +62,7 @@ def attempt_protocol(grid: Grid, cfg: Mapping[str, Any],
 
     A failure is returned, not raised: its record keeps what was measured, the strategy's
     history so far (``partial_record``) and the reason, for the results."""
-    messenger = Messenger(grid, timeout=float(cfg["timeout"]))
+    messenger = Messenger(grid, timeout=cfg["timeout"])
     t0 = time.perf_counter()
     try:
         strategy = strategy or build_strategy(cfg)
@@ -138,7 +141,7 @@ def _run_strategy(strategy: ProtocolStrategy, messenger: Messenger,
     ``strategy``) driving the protocol's nodes."""
     if not cfg.get("strategy"):  # a protocol with its own phases
         return strategy.execute(messenger)
-    stock_cls = load_strategy_class(str(cfg["strategy"]))
+    stock_cls = load_strategy_class(cfg["strategy"])
     stock = (stock_cls.from_run_config(cfg) if issubclass(stock_cls, ProtocolStrategy)
              else stock_cls())
     return strategy.drive_stock_strategy(stock, messenger)
@@ -159,37 +162,60 @@ def progress_to_console(indent: str = "") -> None:
 
 #: Failures that are answers to the run's input or to the nodes' policies (each already
 #: logged in one line naming the node, key or file): no traceback for them on the console.
-EXPECTED_FAILURES = ("PolicyRefusal", "ConfigError", "DataError", "NodeError",
-                     "NodeTimeoutError", "RunInterrupted", "PolicyError")
+EXPECTED_FAILURES: tuple[type[BaseException], ...] = (
+    PolicyRefusal, ConfigError, DataError, NodeError, NodeTimeoutError, RunInterrupted,
+    PolicyError)
 
 
 class ExpectedFailureFilter(logging.Filter):
     """Drops the traceback Flower's deployed ServerApp runner logs with "ServerApp raised an
     exception" when the run failed of an :data:`EXPECTED_FAILURES` (our own "run failed:"
-    line above it says what and where); any other exception keeps its traceback."""
+    or "run refused:" line above it says what and where); any other exception keeps its
+    traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, RunFailedError) and expected_failure(exc.__cause__):
+        if isinstance(exc, RunFailedError):
+            exc = exc.__cause__
+        if expected_failure(exc):
             record.exc_info, record.exc_text = None, None
         return True
 
 
 def expected_failure(exc: BaseException | None) -> bool:
-    """Whether ``exc`` is (a subclass of) an :data:`EXPECTED_FAILURES`: a refinement such
-    as ``SettingRefused`` (a ConfigError naming its fix) is as expected as its base."""
-    return exc is not None and any(cls.__name__ in EXPECTED_FAILURES
-                                   for cls in type(exc).__mro__)
+    """Whether ``exc`` is an :data:`EXPECTED_FAILURES`, a refinement (e.g.
+    ``SettingRefused``, a ConfigError naming its fix) included."""
+    return isinstance(exc, EXPECTED_FAILURES)
 
 
 _EXPECTED_FILTER = ExpectedFailureFilter()
+
+
+def flower_overrides(grid: Grid) -> dict[str, Any]:
+    """The keys the run's command named (``flwr run --run-config``: Flower's
+    ``Run.override_config``); empty where Flower has no run record (a test's grid)."""
+    return dict(getattr(getattr(grid, "run", None), "override_config", None) or {})
+
+
+def server_run_config(grid: Grid, context: Context,
+                      overrides: Mapping[str, Any] | None) -> RunConfig:
+    """The run's typed config, resolved once: ``overrides`` as they are when they are a
+    :class:`RunConfig` (a local simulation resolved and checked them before Flower
+    started); else Flower's run config, whose values ``pyproject.toml`` lists are defaults,
+    with the keys ``--run-config`` named and ``overrides`` as the given ones
+    (:func:`fl_app.registry.resolve_config` refuses those the protocol does not read)."""
+    if isinstance(overrides, RunConfig):
+        return overrides  # not merged with Flower's: a local simulation's run config is empty
+    given = {**flower_overrides(grid), **dict(overrides or {})}
+    return resolve_config(given, defaults=context.run_config)
 
 
 def make_server_app(overrides: Mapping[str, Any] | None = None,
                     on_result: Callable[[dict[str, Any]], None] | None = None,
                     quiet: bool = False,
                     strategy: ProtocolStrategy | None = None) -> ServerApp:
-    """A ServerApp whose run config is Flower's (``context.run_config``) plus ``overrides``.
+    """A ServerApp whose run config is Flower's (``context.run_config``) plus ``overrides``
+    (:func:`server_run_config`; a :class:`RunConfig` is the whole config, already resolved).
 
     ``on_result`` receives the results record in the server's process (used by
     ``run_simulation.py`` and the tests); it is never a channel to or from the nodes.
@@ -205,7 +231,11 @@ def make_server_app(overrides: Mapping[str, Any] | None = None,
     def main(grid: Grid, context: Context) -> None:
         if not quiet:
             progress_to_console()
-        cfg = resolve_config({**dict(context.run_config), **dict(overrides or {})})
+        try:
+            cfg = server_run_config(grid, context, overrides)
+        except ConfigError as exc:  # before any node is contacted
+            log.error("run refused: %s", exc)
+            raise
         attempt = attempt_protocol(grid, cfg, strategy)
         record, exc = attempt.record, attempt.error
         if exc is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -20,15 +21,18 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from clients.policy import NodePolicy
+from clients.boundary import NonFiniteRequest
+from clients.policy import NodePolicy, PolicyError
 from datasets import DatasetSpec, describe, load_dataset
 from datasets.errors import DataError
 from datasets.partition import PartitionSpec, partition_users
-from fedrec.config import ConfigError, run_name
+from fedrec.config import ConfigError, RunConfig, run_name
 from fedrec.results import print_run_table, release_run, write_run
+from fedrec.secure.identity import IdentityError
 from fedrec.transport.messenger import STOP
+from fedrec.wire.sums import AggregationError
 from fl_app.quiet import quiet_flower_noise
-from fl_app.registry import client_module, load_strategy_class, resolve_config
+from fl_app.registry import client_module, resolve_config
 from strategies.base import ProtocolStrategy, RoleNeed, check_roles
 from strategies.policy_needs import PolicyNeed, unmet
 from strategies.refusals import ChecksCatalogue, SettingRefused
@@ -51,18 +55,32 @@ def backend_config_for(client_cpus: int) -> dict[str, Any]:
 #: Node errors that are answers to the run's input (a refusal by the node's policy, bad data
 #: or config, a roster that does not fit), not bugs: the ServerApp reports each in one line
 #: naming the node, so Flower's copy of the node's traceback is dropped from the console.
-REFUSALS = ("clients.policy.PolicyError", "fedrec.secure.secagg.SecAggError",
-            "fedrec.wire.sums.AggregationError",
-            "fedrec.secure.identity.IdentityError", "datasets.errors.DataError",
-            "fedrec.config.ConfigError", "clients.boundary.NonFiniteRequest")
+REFUSALS: tuple[type[Exception], ...] = (
+    PolicyError, AggregationError, IdentityError, DataError, ConfigError, NonFiniteRequest)
 #: Flower's header before each ClientApp traceback; the traceback itself says the same.
 _HEADER = "An exception was raised when processing a message by"
+#: An exception line of a traceback: ``package.module.Class: message``.
+_EXCEPTION_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*\.[A-Za-z_]\w*): ", re.M)
+
+
+def raised_types(text: str) -> list[type]:
+    """The exception classes a traceback ``text`` names (``module.Class: ...`` lines): a
+    node's exception reaches the driver as Ray's text only (its pickled wrapper loses the
+    ``__cause__``), so its type is found by its qualified name among the modules this
+    process has loaded; a log line never makes it import one."""
+    found = []
+    for qualified in _EXCEPTION_LINE.findall(text):
+        module, _, name = qualified.rpartition(".")
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type):
+            found.append(cls)
+    return found
 
 
 class NodeRefusalFilter(logging.Filter):
-    """Drops Flower's ERROR records of a node's refusal (:data:`REFUSALS`) and the bare
-    header before each; any other node exception (e.g. a user's protocol code) keeps its
-    traceback on the console."""
+    """Drops Flower's ERROR records of a node's refusal (an exception of a :data:`REFUSALS`
+    type, subclasses included) and the bare header before each; any other node exception
+    (e.g. a user's protocol code) keeps its traceback on the console."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.ERROR:
@@ -70,7 +88,7 @@ class NodeRefusalFilter(logging.Filter):
         message = record.getMessage()
         if message.startswith(_HEADER):
             return False
-        return not any(f"{name}:" in message for name in REFUSALS)
+        return not any(issubclass(cls, REFUSALS) for cls in raised_types(message))
 
 
 _REFUSAL_FILTER = NodeRefusalFilter()
@@ -97,11 +115,11 @@ def check_federation_size(cfg: Mapping[str, Any], num_nodes: int, policy: NodePo
     if num_nodes < 1:
         raise ConfigError(f"simulated nodes (--nodes / num_nodes): expected at least 1, got "
                           f"{num_nodes}")
-    if int(cfg["min-nodes"]) > num_nodes:
+    if cfg["min-nodes"] > num_nodes:
         raise ConfigError(f"run config 'min-nodes' = {cfg['min-nodes']}: expected at most the "
                           f"{num_nodes} simulated nodes (--nodes / num_nodes); the run would "
                           f"wait startup-timeout ({cfg['startup-timeout']:g} s) for the rest")
-    users = num_nodes - int(cfg["item-servers"])
+    users = num_nodes - cfg["item-servers"]
     if users < 1:
         raise ConfigError(f"run config 'item-servers' = {cfg['item-servers']}: expected fewer "
                           f"than the {num_nodes} simulated nodes (--nodes / num_nodes), so "
@@ -160,11 +178,10 @@ def check_simulated_roles(cfg: Mapping[str, Any], strategy: ProtocolStrategy,
     needs = strategy.federation
     if cfg.get("strategy"):
         return
-    k = int(cfg["item-servers"])
+    k = cfg["item-servers"]
     roles = {p: "item-server" if p >= num_nodes - k else "user" for p in range(num_nodes)}
     try:
-        check_roles(roles, tuple(needs), lambda p: f"simulated node {p}",
-                    str(cfg["protocol"]))
+        check_roles(roles, tuple(needs), lambda p: f"simulated node {p}", cfg["protocol"])
     except ValueError as exc:
         fits = _item_servers_that_fit(tuple(needs), k)
         if fits is not None:
@@ -190,11 +207,8 @@ def check_partitions(cfg: Mapping[str, Any], num_nodes: int, policy: NodePolicy)
     catalogue size (what the strategy's settings must fit: :class:`ChecksCatalogue`). A synthetic
     dataset's size is checked first against the nodes' ``memory-budget-mb`` (what each node
     checks before generating it), so an oversized one is refused before it is generated."""
-    users = num_nodes - int(cfg["item-servers"])
-    try:
-        spec = DatasetSpec.from_config(cfg)
-    except ValueError as exc:  # e.g. a dataset name that is no plain folder name
-        raise ConfigError(f"run config: {exc}") from None
+    users = num_nodes - cfg["item-servers"]
+    spec = DatasetSpec.from_config(cfg)  # ConfigError naming the key, e.g. a path as name
     if spec.name == "synthetic":
         from datasets.synthetic import footprint_bytes
 
@@ -396,6 +410,10 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
                       overwrite: bool = False) -> dict[str, Any]:
     """Run the configured protocol on ``num_nodes`` simulated SuperNodes; return its record.
 
+    ``overrides``: the keys the run names, each one its protocol reads (the others take
+    their defaults), or the run's whole config already resolved (a :class:`RunConfig`, as
+    ``run_simulation.py`` hands it down).
+
     ``node_policy``: every simulated node's privacy policy (``clients/policy.py``), e.g.
     ``{"allow-plain": True}`` for ``aggregator = plain``; None reads ``$FEDREC_NODE_POLICY``
     (default: the safe policy, which refuses plain sums, seeded Omega and sparse transport).
@@ -415,17 +433,15 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
     ``overwrite``; a default name whose file exists becomes ``<name>-2``, ``<name>-3``, ...
     (the record's ``config`` says which).
     """
-    cfg = resolve_config(overrides)  # unknown keys and protocols fail before Ray starts
+    cfg = resolve_config(overrides)  # a key unknown or unread fails before Ray starts
     policy = resolve_node_policy(node_policy)
     from fl_app.client_app import build_client_app
     from fl_app.server_app import RunFailedError, make_server_app
 
-    if cfg.get("strategy"):
-        load_strategy_class(str(cfg["strategy"]))
     strategy = preflight(cfg, num_nodes, policy)
     # A protocol's own node module runs in this simulation's ClientApp (the user's code, on
     # the user's machine); a deployed node imports only what its operator lists.
-    extra = [m for m in [client_module(str(cfg["protocol"]), type(strategy))] if m]
+    extra = [m for m in [client_module(cfg["protocol"], type(strategy))] if m]
     _ship_by_value(extra)
     cfg = _claim_results(cfg, overrides, overwrite)
     box: dict[str, Any] = {}
@@ -491,7 +507,7 @@ def preflight(cfg: Mapping[str, Any], num_nodes: int, policy: NodePolicy) -> Pro
     as itself). A :class:`SettingRefused` names a value that works; the checks after it
     run with that value, so they report what the corrected run would still meet."""
     problems: list[ValueError] = []
-    fixed = dict(cfg)
+    fixed = RunConfig(cfg) if isinstance(cfg, RunConfig) else dict(cfg)  # the fixes: typed
 
     def attempt(check: Callable[[], Any]) -> Any:
         try:
@@ -526,8 +542,8 @@ def preflight(cfg: Mapping[str, Any], num_nodes: int, policy: NodePolicy) -> Pro
     return strategy
 
 
-def _claim_results(cfg: dict[str, Any], overrides: Mapping[str, Any] | None,
-                   overwrite: bool) -> dict[str, Any]:
+def _claim_results(cfg: RunConfig, overrides: Mapping[str, Any] | None,
+                   overwrite: bool) -> RunConfig:
     """``cfg`` with the run name whose results file this run claimed (``reserve_run``): an
     existing file is never replaced silently."""
     from fedrec.results import reserve_run
@@ -535,7 +551,7 @@ def _claim_results(cfg: dict[str, Any], overrides: Mapping[str, Any] | None,
     name = run_name(cfg)
     stem = reserve_run(name, explicit=bool((overrides or {}).get("run-name")),
                        overwrite=overwrite)
-    return cfg if stem == name else {**cfg, "run-name": stem}
+    return cfg if stem == name else RunConfig({**cfg, "run-name": stem})
 
 
 def unseeded_randomness(cfg: Mapping[str, Any], strategy: ProtocolStrategy) -> str:

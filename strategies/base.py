@@ -13,7 +13,7 @@ from flwr.app import ConfigRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from fedrec.config import CORE_KEYS, ConfigError, Key, key_table, merge_config
+from fedrec.config import CORE_KEYS, ConfigError, Key, RunConfig, key_table, merge_config
 from fedrec.records import to_array_record
 from fedrec.recsys.metrics import RankingSums
 from fedrec.transport.aggregators import Aggregator
@@ -306,12 +306,17 @@ class ProtocolStrategy(Strategy):
     unseeded_randomness: str = ""
 
     def __init__(self, cfg: Mapping[str, Any] | None = None) -> None:
-        """``cfg``: the typed run config (``fl_app.registry.resolve_config``; keys of other
-        protocols in it are ignored), else this protocol's defaults (:meth:`run_config`)."""
-        table = key_table(self.run_keys())
-        given = {k: table[k].parse(v) for k, v in dict(cfg or {}).items()
-                 if k in table and k != "options"}  # options: already expanded into cfg
-        self.cfg: dict[str, Any] = {**self.run_config(), **given}
+        """``cfg``: the run's typed config (a :class:`RunConfig`, resolved where the run
+        started: taken as is, its values never parsed again), or a plain mapping parsed here
+        (keys of other protocols in either are ignored); keys it lacks take their defaults."""
+        self.cfg: RunConfig
+        if isinstance(cfg, RunConfig):
+            missing = {k.name: k.default for k in self.run_keys() if k.name not in cfg}
+            self.cfg = RunConfig({**missing, **cfg}) if missing else cfg
+        else:
+            table = key_table(self.run_keys())
+            self.cfg = self.run_config({k: v for k, v in dict(cfg or {}).items()
+                                        if k in table and k != "options"})
         #: The run's per-round rows (what a failed run's results keep: :meth:`partial_record`).
         self.history: list[dict[str, Any]] = []
 
@@ -321,7 +326,7 @@ class ProtocolStrategy(Strategy):
         return (*CORE_KEYS, *cls.config_keys)
 
     @classmethod
-    def run_config(cls, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def run_config(cls, overrides: Mapping[str, Any] | None = None) -> RunConfig:
         """A typed run config for this protocol alone: defaults of :meth:`run_keys`,
         ``overrides`` parsed (an unknown key is a ConfigError naming the closest)."""
         return merge_config({"protocol": f"{cls.__module__}:{cls.__qualname__}",
@@ -339,7 +344,7 @@ class ProtocolStrategy(Strategy):
         :attr:`sum_roles`; checked at the handshake, and before Flower starts in a local
         simulation): by default what the run config's ``aggregator`` asks; a protocol with
         weaker modes of its own adds them."""
-        return aggregator_needs(str(self.cfg["aggregator"]))
+        return aggregator_needs(self.cfg["aggregator"])
 
     def reference(self, data: Any) -> dict[str, float] | None:
         """The centralized reference: the same math on all of ``data`` in one process,
@@ -400,8 +405,8 @@ class ProtocolStrategy(Strategy):
         """The aggregator of the run's sums over ``nodes``: the run config's ``aggregator``,
         ``seed`` and ``secagg-degree``. A protocol with a scheme of its own overrides this."""
         cfg = self.cfg
-        return make_aggregator(str(cfg["aggregator"]), messenger, nodes, seed=int(cfg["seed"]),
-                               degree=int(cfg["secagg-degree"]) or None)
+        return make_aggregator(cfg["aggregator"], messenger, nodes, seed=cfg["seed"],
+                               degree=cfg["secagg-degree"] or None)
 
     def summary(self) -> None:
         logging.getLogger("fedrec").info("%s: %s", type(self).__name__, self.cfg)

@@ -79,12 +79,12 @@ DPP_KEYS: tuple[Key, ...] = (
 def params_from_config(cfg: Mapping[str, Any]) -> PrototypeParams:
     """The public release parameters of a run config (``dpp-*`` keys)."""
     return PrototypeParams(
-        k=int(cfg["dpp-k"]), epsilon=float(cfg["dpp-epsilon"]),
-        value_max=float(cfg["dpp-value-max"]), sparsity=int(cfg["dpp-sparsity"]),
-        radius=float(cfg["dpp-radius"]), delta=float(cfg["dpp-delta"]),
-        trials=int(cfg["dpp-trials"]), shifts=int(cfg["dpp-shifts"]),
-        swaps=int(cfg["dpp-swaps"]), jl_coef=float(cfg["dpp-jl-coef"]),
-        accounting=str(cfg["dpp-accounting"]))
+        k=cfg["dpp-k"], epsilon=cfg["dpp-epsilon"],
+        value_max=cfg["dpp-value-max"], sparsity=cfg["dpp-sparsity"],
+        radius=cfg["dpp-radius"], delta=cfg["dpp-delta"],
+        trials=cfg["dpp-trials"], shifts=cfg["dpp-shifts"],
+        swaps=cfg["dpp-swaps"], jl_coef=cfg["dpp-jl-coef"],
+        accounting=cfg["dpp-accounting"])
 
 
 class DPPrototypes(ProtocolStrategy):
@@ -96,9 +96,9 @@ class DPPrototypes(ProtocolStrategy):
     def __init__(self, cfg: Mapping[str, Any] | None = None) -> None:
         super().__init__(cfg)
         cfg = self.cfg
-        self.params, self.rank = params_from_config(cfg), int(cfg["dpp-rank"])
-        self.reg, self.nmf_iters = float(cfg["dpp-reg"]), int(cfg["dpp-nmf-iters"])
-        self.seed, self.top_k = int(cfg["seed"]), 20
+        self.params, self.rank = params_from_config(cfg), cfg["dpp-rank"]
+        self.reg, self.nmf_iters = cfg["dpp-reg"], cfg["dpp-nmf-iters"]
+        self.seed, self.top_k = cfg["seed"], 20
 
     def policy_needs(self) -> tuple[PolicyNeed, ...]:
         """Each silo's release spends epsilon outside any secure sum: a ``dp-budget`` of at

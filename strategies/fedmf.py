@@ -31,7 +31,7 @@ from typing import Any
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp.strategy import Strategy
 
-from fedrec.config import Key
+from fedrec.config import ROUNDS, Key
 from fedrec.recsys.metrics import evaluate_ranking
 from fedrec.recsys.mf import (
     BPRMF,
@@ -149,7 +149,7 @@ class _RoundLines:
 class FedMF(ProtocolStrategy):
     """Federated BPR-MF with private user factors and item updates learned only as sums."""
 
-    config_keys = FEDMF_KEYS
+    config_keys = (ROUNDS, *FEDMF_KEYS)
     #: What a stock Flower strategy driving these nodes asks of their policy (clear rounds).
     STOCK_NEEDS = (PolicyNeed("allow-plain", "Flower's stock train/evaluate rounds (the "
                               "server sees each node's item factors)"),)

@@ -81,7 +81,7 @@ class FedSvd(ProtocolStrategy):
         super().__init__(cfg)
         cfg = self.cfg
         self.params = svd.params_from_config(cfg)
-        self.min_rows, self.epsilon = int(cfg["fedsvd-min-rows"]), float(cfg["fedsvd-epsilon"])
+        self.min_rows, self.epsilon = cfg["fedsvd-min-rows"], cfg["fedsvd-epsilon"]
         self.top_k = 20
 
     @property

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from fedrec.config import Key
+from fedrec.config import ROUNDS, Key
 from fedrec.recsys.mf import PATIENCE, VALID_FRACTION
 from fedrec.recsys.multiview import (
     CEILING_GRID,
@@ -96,12 +96,12 @@ MVMF_KEYS: tuple[Key, ...] = (
 
 def model_config(cfg: Mapping[str, Any]) -> MVMFConfig:
     """The model hyperparameters of a run config (public: they travel to every node)."""
-    return MVMFConfig(dim=int(cfg["mvmf-dim"]), lam1=float(cfg["mvmf-lambda1"]),
-                      lam2=float(cfg["mvmf-lambda2"]), alpha=float(cfg["mvmf-alpha"]),
-                      rho=float(cfg["mvmf-rho"]), weighting=str(cfg["mvmf-weighting"]),
-                      p_update=str(cfg["mvmf-p-update"]), lr=float(cfg["mvmf-lr"]),
-                      beta1=float(cfg["mvmf-beta1"]), beta2=float(cfg["mvmf-beta2"]),
-                      seed=int(cfg["seed"]))
+    return MVMFConfig(dim=cfg["mvmf-dim"], lam1=cfg["mvmf-lambda1"],
+                      lam2=cfg["mvmf-lambda2"], alpha=cfg["mvmf-alpha"],
+                      rho=cfg["mvmf-rho"], weighting=cfg["mvmf-weighting"],
+                      p_update=cfg["mvmf-p-update"], lr=cfg["mvmf-lr"],
+                      beta1=cfg["mvmf-beta1"], beta2=cfg["mvmf-beta2"],
+                      seed=cfg["seed"])
 
 
 def node_config(model: MVMFConfig, epoch: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -109,14 +109,14 @@ def node_config(model: MVMFConfig, epoch: int, cfg: Mapping[str, Any]) -> dict[s
     return {"dim": model.dim, "lam1": model.lam1, "lam2": model.lam2, "alpha": model.alpha,
             "rho": model.rho, "weighting": model.weighting, "p-update": model.p_update,
             "lr": model.lr, "beta1": model.beta1, "beta2": model.beta2, "seed": model.seed,
-            "epoch": int(epoch), evaluation_wire.TOP_K: int(cfg["mvmf-top-k"]),
-            "threshold": float(cfg["mvmf-threshold"])}
+            "epoch": int(epoch), evaluation_wire.TOP_K: cfg["mvmf-top-k"],
+            "threshold": cfg["mvmf-threshold"]}
 
 
 class FedMVMF(ProtocolStrategy):
     """Federated multi-view MF: user sums through the run's aggregator, an item server."""
 
-    config_keys = MVMF_KEYS
+    config_keys = (ROUNDS, *MVMF_KEYS)
     federation = (RoleNeed(("user",), min=1, holds=("rows", "user-attributes")),
                   RoleNeed(("item-server",), min=1, max=1, holds=("item-features",)))
     name = "fedmvmf"
@@ -127,9 +127,9 @@ class FedMVMF(ProtocolStrategy):
         cfg = self.cfg
         if cfg["implicit"]:
             raise SettingRefused(f"{self.name} factorizes explicit ratings", "implicit", False)
-        self.model, self.epochs = model_config(cfg), int(cfg["rounds"])
-        self.dataset, self.clusters = str(cfg["dataset"]), int(cfg["synthetic-clusters"])
-        self.top_k, self.threshold = int(cfg["mvmf-top-k"]), float(cfg["mvmf-threshold"])
+        self.model, self.epochs = model_config(cfg), cfg["rounds"]
+        self.dataset, self.clusters = cfg["dataset"], cfg["synthetic-clusters"]
+        self.top_k, self.threshold = cfg["mvmf-top-k"], cfg["mvmf-threshold"]
 
     # -- reference ---------------------------------------------------------------------------
     def attributes(self, data: Any) -> np.ndarray:
@@ -217,8 +217,8 @@ class FedMVMF(ProtocolStrategy):
         messenger, cfg = fed.messenger, self.cfg
         (item_server,) = fed.of_role("item-server")
         agg = fed.aggregator
-        model, max_abs = self.model, float(cfg["mvmf-max-abs"])
-        n_attrs = attribute_dim(str(cfg["dataset"]), int(cfg["synthetic-clusters"]))
+        model, max_abs = self.model, cfg["mvmf-max-abs"]
+        n_attrs = attribute_dim(cfg["dataset"], cfg["synthetic-clusters"])
         Q, U = init_server_factors(fed.n_items, n_attrs, model.dim, model.seed)
         optQ, optU = model.adam(), model.adam()
         history = self.new_history()
@@ -293,10 +293,10 @@ class PrivMVMF(FedMVMF):
     def sum_aggregator(self, messenger: Messenger, users: list[int]) -> Aggregator:
         """Always CKKS (the run config's ``aggregator`` is not read): the paper's scheme."""
         cfg = self.cfg
-        if str(cfg["aggregator"]) not in ("ckks", "secagg+"):
+        if cfg["aggregator"] not in ("ckks", "secagg+"):
             log.info("privmvmf sums with CKKS; run config aggregator = %s is not used",
                      cfg["aggregator"])
-        return make_aggregator("ckks", messenger, users, seed=int(cfg["seed"]))
+        return make_aggregator("ckks", messenger, users, seed=cfg["seed"])
 
 
 def _arrays(reply: Any, label: str) -> dict[str, np.ndarray]:

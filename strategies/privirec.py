@@ -234,18 +234,18 @@ class PriviRec(ProtocolStrategy):
     def __init__(self, cfg: Mapping[str, Any] | None = None) -> None:
         super().__init__(cfg)
         cfg = self.cfg
-        L, ritz = int(cfg["privirec-L"]), str(cfg["privirec-ritz"])
-        wire_dtype, score_dtype = str(cfg["privirec-wire-dtype"]), str(cfg["privirec-score-dtype"])
-        aggregator, rank = str(cfg["aggregator"]), int(cfg["privirec-rank"])
+        L, ritz = cfg["privirec-L"], cfg["privirec-ritz"]
+        wire_dtype, score_dtype = cfg["privirec-wire-dtype"], cfg["privirec-score-dtype"]
+        aggregator, rank = cfg["aggregator"], cfg["privirec-rank"]
         if L < 1:
             raise ConfigError(f"privirec-L counts the R~^T Omega round and must be >= 1, got {L}")
-        self.filters = tuple(f.strip() for f in str(cfg["privirec-filters"]).split(",")
+        self.filters = tuple(f.strip() for f in cfg["privirec-filters"].split(",")
                              if f.strip())
-        self.L, self.rank, self.omega = L, rank, str(cfg["privirec-omega"])
+        self.L, self.rank, self.omega = L, rank, cfg["privirec-omega"]
         self.ritz: bool | None = None if ritz == "auto" else ritz == "true"
-        self.aggregator, self.secagg_degree = aggregator, int(cfg["secagg-degree"])
-        self.dataset, self.seed, self.top_k = str(cfg["dataset"]), int(cfg["seed"]), 20
-        self.filter_rank = int(cfg["privirec-filter-rank"])
+        self.aggregator, self.secagg_degree = aggregator, cfg["secagg-degree"]
+        self.dataset, self.seed, self.top_k = cfg["dataset"], cfg["seed"], 20
+        self.filter_rank = cfg["privirec-filter-rank"]
         if wire_dtype not in WIRE_DTYPES:
             raise ConfigError(f"privirec-wire-dtype must be one of {WIRE_DTYPES}, got "
                               f"{wire_dtype!r}")
@@ -501,7 +501,7 @@ class PriviRecK(PriviRec):
         # turbo-cf is left out of the run config's filters; the rank is privirec-k, and
         # Rayleigh-Ritz runs only when asked (``privirec-ritz = true``)
         self.filters = tuple(f for f in self.filters if f != "turbo-cf")
-        self.rank = self.max_filter_rank = int(self.cfg["privirec-k"])
+        self.rank = self.max_filter_rank = self.cfg["privirec-k"]
         self.ritz = self.cfg["privirec-ritz"] == "true"
         self._filter_objects()
 

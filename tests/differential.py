@@ -197,9 +197,10 @@ _NOT_MODELS = ("data", SUM_KEY, "relay.in", "relay.directory", "relay.round")
 def _dataset_keys() -> frozenset[str]:
     """Run-config keys of the dataset and its partition (a stock round carries them in its
     ``config`` record): another dataset is not a model or a size the node answers about."""
-    from datasets.spec import _CONFIG_KEYS
+    from datasets.spec import DATASET_KEYS
 
-    return frozenset(_CONFIG_KEYS.values()) | {"partition", "num-partitions", "item-servers"}
+    return frozenset(k.name for k in DATASET_KEYS) | {"partition", "num-partitions",
+                                                      "item-servers"}
 
 
 def variants(content: RecordDict, item: int, n_items: int) -> Iterator[tuple[str, RecordDict]]:

@@ -70,8 +70,9 @@ PER_EXAMPLE = 2
 #: examples, up to this many items.
 ITEMS = 600
 #: The honest runs' own iteration counts under the test's ``max-iterations`` (the default
-#: 200 NMF sweeps would be refused before any drawn size is reached).
-BASE = {"dpp-nmf-iters": MAX_ITERATIONS // 2}
+#: 200 NMF sweeps would be refused before any drawn size is reached), for the protocols
+#: that read them.
+BASE = {"dp-prototypes": {"dpp-nmf-iters": MAX_ITERATIONS // 2}}
 
 
 def _protocol_keys() -> dict[str, list[Any]]:
@@ -123,7 +124,7 @@ def run_measured(case_name: str, sizes: dict[str, int], ledger: Path) -> tuple[P
                                    "max-iterations": MAX_ITERATIONS, "dp-budget": 1e9,
                                    "dp-ledger": str(ledger)})
     meter = PeakMeter(app)
-    cfg = {**DATA, **case.overrides, **BASE, **sizes, "protocol": protocol,
+    cfg = {**DATA, **case.overrides, **BASE.get(protocol, {}), **sizes, "protocol": protocol,
            "run-name": f"bounds-{protocol}"}
     error = None
     with deadline(SECONDS), LocalGrid(meter, case.nodes) as grid:

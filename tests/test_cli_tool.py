@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from fedrec.config import ConfigError
 from fedrec.results import ResultsError, reserve_run
 from fedrec.transport.messenger import Messenger, NodeTimeoutError
 from fl_app.registry import load_strategy_class, protocols, resolve_config
@@ -216,7 +217,31 @@ def test_policy_needs_compare_numbers_both_ways_and_name_the_others() -> None:
 # -- 4. keys the protocol does not read -----------------------------------------------------------
 def test_a_key_of_another_protocol_is_an_error_naming_the_protocols_keys(tmp_path: Path) -> None:
     refused_early(cli("--set", "mf-dim=32", tmp_path=tmp_path),
-                  "--set mf-dim: protocol 'privirec' does not read this key", "privirec-filters")
+                  "'mf-dim': protocol 'privirec' does not read this key", "privirec-filters")
+
+
+def test_rounds_is_refused_by_a_protocol_without_rounds_but_not_by_default(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--rounds`` given to privirec is refused before Flower, naming its keys; the flag's
+    default is no given value (privirec's default run has no ``rounds``), and the Python
+    entry point refuses the same key."""
+    import fl_app.simulation as simulation
+    import run_simulation
+
+    def no_flower(*_: object) -> None:
+        raise AssertionError("Flower started")
+
+    monkeypatch.setattr(simulation, "simulate", no_flower)
+    assert run_simulation.main(["--rounds", "50", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: run config 'rounds': protocol 'privirec' does not read"), err
+    assert "privirec-filters" in err
+    parser = run_simulation.build_parser()
+    assert "rounds" not in run_simulation.given_keys(parser.parse_args([]))
+    assert run_simulation.run_config(parser.parse_args(["--protocol", "fedmf", "--rounds",
+                                                        "3"]))["rounds"] == 3
+    with pytest.raises(ConfigError, match="'rounds': protocol 'privirec'"):
+        simulation.run_in_simulation({"protocol": "privirec", "rounds": 5}, 3, quiet=True)
 
 
 # -- 5. results never lost or overwritten ---------------------------------------------------------
@@ -360,6 +385,13 @@ def test_a_deployed_refusal_is_logged_without_a_traceback() -> None:
     assert ExpectedFailureFilter().filter(refused) and refused.exc_info is None
     bug = record_of(KeyError("x"))
     assert ExpectedFailureFilter().filter(bug) and bug.exc_info is not None
+    # by type: a user's own class named like an expected one is a bug with its traceback
+    lookalike = record_of(type("ConfigError", (RuntimeError,), {})("x"))
+    assert ExpectedFailureFilter().filter(lookalike) and lookalike.exc_info is not None
+    # a run config refused before any node (raised as itself, not as a failed run)
+    early = logging.LogRecord("flwr", logging.ERROR, __file__, 1, "ServerApp raised an "
+                              "exception", None, (ConfigError, ConfigError("x"), None))
+    assert ExpectedFailureFilter().filter(early) and early.exc_info is None
 
 
 def test_a_node_silent_in_a_secure_sum_round_names_the_timeout_to_raise() -> None:

@@ -37,14 +37,15 @@ def test_a_missing_key_is_caught() -> None:
 
 
 def test_values_are_typed_and_range_checked() -> None:
-    cfg = resolve_config({"rounds": "7", "mf-lr": "0.5", "privirec-L": 2.0})
-    assert cfg["rounds"] == 7 and cfg["mf-lr"] == 0.5 and cfg["privirec-L"] == 2
+    cfg = resolve_config({"protocol": "fedmf", "rounds": "7", "mf-lr": "0.5"})
+    assert cfg["rounds"] == 7 and cfg["mf-lr"] == 0.5
+    assert resolve_config({"privirec-L": 2.0})["privirec-L"] == 2
     with pytest.raises(ConfigError, match="'rounds'"):
-        resolve_config({"rounds": "abc"})
+        resolve_config({"protocol": "fedmf", "rounds": "abc"})
     with pytest.raises(ConfigError, match="'seed'"):
         resolve_config({"seed": 1.5})
     with pytest.raises(ConfigError, match="'rounds': must be >= 1"):
-        resolve_config({"rounds": 0})
+        resolve_config({"protocol": "fedmf", "rounds": 0})
     with pytest.raises(ConfigError, match="expected one of secagg\\+ \\| plain \\| ckks"):
         resolve_config({"aggregator": "none"})
 
@@ -116,5 +117,100 @@ def test_float_keys_take_finite_numbers_only(raw: str) -> None:
     for key in ("timeout", "startup-timeout", "test-ratio", "mf-lr"):
         for given in (value, raw):
             with pytest.raises(ConfigError, match=rf"'{key}': expected a finite number"):
-                resolve_config({key: given})
+                resolve_config({"protocol": "fedmf", key: given})
     assert resolve_config({"timeout": "2.5"})["timeout"] == 2.5
+
+
+# -- a key the protocol does not read --------------------------------------------------------
+def test_a_given_key_the_protocol_does_not_read_is_refused_naming_its_keys() -> None:
+    """``rounds`` is read by the protocols that train in rounds only: given to privirec it
+    would be accepted and ignored, so it is refused, naming the protocol and its keys."""
+    with pytest.raises(ConfigError, match=r"'rounds': protocol 'privirec' does not read this "
+                                          r"key \(its own keys: privirec: privirec-filters"):
+        resolve_config({"protocol": "privirec", "rounds": 50})
+    with pytest.raises(ConfigError, match=r"'mf-dim', 'rounds': protocol 'lpgcn' does not "
+                                          "read these keys"):
+        resolve_config({"protocol": "lpgcn", "mf-dim": 8, "rounds": 5})
+    with pytest.raises(ConfigError, match="'mf-dim': protocol 'examples.item_popularity"):
+        resolve_config({"protocol": "examples.item_popularity:ItemPopularity",
+                        "options": "mf-dim=8"})
+    assert resolve_config({"protocol": "fedmf", "rounds": 5})["rounds"] == 5
+    assert resolve_config({"protocol": "fedmvmf", "rounds": 5})["rounds"] == 5
+    # a stock strategy driving fedmf's nodes reads the protocol's keys
+    assert resolve_config({"protocol": "fedmf", "strategy": "flwr.serverapp.strategy:FedAvg",
+                           "rounds": 2})["rounds"] == 2
+
+
+def test_defaults_a_run_takes_without_naming_them_are_not_refused() -> None:
+    """``flwr run`` passes every key pyproject.toml lists: those values are defaults, so
+    only the keys the command names are held to the protocol."""
+    listed = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    cfg = resolve_config({"protocol": "privirec"}, defaults={**listed, "rounds": 50})
+    assert cfg["protocol"] == "privirec" and cfg["rounds"] == 50
+    with pytest.raises(ConfigError, match="'rounds': protocol 'privirec'"):
+        resolve_config({"protocol": "privirec", "rounds": 50}, defaults=listed)
+    with pytest.raises(ConfigError, match="unknown run-config key 'mf-dims'"):
+        resolve_config({}, defaults={**listed, "mf-dims": 3})  # still known keys only
+
+
+class _Run:
+    def __init__(self, override_config: dict) -> None:
+        self.override_config = override_config
+
+
+class _UntouchableGrid:
+    """A grid whose run has Flower's record of ``--run-config``; any contact is an error."""
+
+    def __init__(self, override_config: dict) -> None:
+        self.run = _Run(override_config)
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"the ServerApp used the grid ({name}) before refusing")
+
+
+def _flwr_context(overrides: dict) -> object:
+    from flwr.app import Context, RecordDict
+
+    listed = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    return Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                   run_config={**listed, **overrides})
+
+
+def test_flwr_run_refuses_a_named_key_the_protocol_does_not_read_before_any_node() -> None:
+    """``flwr run --run-config "rounds=50"`` (default protocol privirec): the ServerApp
+    refuses before it touches the grid; the same run without ``rounds`` resolves with every
+    key of pyproject.toml in its run config."""
+    from fl_app.server_app import make_server_app, server_run_config
+
+    given = {"rounds": 50}
+    with pytest.raises(ConfigError, match="'rounds': protocol 'privirec' does not read"):
+        make_server_app(quiet=True)(_UntouchableGrid(given), _flwr_context(given))
+    fine = {"protocol": "fedmf", "rounds": 3}
+    cfg = server_run_config(_UntouchableGrid(fine), _flwr_context(fine), None)
+    assert cfg["protocol"] == "fedmf" and cfg["rounds"] == 3
+    cfg = server_run_config(_UntouchableGrid({}), _flwr_context({}), None)
+    assert cfg["protocol"] == "privirec"
+
+
+# -- the data's keys -----------------------------------------------------------------------
+def test_the_data_keys_are_declared_once_and_the_spec_checks_with_them() -> None:
+    """DatasetSpec's fields are the data keys' (defaults included), the core lists the same
+    declarations, and the spec refuses what the key refuses, naming the key."""
+    import dataclasses
+
+    from datasets import DatasetSpec
+    from datasets.spec import DATASET_KEYS, field_key
+    from fedrec.config import CORE_KEYS
+
+    fields = dataclasses.fields(DatasetSpec)
+    assert sorted(field_key(f.name).name for f in fields) == sorted(k.name for k in DATASET_KEYS)
+    assert all(f.default == field_key(f.name).default for f in fields)
+    assert all(key in CORE_KEYS for key in DATASET_KEYS)
+    assert DatasetSpec.from_config({"test-ratio": "0.5", "seed": 3.0}) == \
+        DatasetSpec(test_ratio=0.5, seed=3)
+    for field, value, key in (("test_ratio", 0.995, "test-ratio"),
+                              ("cold_start_users", 0.995, "cold-start-users"),
+                              ("synthetic_users", 0, "synthetic-users"),
+                              ("implicit", "maybe", "implicit")):
+        with pytest.raises(ConfigError, match=f"run config '{key}'"):
+            DatasetSpec(**{field: value})

@@ -174,3 +174,29 @@ def test_flower_copies_of_node_refusals_are_dropped_but_bugs_keep_theirs() -> No
     assert not keep(record("Traceback ...\nfedrec.wire.sums.AggregationError: node 1 refuses"))
     assert keep(record("Traceback ...\nZeroDivisionError: division by zero"))  # user's code
     assert keep(record("clients.policy.PolicyError: x", logging.WARNING))
+
+
+def test_node_refusals_are_recognised_by_type_subclasses_included() -> None:
+    """A refusal is known by its class, not its name: a subclass of a refusal (a setting
+    refused with its fix, a ConfigError) is dropped like its base, and a user's exception
+    that only shares a refusal's name keeps its traceback."""
+    import sys
+    import types
+
+    from fl_app.simulation import NodeRefusalFilter, raised_types
+    from strategies.refusals import SettingRefused
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("flwr", logging.ERROR, __file__, 1, message, None, None)
+
+    keep = NodeRefusalFilter().filter
+    assert raised_types("x\nstrategies.refusals.SettingRefused: k too large") == [SettingRefused]
+    assert not keep(record("Traceback ...\nstrategies.refusals.SettingRefused: set k = 6"))
+    assert not keep(record("Traceback ...\nfedrec.secure.secagg.SecAggError: x"))
+    mine = types.ModuleType("users_protocol_errors")
+    mine.PolicyError = type("PolicyError", (RuntimeError,), {})
+    sys.modules[mine.__name__] = mine
+    try:
+        assert keep(record("Traceback ...\nusers_protocol_errors.PolicyError: a bug"))
+    finally:
+        del sys.modules[mine.__name__]

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from fedrec.config import Key
 from fl_app.client_app import build_client_app
 from fl_app.registry import BUILTIN, client_module, load_strategy_class, resolve_config
 from strategies.base import ProtocolStrategy
@@ -114,7 +115,15 @@ def test_a_simulated_run_builds_its_strategy_once(monkeypatch: pytest.MonkeyPatc
             server_app(grid, Context(run_id=1, node_id=0, node_config={},
                                      state=RecordDict(), run_config={}))
 
+    parsed: list[str] = []
+    parse = Key.parse
+
+    def counting_parse(self: Key, value: Any) -> Any:
+        parsed.append(self.name)
+        return parse(self, value)
+
     monkeypatch.setattr(ProtocolStrategy, "__init__", counting)
+    monkeypatch.setattr(Key, "parse", counting_parse)
     monkeypatch.setattr(simulation, "simulate", on_local_grid)
     over, nodes = TINY["fedpower"]
     record = simulation.run_in_simulation({**over, "protocol": "fedpower",
@@ -122,3 +131,7 @@ def test_a_simulated_run_builds_its_strategy_once(monkeypatch: pytest.MonkeyPatc
                                           compare=True, node_policy=POLICY)
     assert record["status"] == "completed" and "centralized" in record["comparison"]
     assert built == ["FedPower"]
+    # the run config is resolved once, where the run starts: each of the protocol's own
+    # keys parsed once (the data's keys are parsed again where data is described)
+    own = [k for k in over if k.startswith("fedsvd-")]
+    assert own and {k: parsed.count(k) for k in own} == {k: 1 for k in own}

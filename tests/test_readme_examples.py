@@ -68,21 +68,17 @@ def test_a_readme_example_passes_every_check_before_flower(args: list[str]) -> N
     import run_simulation
     from clients.policy import NodePolicy
     from fedrec.config import parse_assignments
-    from fl_app.registry import check_keys_read, resolve_config
+    from fl_app.registry import resolve_config
     from fl_app.simulation import preflight
 
     ns = run_simulation.build_parser().parse_args(args)
-    assigned = parse_assignments(ns.set)
-    overrides = {"protocol": ns.protocol, "strategy": ns.strategy, "dataset": ns.dataset,
-                 "partition": ns.partition, "rounds": ns.rounds, "seed": ns.seed,
-                 **assigned}
-    check_keys_read(assigned, resolve_config(overrides))
+    given = run_simulation.given_keys(ns)
+    resolve_config(given)  # as the command resolves it: keys the protocol does not read fail
     policy = NodePolicy.coerce(parse_assignments(ns.node_policy, "--node-policy") or None)
     # a named dataset is replaced by tiny synthetic data (its files may be absent); the
     # embedded synthetic data the default commands use is checked as written
-    data = {} if overrides["dataset"] in (None, "synthetic") else TINY_DATA
-    preflight(resolve_config({**{k: v for k, v in overrides.items() if v is not None},
-                              **data}), ns.nodes, policy)
+    data = {} if given["dataset"] == "synthetic" else TINY_DATA
+    preflight(resolve_config({**given, **data}), ns.nodes, policy)
 
 
 def own_data_block() -> list[str]:
