@@ -90,7 +90,9 @@ PHASES: tuple[tuple[str, str, str], ...] = (
 
 
 class PhaseClock:
-    """Own time of wrapped calls per (protocol phase, phase of :data:`PHASES`)."""
+    """Own CPU time of wrapped calls per (protocol phase, phase of :data:`PHASES`): this
+    process's CPU seconds, which other processes on a shared machine disturb far less than
+    wall-clock seconds."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -105,12 +107,12 @@ class PhaseClock:
         clock = self
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             clock._stack.append(0.0)
             try:
                 return fn(*args, **kwargs)
             finally:
-                total = time.perf_counter() - t0
+                total = time.process_time() - t0
                 inner = clock._stack.pop()
                 clock.seconds[clock.protocol_phase][phase] += total - inner
                 if clock._stack:
@@ -176,6 +178,7 @@ def federated(dataset: str, steps: int) -> dict[str, Any]:
     resolved = resolve_config(cfg)
     clock = PhaseClock()
     step_seconds: list[float] = []
+    step_cpu: list[float] = []
     parts: dict[str, dict[str, float]] = {"down": defaultdict(float), "up": defaultdict(float)}
     counting = {"on": False}
     state_bytes: list[float] = []  # per train round: the nodes' mean state size
@@ -183,10 +186,11 @@ def federated(dataset: str, steps: int) -> dict[str, Any]:
 
     def step(run: Any, s: int, train: bool, *args: Any) -> Any:
         counting["on"] = train and s > run.s.start_step  # steps after the first
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = step_fn(run, s, train, *args)
         if counting["on"]:
             step_seconds.append(time.perf_counter() - t0)
+            step_cpu.append(time.process_time() - c0)
         counting["on"] = False
         return out
 
@@ -207,6 +211,7 @@ def federated(dataset: str, steps: int) -> dict[str, Any]:
     grid = LocalGrid(build_client_app(policy=POLICY), NODES, data=cfg)
     strategy._Run.step, strategy._Run.send = step, send
     try:
+        load_before = os.getloadavg()[0]
         with grid, clock.installed():
             t0 = time.perf_counter()
             record = run_protocol(grid, resolved)
@@ -220,8 +225,10 @@ def federated(dataset: str, steps: int) -> dict[str, Any]:
     per_node_step = 1.0 / (NODES * max(len(step_seconds), 1))
     phase_s = {k: v / len(step_seconds) for k, v in clock.seconds["lpgcn-train"].items()}
     return {"steps": n_steps, "nodes": NODES, "wall_seconds": wall,
+            "load_average": [load_before, os.getloadavg()[0]],
             "seconds_per_step": float(np.median(step_seconds)),
-            "seconds_per_step_all": step_seconds,
+            "cpu_seconds_per_step": float(np.median(step_cpu)),
+            "seconds_per_step_all": step_seconds, "cpu_seconds_per_step_all": step_cpu,
             "phase_seconds_per_step": dict(sorted(phase_s.items(), key=lambda kv: -kv[1])),
             "rounds_per_step": record["extra"]["rounds_per_step"],
             "nbatches": record["extra"]["nbatches"],
@@ -254,10 +261,12 @@ def centralized(dataset: str) -> dict[str, Any]:
     cfg = board_config(dataset)
     data = board_data(cfg)
     model = LPGCN(cfg).reference_model(data.train)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     model.fit(model.nbatches)
-    epoch = time.perf_counter() - t0
+    epoch, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {"epoch_seconds": epoch, "seconds_per_step": epoch / model.nbatches,
+            "epoch_cpu_seconds": cpu, "cpu_seconds_per_step": cpu / model.nbatches,
+            "threads": model.A.threads,
             "nbatches": model.nbatches, "shape": list(data.train.shape),
             "train_interactions": int(data.train.nnz)}
 
@@ -327,13 +336,13 @@ def fastest(runs: list[dict[str, Any]], datasets: list[str]) -> dict[str, Any]:
     for ds in datasets:
         units = [r[ds] for r in runs]
         best = {"federated": min((u["federated"] for u in units),
-                                 key=lambda f: f["seconds_per_step"]),
+                                 key=lambda f: f["cpu_seconds_per_step"]),
                 "centralized": min((u["centralized"] for u in units),
-                                   key=lambda c: c["epoch_seconds"])}
-        best["federated"]["repeats_seconds_per_step"] = [
-            u["federated"]["seconds_per_step"] for u in units]
-        best["centralized"]["repeats_epoch_seconds"] = [
-            u["centralized"]["epoch_seconds"] for u in units]
+                                   key=lambda c: c["epoch_cpu_seconds"])}
+        best["federated"]["repeats_cpu_seconds_per_step"] = [
+            u["federated"]["cpu_seconds_per_step"] for u in units]
+        best["centralized"]["repeats_epoch_cpu_seconds"] = [
+            u["centralized"]["epoch_cpu_seconds"] for u in units]
         if all("simulation" in u for u in units):
             best["simulation"] = min((u["simulation"] for u in units),
                                      key=lambda m: m["seconds_per_step"])
@@ -345,11 +354,15 @@ def fastest(runs: list[dict[str, Any]], datasets: list[str]) -> dict[str, Any]:
 
 # -- report ----------------------------------------------------------------------------------
 def _ratios(unit: dict[str, Any]) -> dict[str, float]:
+    """CPU seconds (the headline on a shared machine) and wall seconds, both ways."""
     fed, cen = unit["federated"], unit["centralized"]
-    return {"fed_s_per_step": fed["seconds_per_step"], "cen_s_per_step": cen["seconds_per_step"],
-            "ratio": fed["seconds_per_step"] / cen["seconds_per_step"],
-            "fed_epoch_s": fed["seconds_per_step"] * cen["nbatches"],
-            "cen_epoch_s": cen["epoch_seconds"],
+    return {"fed_s_per_step": fed["cpu_seconds_per_step"],
+            "cen_s_per_step": cen["cpu_seconds_per_step"],
+            "ratio": fed["cpu_seconds_per_step"] / cen["cpu_seconds_per_step"],
+            "fed_epoch_s": fed["cpu_seconds_per_step"] * cen["nbatches"],
+            "cen_epoch_s": cen["epoch_cpu_seconds"],
+            "wall_ratio": fed["seconds_per_step"] / cen["seconds_per_step"],
+            "fed_wall": fed["seconds_per_step"], "cen_wall": cen["seconds_per_step"],
             "mb_per_node_step": fed["ledger_bytes_per_node_per_step"] / 1e6}
 
 
@@ -367,8 +380,16 @@ def markdown(result: dict[str, Any]) -> str:
              + (f"`before`: revision {result['baseline']}; `after`: the working tree at "
                 f"{result.get('revision', '?')}, both measured in this run." if len(sides) > 1
                 else ""), "",
-             "| dataset | side | s/step fed | s/step cen | ratio | epoch fed | epoch cen | MB "
-             "per node per step | rounds/step |", "|---|---|---|---|---|---|---|---|---|"]
+             "CPU seconds are this process's (the federation's nodes and server, one after "
+             "another, against the centralized model on its "
+             f"{result[sides[0]][result['datasets'][0]]['centralized'].get('threads', '?')} "
+             "threads): another process on the machine changes them far less than wall "
+             "seconds, which are shown beside them. Load average (1 min) while measuring: "
+             + ", ".join(f"{s} {min(v)}-{max(v)}" for s, v in _loads(result, sides).items())
+             + ".", "",
+             "| dataset | side | CPU s/step fed | CPU s/step cen | CPU ratio | CPU epoch fed "
+             "| CPU epoch cen | wall s/step fed / cen (ratio) | MB per node per step | "
+             "node state MB | rounds/step |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for ds in result["datasets"]:
         for side in sides:
             unit = result[side][ds]
@@ -376,11 +397,13 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {ds} | {side} | {r['fed_s_per_step']:.3f} | "
                          f"{r['cen_s_per_step']:.4f} | {r['ratio']:.1f}x | "
                          f"{r['fed_epoch_s']:.0f} s | {r['cen_epoch_s']:.1f} s | "
+                         f"{r['fed_wall']:.3f} / {r['cen_wall']:.4f} ({r['wall_ratio']:.1f}x) | "
                          f"{r['mb_per_node_step']:.2f} | "
+                         f"{unit['federated']['node_state_bytes']['mean'] / 1e6:.2f} | "
                          f"{max(unit['federated']['rounds_per_step'])} |")
     for ds in result["datasets"]:
         lines += ["", f"## {ds}: where a federated step's seconds go", "",
-                  "Own time of each phase per step (the steps after the first, as seconds "
+                  "Own CPU time of each phase per step (the steps after the first, as seconds "
                   "per step; an epoch's triples are drawn at its first step, so they are "
                   "left out with it: ~35 ms per ML-1M node once per epoch), in seconds and "
                   "as a share of their sum."]
@@ -405,11 +428,12 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {name} | " + " | ".join(
                 f"{get(result[s][ds]) / 1e6:.3f} MB" for s in sides) + " |")
         if all("simulation" in result[s][ds] for s in sides):
-            lines += ["", "Flower simulation (Ray nodes, same config): "
+            lines += ["", "Flower simulation (Ray nodes, same config; wall seconds, the nodes "
+                      "being other processes): "
                       + "; ".join(f"{s} {result[s][ds]['simulation']['seconds_per_step']:.2f} s "
                                   "per step ("
                                   f"{_sim_overhead(result[s][ds]):+.2f} s against the "
-                                  "in-process grid)" for s in sides) + "."]
+                                  "in-process grid's wall seconds)" for s in sides) + "."]
     lines += ["", "## Reading", ""] + _interpretation(result, sides)
     lines += ["", f"Command: `{result['command']}`", f"Machine: {result['machine']}.", ""]
     return "\n".join(lines)
@@ -421,6 +445,13 @@ def _config_line(result: dict[str, Any]) -> str:
     keys = ("lpgcn-backbone", "lpgcn-layers", "lpgcn-dim", "lpgcn-batch-size", "lpgcn-dtype",
             "aggregator", "lpgcn-holdings", "lpgcn-mask-scale")
     return ", ".join(f"{k} {cfg.get(k)}" for k in keys)
+
+
+def _loads(result: dict[str, Any], sides: list[str]) -> dict[str, list[float]]:
+    """Each side's load averages recorded while measuring."""
+    return {s: [round(x, 1) for ds in result["datasets"]
+                for x in result[s][ds]["federated"].get("load_average", [])] or ["?"]
+            for s in sides}
 
 
 def _sim_overhead(unit: dict[str, Any]) -> float:
@@ -465,13 +496,13 @@ def _interpretation(result: dict[str, Any], sides: list[str]) -> list[str]:
             total = sum(ph.values())
             top = sorted(ph.items(), key=lambda kv: -kv[1])[:3]
             node = sum(v for k, v in ph.items() if k.startswith("node:"))
-            out.append(f"- {ds}, {s}: {_ratios(result[s][ds])['ratio']:.1f}x centralized per "
-                       f"step; the nodes' own work is {100 * node / total:.0f}% of the step "
+            out.append(f"- {ds}, {s}: {_ratios(result[s][ds])['ratio']:.1f}x centralized CPU "
+                       f"seconds per step; the nodes' own work is {100 * node / total:.0f}% of the step "
                        "(the grid runs them one after another), the three largest phases "
                        + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in top) + ".")
         if len(sides) == 2:
             b, a = (_ratios(result[s][ds]) for s in sides)
-            out.append(f"- {ds}: seconds per step {b['fed_s_per_step']:.3f} -> "
+            out.append(f"- {ds}: CPU seconds per step {b['fed_s_per_step']:.3f} -> "
                        f"{a['fed_s_per_step']:.3f} (before / after "
                        f"{b['fed_s_per_step'] / a['fed_s_per_step']:.2f}), ratio to centralized {b['ratio']:.1f}x -> {a['ratio']:.1f}x, "
                        f"bytes per node per step {b['mb_per_node_step']:.2f} -> "
@@ -498,12 +529,12 @@ def plot(result: dict[str, Any], path: Path) -> None:
                 for ds in datasets for s in sides]
         axes[0].bar(labels, vals, bottom=bottom, label=p, color=cmap(k % 20))
         bottom = [b + v for b, v in zip(bottom, vals)]
-    axes[0].set_ylabel("seconds per federated step (own time per phase)")
+    axes[0].set_ylabel("CPU seconds per federated step (own time per phase)")
     axes[0].legend(fontsize=7, loc="upper left")
     ratio = [_ratios(result[s][ds])["ratio"] for ds in datasets for s in sides]
     mb = [_ratios(result[s][ds])["mb_per_node_step"] for ds in datasets for s in sides]
     axes[1].bar(labels, ratio, color="tab:blue")
-    axes[1].set_ylabel("federated / centralized seconds per step", color="tab:blue")
+    axes[1].set_ylabel("federated / centralized CPU seconds per step", color="tab:blue")
     twin = axes[1].twinx()
     twin.plot(labels, mb, "o", color="tab:red")
     twin.set_ylabel("MB per node per step", color="tab:red")
