@@ -113,15 +113,16 @@ def single_step(dataset: str, data_dir: str = "") -> dict[str, Any]:
     """The reference tuned with one Adam step for both factors (the first pass alone)."""
     from datasets import DatasetSpec, load_dataset
     from fl_app.registry import resolve_config
-    from strategies.fedmf import FedMF, _parse
+    from fedrec.recsys.mf_ceiling import parse_label
+    from strategies.fedmf import FedMF
 
     cell = next(c for c in cells([dataset], ["fedmf"], data_dir))
     cfg = resolve_config(cell.config)
     data = load_dataset(DatasetSpec.from_config(cfg))
     t0 = time.perf_counter()
-    tuned = FedMF.from_run_config(cfg).tune(data.train, split_steps=False)
+    tuned = FedMF.from_run_config(cfg).tune(data.train, split_steps=False, budget="full")
     assert tuned.model is not None
-    lr, _, reg = _parse(tuned.label)
+    lr, _, reg = parse_label(tuned.label)
     return {"lr": lr, "reg": reg, "rounds": tuned.rounds, "valid": max(tuned.curve),
             "test": _ndcg(tuned.model.score, data.train, data.test),
             "seconds": time.perf_counter() - t0}

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
-from functools import partial
+from collections.abc import Mapping
 from typing import Any
 
 from flwr.app import ArrayRecord, ConfigRecord
@@ -33,18 +32,8 @@ from flwr.serverapp.strategy import Strategy
 
 from fedrec.config import ROUNDS, Key
 from fedrec.recsys.metrics import evaluate_ranking
-from fedrec.recsys.mf import (
-    BPRMF,
-    MAX_ROUND_FACTOR,
-    PATIENCE,
-    VALID_FRACTION,
-    Adam,
-    EarlyStopped,
-    init_item_factors,
-    item_gradient,
-    steps_past_edges,
-    tune_early_stopped,
-)
+from fedrec.recsys.mf import BPRMF, Adam, EarlyStopped, init_item_factors, item_gradient
+from fedrec.recsys.mf_ceiling import ceiling_keys, tune_mf_ceiling
 from fedrec.transport.ledger import PROGRESS_SECONDS
 from fedrec.transport.messenger import AccountedGrid, Messenger
 from fedrec.wire.fedmf import Action
@@ -83,54 +72,6 @@ FEDMF_KEYS: tuple[Key, ...] = (
 )
 
 
-#: The reference's candidates, first pass: (user lr, item lr, reg) multiples of the run's
-#: ``mf-lr`` and ``mf-reg``, one Adam step size for both factors at 1, 1/3, 1/10, 1/30 of the
-#: run's (one Adam on all users takes ~nodes times the item steps a federated round
-#: averages), each at the run's L2 weight and three times it.
-REFERENCE_GRID = tuple((a, a, b) for b in (1.0, 3.0) for a in (1.0, 1 / 3, 0.1, 1 / 30))
-#: Second pass, at the first pass's best L2 weight: the item step 1/3 or 1/10 of the user
-#: step, for the same user steps. A FedMF round averages the nodes' item deltas, each made
-#: from one node's share of the batches, so the federated item factors move slower than its
-#: user factors, which one step size for both cannot do (ML-100K validation NDCG@20: one
-#: step at best 0.2085, user 1e-3 / item 3.3e-4 0.2138, the federated run 0.2074;
-#: results/fedmf/ceiling.md). Item steps below 1/100 of the run's are left out (1/30 x 1/10:
-#: the slowest to converge, the farthest from the run).
-REFERENCE_SPLIT_STEPS = tuple((a, a * c) for a in (1.0, 1 / 3, 0.1, 1 / 30)
-                              for c in (1 / 3, 0.1) if a * c >= 0.01 - 1e-12)
-
-
-#: After the split steps, passes of a walk one step past an edge of what was tried that the
-#: best sits on (user step or item / user ratio, x 3 or / 3): a ceiling chosen where the grid
-#: cut it off may not be one. The leaderboard's ML-100K and ML-1M choices are inside the grid,
-#: so the walk adds nothing there; results/fedmf/{ml-100k,synthetic} chose ratio 1, its edge.
-EDGE_PASSES = 2
-
-
-def _label(lr: float, item_lr: float, reg: float) -> str:
-    """A reference candidate's name: ``lr,item_lr,reg`` (what :func:`_parse` reads)."""
-    return f"{lr!r},{item_lr!r},{reg!r}"
-
-
-def _coords(label: str, lr: float, reg: float) -> tuple[float, float, float]:
-    """A candidate as (user step, item / user step, L2 weight), multiples of the run's
-    ``lr`` and ``reg``: the coordinates the edge walk steps in."""
-    user, item, weight = _parse(label)
-    return (user / lr, item / user, weight / reg)
-
-
-def _at_edge(label: str, tried: Iterable[str], lr: float, reg: float) -> bool:
-    """Whether the chosen candidate still sits on an edge of what was tried in the user step
-    or the item / user ratio (the walk's passes ran out): the grid may have cut off a better
-    value. The L2 weight has two values, so it is left out."""
-    return bool(steps_past_edges(_coords(label, lr, reg),
-                                 [_coords(t, lr, reg) for t in tried], dims=(0, 1)))
-
-
-def _parse(label: str) -> tuple[float, float, float]:
-    lr, item_lr, reg = (float(x) for x in label.split(","))
-    return lr, item_lr, reg
-
-
 class _RoundLines:
     """``<label> k of N done, loss x, t s``: the first and last round, and between them at
     most one line per PROGRESS_SECONDS (a fast run does not flood the console)."""
@@ -150,6 +91,9 @@ class FedMF(ProtocolStrategy):
     """Federated BPR-MF with private user factors and item updates learned only as sums."""
 
     config_keys = (ROUNDS, *FEDMF_KEYS)
+    #: How :meth:`reference` searches its candidates: ``halving`` (successive halving within
+    #: a budget of rounds) or ``full`` (each to its early stop); fedrec.recsys.mf_ceiling.
+    ceiling_budget = "halving"
     #: What a stock Flower strategy driving these nodes asks of their policy (clear rounds).
     STOCK_NEEDS = (PolicyNeed("allow-plain", "Flower's stock train/evaluate rounds (the "
                               "server sees each node's item factors)"),)
@@ -183,73 +127,23 @@ class FedMF(ProtocolStrategy):
     def reference(self, data: Any) -> dict[str, float]:
         """The centralized ceiling: this run's model trained centrally to convergence, tuned
         on a validation split carved from train, never the test split (:meth:`tune`).
-        Ranking metrics keyed as the federated run's, plus ``tuned-rounds``, ``tuned-lr``,
-        ``tuned-item-lr``, ``tuned-reg``, ``tuned-valid`` (the chosen validation NDCG),
-        ``tuned-candidates`` and ``tuned-at-edge`` (1.0 when the chosen user step or item /
-        user step ratio still sits on an edge of what was tried after the edge walk)."""
+        Ranking metrics keyed as the federated run's, plus what the tuning chose and spent
+        (``fedrec.recsys.mf_ceiling.ceiling_keys``: ``tuned-rounds``, ``tuned-lr``, ...)."""
         tuned = self.tune(data.train)
-        lr, item_lr, reg = _parse(tuned.label)
-        edge = _at_edge(tuned.label, tuned.tried, self.lr, self.reg)
         assert tuned.model is not None
         return {**evaluate_ranking(tuned.model.score, data.train, data.test,
                                    k=self.top_k).means(),
-                "tuned-rounds": float(tuned.rounds), "tuned-lr": lr, "tuned-item-lr": item_lr,
-                "tuned-reg": reg, "tuned-valid": max(tuned.curve),
-                "tuned-candidates": float(len(tuned.tried)), "tuned-at-edge": float(edge)}
+                **ceiling_keys(tuned, self.lr, self.reg)}
 
-    def tune(self, train: Any, split_steps: bool = True) -> EarlyStopped:
-        """Rounds by early stopping on a validation split carved from ``train``, step size
-        and L2 weight from REFERENCE_GRID around this run's, then (``split_steps``) separate
-        user and item steps (REFERENCE_SPLIT_STEPS) at the best L2 weight, all on
-        validation (``tune_early_stopped``), up to MAX_ROUND_FACTOR x this run's rounds; the
-        winner retrained on ``train``. The federated run's values came from a handful of
-        trials (docs/protocols/fedmf.md). Labels are ``lr,item_lr,reg``."""
-        n = len(REFERENCE_GRID) + (len(REFERENCE_SPLIT_STEPS) if split_steps else 0)
-        log.info("fedmf reference: centralized BPR-MF to convergence (early stopping on a "
-                 "%.0f%% validation split of train, patience %d, at most %d rounds; %d "
-                 "(user lr, item lr, reg) candidates)", 100 * VALID_FRACTION, PATIENCE,
-                 MAX_ROUND_FACTOR * self.rounds, n)
-
-        def candidates(grid: Any) -> dict[str, Any]:
-            return {_label(self.lr * a, self.lr * b, self.reg * c):
-                    partial(self._untrained, self.lr * a, self.reg * c, self.lr * b)
-                    for a, b, c in grid}
-
-        def shown(k: int, known_now: int, label: str, out: Any) -> None:
-            # the walk past a grid edge can add candidates after the planned n: the count
-            # shown is what is known so far, never fewer than k
-            log.info("fedmf reference: candidate %d of %d (lr, item lr, reg = %s) done, %d "
-                     "rounds, validation NDCG@%d %.4f", k, max(n, known_now, k), label,
-                     out.rounds, self.top_k, max(out.curve))
-
-        def coords(label: str) -> tuple[float, float, float]:
-            return _coords(label, self.lr, self.reg)
-
-        known: set[str] = set()
-
-        def refine(label: str) -> dict[str, Any]:
-            """First the split steps at the best L2 weight; once those are tried, one step
-            past any edge of what was tried that the best sits on, in the user step or the
-            item / user ratio (``steps_past_edges``; the L2 weight has two values)."""
-            a, ratio, reg = coords(label)
-            split = candidates([(x, y, reg) for x, y in REFERENCE_SPLIT_STEPS])
-            if not set(split) <= known:
-                known.update(split)
-                return split
-            steps = steps_past_edges((a, ratio, reg), map(coords, known), dims=(0, 1))
-            more = candidates([(x, x * r, g) for x, r, g in steps])
-            known.update(more)
-            return more
-
-        first = candidates(REFERENCE_GRID)
-        known.update(first)
-        tuned = tune_early_stopped(first, train, MAX_ROUND_FACTOR * self.rounds,
-                                   refine=refine if split_steps else None,
-                                   refine_passes=1 + EDGE_PASSES, seed=self.seed,
-                                   top_k=self.top_k, on_candidate=shown)
-        log.info("fedmf reference: lr, item lr, reg = %s, %d rounds chosen (validation "
-                 "NDCG@%d %.4f)", tuned.label, tuned.rounds, self.top_k, max(tuned.curve))
-        return tuned
+    def tune(self, train: Any, split_steps: bool = True, budget: str | None = None
+             ) -> EarlyStopped:
+        """The ceiling's steps, L2 weight and rounds, chosen on a validation split carved
+        from ``train`` around this run's ``mf-lr`` / ``mf-reg``
+        (``fedrec.recsys.mf_ceiling.tune_mf_ceiling``); ``budget``: ``halving`` or ``full``
+        (None: :attr:`ceiling_budget`)."""
+        return tune_mf_ceiling(self._untrained, train, self.lr, self.reg, self.rounds,
+                               budget=budget or self.ceiling_budget,
+                               split_steps=split_steps, seed=self.seed, top_k=self.top_k)
 
     def _untrained(self, lr: float | None = None, reg: float | None = None,
                    item_lr: float | None = None) -> BPRMF:

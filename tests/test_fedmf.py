@@ -159,7 +159,8 @@ def test_fedmf_ceiling_is_early_stopped_on_validation_and_not_beaten() -> None:
     from fedrec.recsys.metrics import evaluate_ranking
     from fedrec.recsys.mf import fit_early_stopped, tune_early_stopped, validation_split
     from fl_app.registry import resolve_config
-    from strategies.fedmf import EDGE_PASSES, REFERENCE_GRID, REFERENCE_SPLIT_STEPS, FedMF
+    from fedrec.recsys.mf_ceiling import EDGE_PASSES, REFERENCE_GRID, REFERENCE_SPLIT_STEPS
+    from strategies.fedmf import FedMF
 
     cfg = resolve_config({**LOCAL, "rounds": 3, "aggregator": "plain",
                           "synthetic-users": 80, "synthetic-items": 100})
@@ -176,6 +177,10 @@ def test_fedmf_ceiling_is_early_stopped_on_validation_and_not_beaten() -> None:
     assert tuned.model is not None
     np.testing.assert_array_equal(again.item_factors, tuned.model.item_factors)
     record = run_in_process(cfg, num_nodes=4, quiet=True, node_policy=PLAIN_OK)
+    assert record["metrics"]["ndcg@20"] <= strategy.reference(data)["ndcg@20"] + 1e-9
+    # the full tuner: every planned candidate and the walk (the default halving may stop
+    # short of them at 3 rounds: its budget; tests/test_fedmf_halving.py)
+    strategy.ceiling_budget = "full"
     ceiling = strategy.reference(data)
     assert ceiling["tuned-rounds"] >= 1
     lr, reg = cfg["mf-lr"], cfg["mf-reg"]

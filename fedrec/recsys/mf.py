@@ -314,21 +314,40 @@ class BPRMF:
     user_factors: np.ndarray | None = field(default=None, repr=False)
     item_factors: np.ndarray | None = field(default=None, repr=False)
     losses: list[float] = field(default_factory=list, repr=False)
+    #: Rounds behind the factors, and the two Adam states (user, item) they end with: what
+    #: :meth:`resume` continues from.
+    rounds_done: int = field(default=0, repr=False)
+    _opts: tuple[Adam, Adam] | None = field(default=None, repr=False)
 
     def fit(self, train: sp.csr_matrix, rounds: int,
             on_round: Callable[[int, int, float], bool | None] | None = None) -> BPRMF:
-        """Train for ``rounds`` rounds (local mode: ``epochs`` epochs each);
-        ``on_round(r, rounds, loss)`` is called after each (the factors are then the model's),
-        e.g. to show progress or to score a validation split; a true return stops training."""
+        """Train for ``rounds`` rounds (local mode: ``epochs`` epochs each) from the initial
+        factors; ``on_round(r, rounds, loss)`` is called after each (the factors are then the
+        model's), e.g. to show progress or to score a validation split; a true return stops
+        training."""
         if self.mode not in ("exact", "local"):
             raise ValueError(f"BPRMF mode must be 'exact' or 'local', got {self.mode!r}")
         n_users, n_items = train.shape
-        user_ids = np.arange(n_users)
-        U = init_user_factors(user_ids, self.dim, self.seed)
-        V = init_item_factors(n_items, self.dim, self.seed)
-        user_opt = Adam(self.lr)
-        item_opt = Adam(self.lr if self.item_lr is None else self.item_lr)
-        for r in range(1, rounds + 1):
+        self.user_factors = init_user_factors(np.arange(n_users), self.dim, self.seed)
+        self.item_factors = init_item_factors(n_items, self.dim, self.seed)
+        self._opts = (Adam(self.lr), Adam(self.lr if self.item_lr is None else self.item_lr))
+        self.rounds_done = 0
+        return self.resume(train, rounds, on_round)
+
+    def resume(self, train: sp.csr_matrix, rounds: int,
+               on_round: Callable[[int, int, float], bool | None] | None = None) -> BPRMF:
+        """``rounds`` more rounds on the same ``train`` from where the last :meth:`fit` or
+        :meth:`resume` stopped: round numbers (hence the triples drawn) and both Adam states
+        continue, so fit(n) then resume(m) equals fit(n + m). A tuner that trains candidates
+        in stages (``fedrec.recsys.halving``) never retrains one from scratch.
+        ``on_round(r, total, loss)`` gets the round number since the start."""
+        if self._opts is None or self.user_factors is None or self.item_factors is None:
+            return self.fit(train, rounds, on_round)
+        U, V = self.user_factors, self.item_factors
+        user_opt, item_opt = self._opts
+        user_ids = np.arange(train.shape[0])
+        start, total = self.rounds_done + 1, self.rounds_done + rounds
+        for r in range(start, total + 1):
             if self.mode == "exact":
                 step = bpr_step(U, V, train, user_ids, seed=self.seed, round_=r, lr=self.lr,
                                 reg=self.reg, negatives=self.negatives)
@@ -343,7 +362,8 @@ class BPRMF:
                 U, V = out.user_factors, out.item_factors
                 self.losses.append(out.loss)
             self.user_factors, self.item_factors = U, V  # so on_round can score the model
-            if on_round is not None and on_round(r, rounds, self.losses[-1]):
+            self.rounds_done = r
+            if on_round is not None and on_round(r, total, self.losses[-1]):
                 break  # the callback asked to stop (early stopping)
         return self
 
@@ -441,6 +461,9 @@ class EarlyStopped:
     curve: list[float]
     label: str = ""
     tried: dict[str, float] = field(default_factory=dict)  # label -> best validation score
+    trained: dict[str, int] = field(default_factory=dict)  # label -> selection rounds
+    #: A budgeted tuner (``fedrec.recsys.halving``) stopped a candidate short for its budget.
+    exhausted: bool = False
 
 
 def fit_early_stopped(make: Callable[[], Trainable], train: sp.csr_matrix, max_rounds: int,
@@ -483,6 +506,7 @@ def tune_early_stopped(makers: dict[str, Callable[[], Trainable]], train: sp.csr
     candidates known so far), e.g. to show progress."""
     best: EarlyStopped | None = None
     tried: dict[str, float] = {}
+    trained: dict[str, int] = {}
     pending = dict(makers)
     every = dict(makers)
 
@@ -493,6 +517,7 @@ def tune_early_stopped(makers: dict[str, Callable[[], Trainable]], train: sp.csr
                 continue
             out = fit_early_stopped(make, train, max_rounds, retrain=False, **kw)
             tried[label] = max(out.curve)
+            trained[label] = len(out.curve)
             if on_candidate is not None:
                 on_candidate(len(tried), len(every), label, out)
             if best is None or tried[label] > max(best.curve):
@@ -510,5 +535,5 @@ def tune_early_stopped(makers: dict[str, Callable[[], Trainable]], train: sp.csr
     if best is None:
         raise ValueError("tune_early_stopped needs at least one candidate")
     best.model = every[best.label]().fit(train, best.rounds)
-    best.tried = tried
+    best.tried, best.trained = tried, trained
     return best
