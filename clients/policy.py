@@ -52,6 +52,11 @@ Keys (``docs/threat-model.md`` says what each weaker mode reveals):
 - ``dp-budget``: total epsilon this node spends on noised releases, whatever carries them
   (a secure sum hides one node's input, not the rows in it), across every run (``0``:
   none; the ledger below).
+- ``dp-min-noise`` (default 0.5): the smallest noise multiplier (total sigma over the clip
+  norm, with the fewest noise shares the sum can hold) this node accepts in a sum with
+  distributed noise (``clients/noise_node.py``).
+- ``dp-max-delta`` (default 1e-5): the largest delta this node accounts a noisy sum at (the
+  request's, if smaller).
 - ``dp-ledger``: path of the node's privacy state file: its DP spending (per row it
   releases, by the rows' content) and the node set its roster identity committed to
   (``clients/nodeset.py``), so a new run or a new name does not start either afresh.
@@ -167,6 +172,8 @@ class NodePolicy:
     allow_sampled_holdings: bool = False
     dp_budget: float = 0.0
     dp_ledger: str = ""
+    dp_min_noise: float = field(default=0.5, metadata={"min": 0.0})
+    dp_max_delta: float = field(default=1e-5, metadata={"min": 0.0})
     diagnostics: bool = False
     min_survivors: int = field(default=3, metadata={"min": 2})
     min_neighbours: int = field(default=2, metadata={"min": 1})

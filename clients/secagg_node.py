@@ -405,10 +405,13 @@ def begin_masked_sum(node: NodeContext) -> None:
             "asked for self-mask shares could be disjoint and together unmask its input)")
 
 
-def mask_values(node: NodeContext, vec: np.ndarray, bound: bytes = b"") -> np.ndarray:
+def mask_values(node: NodeContext, vec: np.ndarray, bound: bytes = b"",
+                encode=None) -> np.ndarray:
     """Fixed-point encode ``vec`` and add the self mask and the pairwise masks for this sum,
     the pairwise ones bound to ``bound`` (the digest of the request answered). The request
-    was checked, and its sum id spent, by :func:`begin_masked_sum`; each seed masks once."""
+    was checked, and its sum id spent, by :func:`begin_masked_sum`; each seed masks once.
+    ``encode(codec, vec)``, if given, replaces ``codec.encode`` (a noisy sum's encoder,
+    ``clients/noise_node.py``)."""
     state, me = node.state, node.context.node_id
     cfg = _fields(node.request, ("sum-id", "max-abs", "frac-bits", "alive"), node, "masked sum")
     st = _state(state)
@@ -419,7 +422,8 @@ def mask_values(node: NodeContext, vec: np.ndarray, bound: bytes = b"") -> np.nd
                           "request check began, or it was masked already")
     codec = _codec(node, cfg, sum_id)
     try:
-        out = codec.encode(vec)  # sum_reply clipped vec into the range first
+        # sum_reply clipped vec into the range first
+        out = codec.encode(vec) if encode is None else encode(codec, vec)
     except (OverflowError, ValueError) as exc:  # names the range, never values or counts
         raise OverflowError(f"{node.who}: {exc}") from None
     n = out.shape[0]

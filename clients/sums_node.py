@@ -84,7 +84,12 @@ def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
         from fedrec.wire.secagg import BOUND_KEY
 
         bound = request_digest(node)
-        values = mask_values(node, vec.astype(np.float64, copy=False), bound)
+        encode = None
+        from clients.noise_node import noisy_encoder, requested
+
+        if requested(node) is not None:  # distributed noise (clients/noise_node.py)
+            encode = noisy_encoder(node, layout)
+        values = mask_values(node, vec.astype(np.float64, copy=False), bound, encode)
         reply[VALUES_KEY] = to_array_record({"v": values})
         reply[BOUND_KEY] = ConfigRecord({"digest": bound})
     else:  # ckks: check_sum_request refused every other mode before the handler ran
@@ -137,6 +142,10 @@ def check_sum_request(node: NodeContext) -> ConfigRecord:
     else:
         raise AggregationError(f"{node.who}: unknown sum mode {mode!r} (secagg+, plain or "
                                "ckks)")
+    from clients.noise_node import check_noise_request, requested
+
+    if requested(node) is not None:  # a sum with distributed noise (clients/noise_node.py)
+        check_noise_request(node, cfg)
     node.sum_record = cfg
     return cfg
 

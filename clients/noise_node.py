@@ -1,0 +1,257 @@
+"""Node side of distributed noise in a SecAgg+ sum (``fedrec/secure/distributed_noise.py``).
+
+A protocol opts a sum into noise with a record
+:data:`fedrec.secure.distributed_noise.NOISE_KEY` in its request (fields
+:data:`~fedrec.secure.distributed_noise.NOISE_FIELDS`); it is shared by the sum's nodes and
+bound into the request digest their masks are keyed to, so a server that gives one node
+another sigma gets masks that do not cancel. What the node
+derives or checks itself, never taking the server's word:
+
+- its share: variance sigma_total^2 / m, m the sum's committed node set less the dropouts
+  its survivors signed (``clients/secagg_node.py``), the same m that sizes the codec;
+- the fewest shares the unmasked sum can hold: m when its policy refuses dropouts (every
+  sum then covers the whole set), else its ``min-survivors``; the noise multiplier it
+  accounts is sqrt(that) times its share over the clip norm, and it refuses a request
+  whose multiplier is below its policy's ``dp-min-noise``;
+- its contribution: every protocol array (not the sum layer's clip flag) scaled to L2 norm
+  at most ``l2``, then truncated toward zero on the noise grid, so the sensitivity is
+  exact whatever its handler computed; ``l2`` must lie within the declared range, and the
+  sum layer's clip flag is sent as 0 (it would count, without noise, the nodes whose raw
+  values left the range);
+- its participation: ``rate`` below 1 is accounted as Poisson sampling, so the
+  handler must have drawn it here (:func:`participates`, the node's own CSPRNG) or the
+  sum layer refuses to answer;
+- delta: the smaller of the request's ``delta`` and its policy's ``dp-max-delta``;
+- its budget: before its first noisy sum of the run, the epsilon of all ``releases``
+  planned sums (on top of what its ledger already holds) against ``dp-budget``, refused
+  with one line naming the node and the key; then, before each sum is masked, the
+  increase of the run's composed epsilon is charged to its ledger
+  (``clients/dp_ledger.py``), so the charges of a run add up to the run's epsilon.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from flwr.app import ConfigRecord
+
+from clients.node import NodeContext
+from fedrec.dp import PrivacyLedger
+from fedrec.dp_sampling import RandomBits, discrete_gaussian
+from fedrec.records import config_record
+from fedrec.secure.distributed_noise import (
+    NOISE_KEY,
+    TAIL_SIGMAS,
+    NoisePlan,
+    composed_epsilon,
+    noise_bits,
+    truncate_l2,
+)
+from fedrec.secure.fixedpoint import FixedPoint
+from fedrec.wire.sums import CLIPPED_KEY, SUM_KEY, AggregationError
+
+#: Node state: this run's noisy sums as accounted (plan fields per sum) and their epsilon.
+_HISTORY = "noise.history"
+_PLAN_FIELDS = ("sigma", "shares", "l2", "dim", "rate")
+#: The one mechanism this module implements.
+MECHANISM = "ddg"
+
+
+class NoiseRefused(AggregationError):
+    """A node refuses a noisy sum (a request-only or budget reason, never its values)."""
+
+
+def requested(node: NodeContext) -> ConfigRecord | None:
+    """The request's noise record, if the sum opts into distributed noise."""
+    return config_record(node.request, NOISE_KEY)
+
+
+def _number(node: NodeContext, cfg: ConfigRecord, key: str, lo: float, hi: float) -> float:
+    try:
+        value = float(cfg[key])
+    except (KeyError, TypeError, ValueError):
+        value = float("nan")
+    if not (math.isfinite(value) and lo < value <= hi):
+        raise NoiseRefused(f"{node.who} refuses the noisy sum: field '{NOISE_KEY}.{key}' must "
+                           f"be a number in ({lo:g}, {hi:g}], got {cfg.get(key)!r}")
+    return value
+
+
+def _sum_nodes(node: NodeContext) -> int:
+    from clients.secagg_node import _committed
+
+    count, dropped = _committed(node)
+    return count - len(dropped)
+
+
+def _params(node: NodeContext, sums: ConfigRecord) -> dict[str, Any]:
+    """The request's noise fields, checked (request and policy only)."""
+    cfg = requested(node)
+    assert cfg is not None
+    if str(cfg.get("mechanism")) != MECHANISM:
+        raise NoiseRefused(f"{node.who} refuses the noisy sum: field '{NOISE_KEY}.mechanism' "
+                           f"= {cfg.get('mechanism')!r}; it adds '{MECHANISM}' noise only")
+    if str(sums.get("mode")) != "secagg+":
+        raise NoiseRefused(f"{node.who} refuses the noisy sum: distributed noise needs a "
+                           "SecAgg+ sum (the others would show its share, or its value)")
+    releases = cfg.get("releases")
+    if isinstance(releases, bool) or not isinstance(releases, int) or releases < 1:
+        raise NoiseRefused(f"{node.who} refuses the noisy sum: field '{NOISE_KEY}.releases' "
+                           f"must be an integer >= 1, got {releases!r}")
+    policy = node.policy
+    max_abs = float(sums["max-abs"])
+    p = {"sigma": _number(node, cfg, "sigma", 0.0, 1e300),
+         "l2": _number(node, cfg, "l2", 0.0, max_abs),
+         "rate": _number(node, cfg, "rate", 0.0, 1.0),
+         "delta": min(_number(node, cfg, "delta", 0.0, 0.5), policy.dp_max_delta),
+         "releases": int(releases), "m": _sum_nodes(node)}
+    p["share"] = p["sigma"] / math.sqrt(p["m"])
+    p["shares"] = p["m"] if not policy.allow_dropouts else min(p["m"], policy.min_survivors)
+    multiplier = math.sqrt(p["shares"]) * p["share"] / p["l2"]
+    if multiplier < policy.dp_min_noise:
+        raise NoiseRefused(
+            f"{node.who} refuses the noisy sum: its share sigma {p['share']:g} over "
+            f"{p['shares']} share(s) the sum can hold gives noise multiplier {multiplier:g} "
+            f"for L2 bound {p['l2']:g}, below its node policy dp-min-noise="
+            f"{policy.dp_min_noise:g}. Only the node's operator can lower it (node config "
+            "'dp-min-noise=<multiplier>')")
+    codec = FixedPoint.for_sum(max_abs, max(p["m"], 1))
+    if TAIL_SIGMAS * p["sigma"] * codec.scale > 2.0 ** 62:
+        raise NoiseRefused(f"{node.who} refuses the noisy sum: noise of total sigma "
+                           f"{p['sigma']:g} does not fit the ring beside max-abs {max_abs:g} "
+                           f"over {p['m']} node(s) (declare a larger max-abs)")
+    return p
+
+
+def check_noise_request(node: NodeContext, cfg: ConfigRecord) -> None:
+    """The request-only checks, before the handler computes anything
+    (``clients/sums_node.py`` ``check_sum_request``)."""
+    _params(node, cfg)
+    node._noise_draw = None  # type: ignore[attr-defined]  # set by participates()
+
+
+def participates(node: NodeContext) -> bool:
+    """This node's Poisson draw for the request's noisy sum: True with probability at most
+    ``rate`` (a uniform 53-bit integer below floor(rate 2^53), from a ChaCha20 stream
+    keyed by ``os.urandom``; the accounted rate is never below the real one). Drawn once
+    per request; the server never sees it, since every node answers either way."""
+    cfg = requested(node)
+    if node.sum_record is None or cfg is None:
+        raise NoiseRefused(f"{node.who}: a participation draw needs a checked noisy sum "
+                           "request (a handler declared with sums=True)")
+    drawn = getattr(node, "_noise_draw", None)
+    if drawn is None:
+        rate = float(cfg["rate"])
+        word = int(RandomBits().words(1)[0]) >> 11
+        drawn = word < math.floor(rate * 2.0 ** 53) or rate >= 1.0
+        node._noise_draw = drawn  # type: ignore[attr-defined]
+    return bool(drawn)
+
+
+def _key(node: NodeContext):
+    from clients.dp_ledger import LedgerKey
+    from datasets import DatasetSpec, row_digests
+
+    rows = row_digests(DatasetSpec.from_config(node.data_config()), node.data().user_ids)
+    return LedgerKey(node.identity.signer.public_bytes().hex(), tuple(rows))
+
+
+def _history(node: NodeContext) -> list[tuple[NoisePlan, int]]:
+    record = config_record(node.state, _HISTORY)
+    if record is None:
+        return []
+    plans = [NoisePlan(float(s), int(n), float(l2), int(d), float(q))
+             for s, n, l2, d, q in zip(*(record[f] for f in _PLAN_FIELDS))]
+    return [(p, 1) for p in plans]
+
+
+def _remember(node: NodeContext, plan: NoisePlan, delta: float, epsilon: float) -> None:
+    record = config_record(node.state, _HISTORY)
+    if record is None:
+        record = node.state[_HISTORY] = ConfigRecord({f: [] for f in _PLAN_FIELDS})
+    for f in _PLAN_FIELDS:
+        record[f] = [*record[f], getattr(plan, f)]
+    record["delta"], record["epsilon"] = float(delta), float(epsilon)
+
+
+def run_epsilon(node: NodeContext) -> tuple[float, float]:
+    """(epsilon, delta) this node has charged for the run's noisy sums so far."""
+    record = config_record(node.state, _HISTORY)
+    if record is None:
+        return 0.0, 0.0
+    return float(record["epsilon"]), float(record["delta"])
+
+
+def _charge(node: NodeContext, p: dict[str, Any], plan: NoisePlan, sum_id: int) -> None:
+    """The whole-run check before the first noisy sum, then this sum's charge."""
+    from clients.dp_ledger import Ledger, ledger_path
+    from clients.policy import PolicyError
+
+    history = _history(node)
+    record = config_record(node.state, _HISTORY)
+    if record is not None and float(record["delta"]) != p["delta"]:
+        raise NoiseRefused(f"{node.who} refuses the noisy sum: its delta {p['delta']:g} is "
+                           f"not the run's {float(record['delta']):g}")
+    policy = node.policy
+    if not history:
+        planned = composed_epsilon([(plan, p["releases"])], p["delta"])
+        spent = Ledger(ledger_path(policy.dp_ledger)).spent(_key(node))
+        if spent + planned > policy.dp_budget + 1e-12:
+            raise PolicyError(
+                f"{node.who} refuses the run's noisy sums: their whole-run epsilon "
+                f"{planned:g} (delta {p['delta']:g}, {p['releases']} sums) on top of "
+                f"{spent:g} spent exceeds its node policy dp-budget={policy.dp_budget:g}. "
+                "Only the node's operator can raise it (node config 'dp-budget=<epsilon>')")
+    before = composed_epsilon(history, p["delta"]) if history else 0.0
+    after = composed_epsilon([*history, (plan, 1)], p["delta"])
+    release = PrivacyLedger()
+    release.record(f"distributed discrete Gaussian sum {sum_id}", "gaussian",
+                   epsilon=max(after - before, 1e-12),
+                   delta=0.0 if history else p["delta"],
+                   sigma=plan.noise_multiplier * plan.l2, sensitivity=plan.l2,
+                   sample_rate=plan.rate, steps=1)
+    node.charge_dp(release, f"noisy sum {sum_id} (distributed discrete Gaussian, the run's "
+                   f"epsilon {before:g} -> {after:g} at delta {p['delta']:g})")
+    _remember(node, plan, p["delta"], after)
+
+
+def noisy_encoder(node: NodeContext, layout: list[tuple[str, tuple]]
+                  ) -> Callable[[FixedPoint, np.ndarray], np.ndarray]:
+    """The encoder ``clients/secagg_node.py`` ``mask_values`` uses instead of the codec's:
+    the protocol's values clipped to L2 ``l2``, truncated onto the noise grid, plus
+    this node's discrete Gaussian share on that grid; the clip flag as 0.
+    Charged (and the whole run checked) before any noise is drawn."""
+    sums = node.sum_record
+    assert sums is not None
+    p = _params(node, sums)
+    if p["rate"] < 1.0 and getattr(node, "_noise_draw", None) is None:
+        raise NoiseRefused(f"{node.who} refuses the noisy sum: its rate {p['rate']:g} is "
+                           "accounted as Poisson sampling, "
+                           "but its handler never drew its participation (participates())")
+    flag = np.zeros(sum(int(np.prod(s)) if s else 1 for _, s in layout), dtype=bool)
+    offset = 0
+    for name, shape in layout:
+        size = int(np.prod(shape)) if shape else 1
+        if name == CLIPPED_KEY:
+            flag[offset:offset + size] = True
+        offset += size
+
+    def encode(codec: FixedPoint, vec: np.ndarray) -> np.ndarray:
+        bits = noise_bits(p["share"], codec.frac_bits)
+        dim = int((~flag).sum())
+        plan = NoisePlan(p["share"] * 2.0 ** bits, p["shares"], p["l2"] * 2.0 ** bits, dim,
+                         p["rate"])
+        _charge(node, p, plan, int(sums["sum-id"]))
+        # the clip flag travels as 0: the L2 clip below bounds every coordinate within the
+        # range, and a flag from the values would be a count released without noise
+        out = np.zeros(vec.shape, dtype=np.uint64)
+        ints = truncate_l2(vec[~flag], p["l2"], bits)
+        ints += discrete_gaussian(dim, p["share"] * 2.0 ** bits)
+        shift = np.uint64(codec.frac_bits - bits)
+        out[~flag] += ints.view(np.uint64) << shift  # wraps mod 2^64: ring addition
+        return out
+
+    return encode
