@@ -64,6 +64,8 @@ BUILTIN: tuple[Registration, ...] = (
                  "FedMVMF (paper 004): multi-view MF with an item server, sums by the aggregator"),
     Registration("privmvmf", "strategies.mvmf:PrivMVMF", "clients.mvmf",
                  "PrivMVMF (paper 004): FedMVMF with CKKS-encrypted gradient sums"),
+    Registration("dp-fedmf", "strategies.dp_fedmf:DPFedMF", "clients.dp_fedmf",
+                 "user-level DP federated MF: distributed discrete Gaussian noise in SecAgg+ sums"),
 )
 
 #: Node-side modules every protocol may use (handshake, secure sums, relay).

@@ -73,6 +73,8 @@ CASES: dict[str, Case] = {
     "fedmvmf": Case(_MVMF, nodes=NODES + 1),
     # the victim creates the CKKS key and decrypts; in lpgcn it receives the shared secret
     "privmvmf": Case(_MVMF, {"allow-ckks": True}, nodes=NODES + 1),
+    "dp-fedmf": Case({"rounds": 2, "dpmf-dim": 3, "dpmf-rate": 0.5, "dpmf-epsilon": 4.0},
+                     {"dp-budget": 1e9}),
 }
 
 

@@ -187,6 +187,10 @@ PRODUCTION_ACTIONS = {
                             "dp-budget; refused below k users",
     "query.dpp_evaluate": "fits the silo's user factors locally; metric sums (a sum "
                           "contribution)",
+    "query.dpfedmf_train": "the node's clipped item update (zeros unless its own Poisson "
+                           "draw takes it) with its distributed discrete Gaussian share, "
+                           "masked; charged to its dp-budget, refused below dp-min-noise",
+    "query.dpfedmf_evaluate": "metric sums of the node's users (a sum contribution)",
     "train.default": "stock Flower train (fedmf): item factors in clear, only with the node's "
                      "allow-plain opt-in",
     "evaluate.default": "stock Flower evaluate (fedmf): means of the node's own users' metrics",
