@@ -24,7 +24,7 @@ from typing import Any
 
 from flwr.app import ConfigRecord
 
-from fedrec.config import Key
+from fedrec.config import ROUNDS, Key
 from fedrec.recsys.dp_mf import DPMFParams, server_step
 from fedrec.recsys.mf import init_item_factors
 from fedrec.secure.distributed_noise import (
@@ -41,21 +41,14 @@ from strategies.policy_needs import PolicyNeed
 
 log = logging.getLogger("fedrec")
 
-try:  # ``rounds`` is a protocol's own key where fedrec.config declares ROUNDS, else core
-    from fedrec.config import ROUNDS
-
-    _ROUNDS: tuple[Key, ...] = (ROUNDS,)
-except ImportError:
-    _ROUNDS = ()
-
 DPFEDMF_KEYS: tuple[Key, ...] = (
     Key("dpmf-epsilon", 5.0, "user-level epsilon of the whole run (every round's noisy sum, "
         "composed); the server calibrates the noise to it", min=1e-3, used_by="dp-fedmf"),
     Key("dpmf-delta", 1e-5, "delta of the run's (epsilon, delta); keep it below 1 / users",
         min=1e-12, max=0.1, used_by="dp-fedmf"),
-    Key("dpmf-rate", 0.1, "Poisson rate q: each node takes part in a round with this "
+    Key("dpmf-rate", 0.3, "Poisson rate q: each node takes part in a round with this "
         "probability, drawn by its own CSPRNG", min=1e-6, max=1.0, used_by="dp-fedmf"),
-    Key("dpmf-clip", 1.0, "L2 bound C of one user's item update (user-level sensitivity)",
+    Key("dpmf-clip", 2.0, "L2 bound C of one user's item update (user-level sensitivity)",
         min=1e-9, used_by="dp-fedmf"),
     Key("dpmf-dim", 16, "factor dimension", min=1, used_by="dp-fedmf"),
     Key("dpmf-lr", 0.5, "step of the user factor's local gradient steps", min=0.0,
@@ -65,7 +58,7 @@ DPFEDMF_KEYS: tuple[Key, ...] = (
     Key("dpmf-reg", 0.01, "L2 weight on the user factor", min=0.0, used_by="dp-fedmf"),
     Key("dpmf-negatives", 1, "negatives sampled per training item per round", min=1,
         used_by="dp-fedmf"),
-    Key("dpmf-server-lr", 3.0, "server step: V += lr x noisy sum / (q x users)", min=0.0,
+    Key("dpmf-server-lr", 4.0, "server step: V += lr x noisy sum / (q x users)", min=0.0,
         used_by="dp-fedmf"),
 )
 
@@ -103,7 +96,7 @@ class DPFedMF(ProtocolStrategy):
     """User-level DP federated MF: clipped item updates, Poisson participation decided by
     each node, distributed discrete Gaussian noise inside the SecAgg+ sum."""
 
-    config_keys = (*_ROUNDS, *DPFEDMF_KEYS)
+    config_keys = (ROUNDS, *DPFEDMF_KEYS)
     unseeded_randomness = ("each node's participation draw and its noise share come from "
                            "OS-keyed ChaCha20 streams, never seeded (DP noise and the "
                            "sampling must be unpredictable to everyone, the server included)")

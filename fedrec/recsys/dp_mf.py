@@ -39,9 +39,9 @@ class DPMFParams:
     epochs: int = 3  # user-factor steps per round
     reg: float = 0.01  # L2 weight on the user factor
     negatives: int = 1
-    clip: float = 1.0  # L2 bound of one user's item update
-    server_lr: float = 1.0
-    rate: float = 0.1  # Poisson sampling rate q
+    clip: float = 2.0  # L2 bound of one user's item update
+    server_lr: float = 4.0
+    rate: float = 0.3  # Poisson sampling rate q
 
 
 @dataclass
