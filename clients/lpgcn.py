@@ -1057,8 +1057,10 @@ class Session:
         # rows only (held_direct rebuilds the table, the same values)
         touched = np.unique(hidx)
         c["dH.idx"] = touched
-        c["dHf.rows"] = to_numpy(scatter_rows(hidx, concat([t.d_pos, t.d_neg[held_neg]]), h))[touched]
-        c["dHr.rows"] = to_numpy(scatter_rows(hidx, concat([t.r_pos, t.r_neg[held_neg]]), h))[touched]
+        for key, pos_terms, neg_terms in (("dHf.rows", t.d_pos, t.d_neg),
+                                          ("dHr.rows", t.r_pos, t.r_neg)):
+            table = scatter_rows(hidx, concat([pos_terms, neg_terms[held_neg]]), h)
+            c[key] = to_numpy(table)[touched]
         c["dNf"] = scatter_rows(out_pos[~held_neg], t.d_neg[~held_neg], no)
         c["dNr"] = scatter_rows(out_pos[~held_neg], t.r_neg[~held_neg], no)
         c[f"Gu{L}"] = direct_terms(L, L, self.x(c["dUf"]), self.x(c["dUr"]))
