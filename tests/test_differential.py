@@ -17,8 +17,10 @@ but another masked input is a finding (``tests/differential.py`` ``split_view_le
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -100,10 +102,14 @@ def _run(name: str, kind: str) -> tuple[list[Finding], frozenset[str], int, int]
                           "run-name": f"differential-{protocol}-{kind}"})
     extra = [m for m in [client_module(protocol)] if m]
     hook = DataHook(node_mod._cached_node_data, kind, case.victim)
+    # each run its own privacy state file: the cases share their data, and a node's ledger
+    # charges rows across runs, so one case's releases would spend another's budget
+    ledger = Path(tempfile.mkdtemp(prefix="differential-")) / f"{name}-{kind}.json"
+    policy = {**case.policy, "dp-ledger": str(ledger)}
     node_mod._cached_node_data = hook
     try:
-        with TwinGrid(build_client_app(extra, policy=case.policy), case.nodes,
-                      protocol=protocol, kind=kind, policy=case.policy, data_hook=hook,
+        with TwinGrid(build_client_app(extra, policy=policy), case.nodes,
+                      protocol=protocol, kind=kind, policy=policy, data_hook=hook,
                       n_items=int(cfg["synthetic-items"]), drop=case.drop) as grid:
             run_protocol(grid, cfg)
     finally:
