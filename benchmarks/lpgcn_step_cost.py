@@ -408,8 +408,7 @@ def markdown(result: dict[str, Any]) -> str:
         lines += ["", f"## {ds}: where a federated step's seconds go", "",
                   "Own CPU time of each phase per step (the steps after the first, as seconds "
                   "per step; an epoch's triples are drawn at its first step, so they are "
-                  "left out with it: ~35 ms per ML-1M node once per epoch), in seconds and "
-                  "as a share of their sum."]
+                  "left out with it), in seconds and as a share of their sum."]
         phases: list[str] = []
         for side in sides:
             for p in result[side][ds]["federated"]["phase_seconds_per_step"]:

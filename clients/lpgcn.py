@@ -85,8 +85,8 @@ _DELIVERED = {Part.NEG_ROWS: "neg", Part.W: "w_held", Part.ITEM_ROWS: "ei",
 _DATA: dict[tuple[int, int, str, str], Any] = {}
 #: Each node's triples of its current epoch, per process, under the key of its rows: a pure
 #: function of its rows, the seed, the epoch and the batch count, so recomputed where missing
-#: (~35 ms for an ML-1M node of 8) rather than kept in the node state, which a Flower
-#: simulation ships to a worker and back with every message (1.3 MB for that node). Like
+#: (once per epoch) rather than kept in the node state, which a Flower simulation ships to a
+#: worker and back with every message (1.3 MB for an ML-1M node of 8). Like
 #: :data:`_GRAPHS`, an entry holds the rows object it was derived from and serves only that
 #: object (whoever replaces or clears :data:`_DATA` replaces what derives from it).
 _TRIPLES: dict[tuple[int, int, str, str], tuple[Any, tuple[int, int, int], tuple[Any, ...]]] = {}
