@@ -216,9 +216,7 @@ def bpr_train_local(user_factors: np.ndarray, item_factors: np.ndarray, train: s
 
     The arithmetic runs in float64 torch tensors on the CPU: every Adam step moves the whole
     U and V (the moments of rows outside the batch still move them), and torch's fused Adam
-    does that in one pass, where numpy's expression makes ~15 temporary arrays (ML-1M,
-    2,999 x 3,883 at dim 32: 12.3 s per 3-epoch pass in numpy at load ~1, 5.7 s here at load
-    ~7; docs/protocols/fedmf.md). Its update is
+    does that in one pass, where numpy's expression makes ~15 temporary arrays. Its update is
     :meth:`Adam.step`'s formula with the bias corrections folded into the step size and the
     denominator (equal to ~1e-16 relative per step; ``tests/test_fedmf.py``).
     """
@@ -226,7 +224,7 @@ def bpr_train_local(user_factors: np.ndarray, item_factors: np.ndarray, train: s
 
     threads = torch.get_num_threads()
     # one thread: the tensors are small (a batch, and U and V of a few MB), and torch's
-    # worker threads on a loaded machine made a ML-1M pass 144 s instead of 6 s
+    # worker threads contend with the other nodes' processes on a shared machine
     torch.set_num_threads(1)
     try:
         return _train_local_torch(user_factors, item_factors, train, user_ids, seed=seed,
