@@ -54,6 +54,7 @@ SIZES: dict[str, int] = {
     "dpp-k": 64, "dpp-rank": 10**4, "dpp-nmf-iters": 10**4, "dpp-sparsity": 10**5,
     "dpp-trials": 10**4, "dpp-shifts": 10**4, "dpp-swaps": 10**4,
     "mvmf-dim": 10**4, "mvmf-top-k": 10**5,
+    "dpmf-dim": 10**4, "dpmf-negatives": 10**5,
 }
 #: Integer keys that count requests (rounds, steps, blocks) or name a step, never a size
 #: inside one request: each request they add is bounded by the sizes above.
@@ -62,6 +63,8 @@ NOT_SIZES: dict[str, str] = {
     "lpgcn-eval-every": "which rounds evaluate", "lpgcn-start-step": "a checkpoint's step",
     "fedsvd-iterations": "T: blocks of at most fedsvd-sync-every iterations each",
     "fedsvd-min-rows": "the fewest rows a node answers with (a threshold, not a size)",
+    "rounds": "rounds of requests",
+    "dpmf-epochs": "local passes over the node's own rows inside one request",
 }
 #: Keys drawn in one example (the others keep the case's tiny values).
 PER_EXAMPLE = 2

@@ -44,6 +44,9 @@ TINY: dict[str, tuple[dict[str, Any], int]] = {
                       3),
     "fedmvmf": (_MVMF, 4),
     "privmvmf": (_MVMF, 4),  # a CKKS sum needs min-survivors = 3 user nodes
+    # noise is shared inside SecAgg+ sums only (a plain sum with noise is refused)
+    "dp-fedmf": ({**_SMALL, "aggregator": "secagg+", "rounds": 2, "dpmf-dim": 3,
+                  "dpmf-rate": 0.5, "dpmf-epsilon": 4.0}, 3),
 }
 
 

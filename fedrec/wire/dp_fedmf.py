@@ -23,4 +23,4 @@ class Action(StrEnum):
 
 
 #: The item-update array of a training reply.
-DELTA = "delta"
+DELTA = "dpmf-update"
