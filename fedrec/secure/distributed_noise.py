@@ -157,9 +157,16 @@ def subsampled_rdp(alpha: int, q: float, eps: Sequence[float]) -> float:
 
 
 def _to_epsilon(orders: Sequence[float], rdp: Sequence[float], delta: float) -> float:
+    """Opacus's RDP-to-DP conversion, without its warning that the best order is the
+    smallest: the orders are integers by design (the binomial expansion behind the
+    subsampled bounds holds at integer orders), so no smaller one can be offered."""
+    import warnings
+
     from opacus.accountants.analysis.rdp import get_privacy_spent
 
-    eps, _ = get_privacy_spent(orders=list(orders), rdp=list(rdp), delta=delta)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        eps, _ = get_privacy_spent(orders=list(orders), rdp=list(rdp), delta=delta)
     return float(eps)
 
 
@@ -216,11 +223,7 @@ def _composed(plans: Sequence[tuple[NoisePlan, int]]) -> tuple[np.ndarray, np.nd
 
 
 def _quiet_epsilon(rdp: np.ndarray, delta: float) -> float:
-    import warnings
-
-    with warnings.catch_warnings():  # Opacus: "optimal order is the smallest alpha"
-        warnings.simplefilter("ignore", UserWarning)
-        return _to_epsilon(RDP_ORDERS, rdp.tolist(), delta)
+    return _to_epsilon(RDP_ORDERS, rdp.tolist(), delta)
 
 
 def ddg_epsilon(plans: Sequence[tuple[NoisePlan, int]], delta: float) -> float:
