@@ -85,6 +85,7 @@ def test_tau_is_zero_at_the_grid_the_sums_use() -> None:
     assert big.rdp(8) == pytest.approx(8 * big.l2 ** 2 / (2 * 943 * big.sigma ** 2), rel=1e-12)
 
 
+@pytest.mark.filterwarnings("ignore:Optimal order is the smallest alpha:UserWarning")
 def test_the_charged_epsilon_is_opacus_rdp_accountant() -> None:
     from opacus.accountants import RDPAccountant
 
