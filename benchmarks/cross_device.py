@@ -52,6 +52,9 @@ REPORT = OUT / "secagg_scale.json"
 PROJECT_TO = (6_040, 30_000)
 #: Metrics of the growth units that are fitted and projected (per action).
 METRICS = ("request_max", "reply_max", "seconds_median", "peak_mb_median")
+#: Below this R^2 for both fits a metric is not projected (chosen: half its variance
+#: explained; the seconds of one handler call on a loaded machine fall far below it).
+MIN_R2 = 0.5
 
 
 def growth(n: int) -> dict[str, Any]:
@@ -171,7 +174,12 @@ def fit(ns: list[int], ys: list[float]) -> dict[str, Any]:
     # projected by the model that fits better: a metric that grows linearly is projected
     # linearly, never flattered by the log model
     out["model"] = "log" if out["log_r2"] >= out["linear_r2"] else "linear"
+    if max(out["log_r2"], out["linear_r2"]) < MIN_R2:  # the noise is larger than any trend
+        out["model"] = "none"
     for target in PROJECT_TO:
+        if out["model"] == "none":
+            out[f"at_{target}"] = float("nan")
+            continue
         x = math.log2(target) if out["model"] == "log" else float(target)
         out[f"at_{target}"] = out[f"{out['model']}_a"] + out[f"{out['model']}_b"] * x
     return out
@@ -223,7 +231,8 @@ def markdown(result: dict[str, Any]) -> str:
         first, last = grown[0]["nodes"], grown[-1]["nodes"]
         lines += [f"## Growth and projection ({last / first:.0f}x the nodes)", "",
                   "Each metric fitted as a + b log2 N and as a + b N and projected by the "
-                  "better fit (R^2). A metric proportional to N would grow "
+                  f"better fit (R^2), none below R^2 {MIN_R2} for both. A metric "
+                  "proportional to N would grow "
                   f"{last / first:.0f}x here. Seconds and memory are medians of one handler "
                   "call on a loaded shared machine: their R^2 is low where the noise is "
                   "larger than the trend.", "",
@@ -232,9 +241,10 @@ def markdown(result: dict[str, Any]) -> str:
                   "|---|---|---|---|---|---|---|---|"]
         for action, metrics in sorted(fits.items()):
             for metric, f in metrics.items():
+                at = [("-" if math.isnan(f[f"at_{t}"]) else f"{f[f'at_{t}']:,.3g}")
+                      for t in PROJECT_TO]
                 lines.append(f"| {action} | {metric} | {f['growth']:.2f}x | {f['log_r2']:.3f} "
-                             f"| {f['linear_r2']:.3f} | {f['model']} | {f['at_6040']:,.3g} | "
-                             f"{f['at_30000']:,.3g} |")
+                             f"| {f['linear_r2']:.3f} | {f['model']} | {at[0]} | {at[1]} |")
         worst = max(((a, m, f["growth"]) for a, ms in fits.items() for m, f in ms.items()
                      if m in ("request_max", "reply_max")), key=lambda t: t[2])
         lines += ["", f"Largest growth of a node's request or reply: {worst[2]:.2f}x "
@@ -262,6 +272,15 @@ def markdown(result: dict[str, Any]) -> str:
             for name, p in r["phases"].items():
                 lines.append(f"| {name} | {p['rounds']} | {p['seconds']:.1f} | "
                              f"{p['down_per_node']:,.0f} | {p['up_per_node']:,.0f} |")
+            train = r["phases"].get("train")
+            if train and train["seconds"] > 0:
+                rate = r["nodes"] * train["rounds"] / train["seconds"]
+                lines += ["", f"The simulation answered {rate:.1f} nodes per second in the "
+                          "train rounds (its workers take the nodes a few at a time): a train "
+                          f"round of 6,040 nodes would take about {6040 / rate:.0f} s and "
+                          f"one of 30,000 about {30000 / rate:.0f} s here, the simulation's "
+                          "cost on this machine, not a node's (each node's own share is the "
+                          "per-action table above)."]
             lines += [""]
     return "\n".join(lines) + "\n"
 

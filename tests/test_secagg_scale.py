@@ -203,3 +203,18 @@ def test_neighbours_the_graph_does_not_give_are_refused(lie: str) -> None:
         fields.update({"neighbours": listed, "neighbour-paths": paths})
     err, _ = _setup(_rewriting("secagg_share", 0, change))
     assert err is not None and "its neighbours are not the ones" in str(err), err
+
+
+def test_the_scale_report_projects_by_the_fit_that_holds() -> None:
+    """benchmarks/cross_device.py's projection: a metric growing with N is projected
+    linearly (never flattered by the log model), one growing with log2 N by the log model,
+    and noise not at all."""
+    from benchmarks.cross_device import fit
+
+    ns = [64, 128, 256, 512, 1024]
+    linear = fit(ns, [100 + 3 * n for n in ns])
+    assert linear["model"] == "linear" and linear["at_30000"] == pytest.approx(90_100)
+    log = fit(ns, [1000 + 50 * math.log2(n) for n in ns])
+    assert log["model"] == "log" and log["at_30000"] == pytest.approx(1000 + 50 * math.log2(30000))
+    noise = fit(ns, [5.0, 1.0, 4.0, 1.5, 4.5])
+    assert noise["model"] == "none" and math.isnan(noise["at_6040"])
