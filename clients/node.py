@@ -19,7 +19,7 @@ from numpy.lib.format import BUFFER_SIZE
 
 from datasets import DatasetSpec, NodeData, PartitionSpec, load_item_server_data, load_node_data
 from datasets.synthetic import footprint_bytes as synthetic_bytes
-from fedrec.records import array_record, config_record, from_array_record, to_array_record
+from fedrec.records import array_record, from_array_record, to_array_record
 from fedrec.wire import request as wire_request
 from fedrec.wire.handshake import DATA as DATA_KEY  # the data config's record, for fl_app
 
@@ -130,13 +130,18 @@ class NodeContext:
         the rows it holds (``datasets.row_digests``; never the names the server's config
         gives them), before anything is released; returns the most any of those rows has
         now spent."""
+        return self.policy.charge_dp(self.state, release, what, self.who,
+                                     key=self.ledger_key(), run_id=int(self.context.run_id))
+
+    def ledger_key(self):  # noqa: ANN201  (clients.dp_ledger.LedgerKey, imported lazily)
+        """This node's key in its DP ledger: its identity and the content digests of the
+        rows it holds (``datasets.row_digests``; never the names the server's config gives
+        them), so a new run or a renamed dataset spends the same rows' budget."""
         from clients.dp_ledger import LedgerKey
         from datasets import row_digests
 
         rows = row_digests(DatasetSpec.from_config(self.data_config()), self.data().user_ids)
-        key = LedgerKey(self.identity.signer.public_bytes().hex(), tuple(rows))
-        return self.policy.charge_dp(self.state, release, what, self.who, key=key,
-                                     run_id=int(self.context.run_id))
+        return LedgerKey(self.identity.signer.public_bytes().hex(), tuple(rows))
 
     @property
     def who(self) -> str:

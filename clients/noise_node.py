@@ -51,7 +51,7 @@ from fedrec.secure.distributed_noise import (
     truncate_l2,
 )
 from fedrec.secure.fixedpoint import FixedPoint
-from fedrec.wire.sums import CLIPPED_KEY, SUM_KEY, AggregationError
+from fedrec.wire.sums import CLIPPED_KEY, AggregationError
 
 #: Node state: this run's noisy sums as accounted (plan fields per sum) and their epsilon.
 _HISTORY = "noise.history"
@@ -151,14 +151,6 @@ def participates(node: NodeContext) -> bool:
     return bool(drawn)
 
 
-def _key(node: NodeContext):
-    from clients.dp_ledger import LedgerKey
-    from datasets import DatasetSpec, row_digests
-
-    rows = row_digests(DatasetSpec.from_config(node.data_config()), node.data().user_ids)
-    return LedgerKey(node.identity.signer.public_bytes().hex(), tuple(rows))
-
-
 def _history(node: NodeContext) -> list[tuple[NoisePlan, int]]:
     record = config_record(node.state, _HISTORY)
     if record is None:
@@ -198,7 +190,7 @@ def _charge(node: NodeContext, p: dict[str, Any], plan: NoisePlan, sum_id: int) 
     policy = node.policy
     if not history:
         planned = composed_epsilon([(plan, p["releases"])], p["delta"])
-        spent = Ledger(ledger_path(policy.dp_ledger)).spent(_key(node))
+        spent = Ledger(ledger_path(policy.dp_ledger)).spent(node.ledger_key())
         if spent + planned > policy.dp_budget + 1e-12:
             raise PolicyError(
                 f"{node.who} refuses the run's noisy sums: their whole-run epsilon "
