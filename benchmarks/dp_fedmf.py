@@ -250,7 +250,10 @@ def markdown(result: dict[str, Any]) -> str:
             f"validation): NDCG@20 {npm:.4f} ({min(np_['ndcg@20']):.4f} - "
             f"{max(np_['ndcg@20']):.4f}).",
             f"- FedMF at the same {cfg['rounds']} rounds ({result['fedmf']['what']}): "
-            f"NDCG@20 {result['fedmf']['ndcg@20']:.4f}.",
+            f"NDCG@20 {result['fedmf']['ndcg@20']:.4f}: a same-budget reference, not a "
+            "ceiling (FedMF's tuned ceilings are in results/fedmf/ceiling_budget.md); the "
+            "non-private counterpart above, tuned on the same validation grid as each "
+            "private point, is the ceiling the curve is read against.",
             f"- Item popularity: {pop:.4f}. Random ranking: {np.mean(rand):.4f} "
             f"({min(rand):.4f} - {max(rand):.4f}).", "", "## Verdicts (computed)", ""]
     out += [f"- {line}" for line in verdicts(result)]

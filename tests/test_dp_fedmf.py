@@ -91,3 +91,28 @@ def test_the_server_names_the_budget_a_run_needs() -> None:
     with pytest.raises(PolicyRefusal, match="dp-budget"):
         run_in_process({**RUN, "run-name": "test-dp-fedmf-server"}, num_nodes=USERS,
                        node_policy={"dp-budget": 2.0})
+
+
+def test_the_curve_verdicts_claim_nothing_a_seed_contradicts() -> None:
+    """benchmarks/dp_fedmf.py's verdicts: "beats popularity from epsilon e" only when every
+    seed is above it at e and every larger epsilon; one seed below (a tie within the seeds'
+    spread) at the largest epsilon leaves no claim, and a curve below everywhere says so."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.dp_fedmf import verdicts
+
+    def result(points: dict[float, list[float]]) -> dict:
+        return {"popularity": 0.20, "random": [0.01, 0.02],
+                "nonprivate": {"ndcg@20": [0.30, 0.31, 0.32]},
+                "curve": [{"epsilon": e, "ndcg@20": v} for e, v in sorted(points.items())]}
+
+    clear = verdicts(result({1: [0.10, 0.12, 0.11], 5: [0.25, 0.26, 0.27],
+                             10: [0.28, 0.29, 0.30]}))
+    assert any("item popularity (0.2000) at every epsilon >= 5" in line for line in clear)
+    tie = verdicts(result({1: [0.10, 0.12, 0.11], 5: [0.25, 0.26, 0.27],
+                           10: [0.19, 0.29, 0.30]}))
+    assert any("item popularity (0.2000) at no epsilon" in line for line in tie), tie
+    low = verdicts(result({1: [0.10, 0.12, 0.11], 5: [0.15, 0.16, 0.17]}))
+    assert any("below item popularity at epsilon 1, 5" in line for line in low), low
