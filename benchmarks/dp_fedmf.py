@@ -26,7 +26,6 @@ smaller grid (C only; q and the server step at ML-100K's choices) into
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from pathlib import Path
@@ -107,8 +106,8 @@ def _settings(grid: dict[str, tuple]) -> list[dict[str, Any]]:
 def measure(dataset: str, resume: bool) -> dict[str, Any]:
     from fedrec.recsys.metrics import evaluate_ranking, popularity_sums
     from fedrec.recsys.mf import validation_split
-    from strategies.dp_fedmf import plan_of
     from fedrec.secure.distributed_noise import composed_epsilon, ddg_epsilon
+    from strategies.dp_fedmf import plan_of
 
     GRID, NONPRIVATE_GRID = GRIDS[dataset], NONPRIVATE_GRIDS[dataset]
     units = Units(OUT.parent / FILES[dataset][1], _config(dataset), resume)
