@@ -11,7 +11,7 @@ clear to the server: that path exists for plugging in Flower strategies, not for
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
@@ -21,27 +21,41 @@ from clients.node import NodeContext
 from clients.sums_node import ranking_bytes, sum_reply
 from fedrec.recsys.metrics import RankingSums, evaluate_ranking
 from fedrec.recsys.mf import Adam, bpr_step, bpr_train_local, init_user_factors, item_gradient
-from fedrec.wire import evaluation as evaluation_wire
 from fedrec.wire import request as request_wire
-from fedrec.wire.fedmf import Action
+from fedrec.wire.evaluation import RankingSum
+from fedrec.wire.fedmf import (
+    Action,
+    EvaluateRequest,
+    ExactSum,
+    LocalSum,
+    StockConfig,
+    TrainRequest,
+)
+from fedrec.wire.message import Message
 
+#: This node's private state record, and its arrays: user factors, Adam moments (names
+#: of node-local state, never sent).
+R = TypeVar("R", bound=Message)
+#: The metric of a stock train reply: the mean BPR loss (a stock strategy's history key).
+_STOCK_TRAIN_LOSS = "train-loss"
 _STATE = "fedmf.users"
+_U, _ADAM_U, _ADAM_V = "U", "adamU", "adamV"
 
 
 def _load_state(node: NodeContext, dim: int, seed: int) -> dict[str, np.ndarray]:
     """This node's private state: U (and Adam moments once local training ran)."""
     stored = node.load_arrays(_STATE)
     if stored is None:
-        return {"U": init_user_factors(node.data().user_ids, dim, seed)}
-    if stored["U"].shape[1] != dim:
+        return {_U: init_user_factors(node.data().user_ids, dim, seed)}
+    if stored[_U].shape[1] != dim:
         raise ValueError(f"partition {node.partition_id}: stored user factors have dimension "
-                         f"{stored['U'].shape[1]}, the request's item factors {dim} "
+                         f"{stored[_U].shape[1]}, the request's item factors {dim} "
                          "(mf-dim changed within a run?)")
     return dict(stored)
 
 
-def _train_exact(node: NodeContext, V: np.ndarray, cfg: dict[str, Any],
-                 state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _train_exact(node: NodeContext, req: TrainRequest,
+                 state: dict[str, np.ndarray]) -> ExactSum:
     """One full-batch step: this node's summed V-gradient (divided by N on the server).
 
     No check of the stored factors against ``mf-factor-bound``: the server moves them with
@@ -50,34 +64,32 @@ def _train_exact(node: NodeContext, V: np.ndarray, cfg: dict[str, Any],
     masked sum (``clients.sums_node.clipped_into_range``): the server learns only how many
     nodes clipped, and the round fails rather than take an inexact step."""
     data = node.data()
-    step = bpr_step(state["U"], V, data.train, data.user_ids, seed=int(cfg["seed"]),
-                    round_=int(cfg["round"]), lr=float(cfg["lr"]), reg=float(cfg["reg"]),
-                    negatives=int(cfg["negatives"]))
-    state["U"] = step.user_factors
-    loss_sum = min(step.loss, float(cfg["loss-cap"])) * step.n_users
-    return {"grad": step.item_grad_sum, "weight": np.array([float(step.n_users)]),
-            "loss": np.array([loss_sum])}
+    step = bpr_step(state[_U], req.V, data.train, data.user_ids, seed=req.seed,
+                    round_=req.round, lr=req.lr, reg=req.reg, negatives=req.negatives)
+    state[_U] = step.user_factors
+    loss_sum = min(step.loss, req.loss_cap) * step.n_users
+    return ExactSum(grad=step.item_grad_sum, weight=np.array([float(step.n_users)]),
+                    loss=np.array([loss_sum]))
 
 
-def _train_local(node: NodeContext, V: np.ndarray, cfg: dict[str, Any],
-                 state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _train_local(node: NodeContext, req: TrainRequest,
+                 state: dict[str, np.ndarray]) -> LocalSum:
     """Local epochs of mini-batch BPR with Adam; the user-weighted, clipped item delta."""
     data = node.data()
-    lr = float(cfg["lr"])
-    user_opt, item_opt = Adam.from_arrays(lr, state, "adamU"), Adam.from_arrays(lr, state, "adamV")
-    out = bpr_train_local(state["U"], V, data.train, data.user_ids, seed=int(cfg["seed"]),
-                          round_=int(cfg["round"]), epochs=int(cfg["epochs"]),
-                          batch_size=int(cfg["batch-size"]), reg=float(cfg["reg"]),
-                          negatives=int(cfg["negatives"]), user_opt=user_opt, item_opt=item_opt)
-    state.update({"U": out.user_factors, **user_opt.to_arrays("adamU"),
-                  **item_opt.to_arrays("adamV")})
-    clip = float(cfg["clip"])
-    raw = out.item_factors - V
+    user_opt = Adam.from_arrays(req.lr, state, _ADAM_U)
+    item_opt = Adam.from_arrays(req.lr, state, _ADAM_V)
+    out = bpr_train_local(state[_U], req.V, data.train, data.user_ids, seed=req.seed,
+                          round_=req.round, epochs=req.epochs, batch_size=req.batch_size,
+                          reg=req.reg, negatives=req.negatives, user_opt=user_opt,
+                          item_opt=item_opt)
+    state.update({_U: out.user_factors, **user_opt.to_arrays(_ADAM_U),
+                  **item_opt.to_arrays(_ADAM_V)})
+    raw = out.item_factors - req.V
     w = float(out.n_users)
-    clipped = float(np.mean(np.abs(raw) > clip)) if raw.size else 0.0
-    return {"delta": w * np.clip(raw, -clip, clip), "weight": np.array([w]),
-            "loss": np.array([w * min(out.loss, float(cfg["loss-cap"]))]),
-            "clipped": np.array([w * clipped])}
+    clipped = float(np.mean(np.abs(raw) > req.clip)) if raw.size else 0.0
+    return LocalSum(delta=w * np.clip(raw, -req.clip, req.clip), weight=np.array([w]),
+                    loss=np.array([w * min(out.loss, req.loss_cap)]),
+                    clipped=np.array([w * clipped]))
 
 
 def _ranking(node: NodeContext, V: np.ndarray, seed: int, k: int) -> RankingSums:
@@ -87,35 +99,30 @@ def _ranking(node: NodeContext, V: np.ndarray, seed: int, k: int) -> RankingSums
     node.reserve(8.0 * len(data.user_ids) * V.shape[1]
                  + ranking_bytes(data.n_items, min(batch, len(data.user_ids)), k),
                  f"FedMF evaluation (mf-dim={V.shape[1]}) with top-k={k}")
-    U = _load_state(node, V.shape[1], seed)["U"]
+    U = _load_state(node, V.shape[1], seed)[_U]
     return evaluate_ranking(lambda rows: U[rows] @ V.T, data.train, data.test, k=k,
                             batch_size=batch)
 
 
-def _checked_V(node: NodeContext, V: np.ndarray) -> np.ndarray:
-    """The request's item factors, items x mf-dim (the dimension is the server's choice)."""
-    n_items = node.data().n_items
-    if V.ndim != 2 or V.shape[0] != n_items or V.shape[1] < 1:
-        raise ValueError(f"{node.who}: the request's item factors V have shape {V.shape}, "
-                         f"expected ({n_items}, mf-dim >= 1) for {n_items} items")
-    return V
+def _request(node: NodeContext, cls: type[R]) -> R:
+    """The request as ``cls``, its item factors items x mf-dim for this node's items."""
+    return node.read(cls, items=node.data().n_items)
 
 
-def _reserve_training(node: NodeContext, V: np.ndarray, cfg: dict[str, Any], mode: str) -> None:
+def _reserve_training(node: NodeContext, dim: int, negatives: int, batch_size: int,
+                      epochs: int, mode: str) -> None:
     """Refuse before training when the server's mf-dim, negatives and batch size would need
     more than this node's memory budget: index and loss arrays per BPR triple (negatives
     per training pair), per-triple factor rows (every triple at once in exact mode, one
     batch in local mode), and user and item factors with gradients and Adam moments."""
     data = node.data()
-    dim = V.shape[1]
     # the published bound on the interactions, never their count: a refusal then depends
     # on the handshake's numbers and the server's sizes only
-    triples = float(node.interactions_bound()) * node.size(cfg, "negatives")
+    triples = float(node.interactions_bound()) * negatives
     if mode == "local":
-        batch = node.size(cfg, "batch-size")
         # every epoch takes ceil(triples / batch) Adam steps over the whole U and V
-        node.iterations(cfg, "epochs", minimum=1, times=max(math.ceil(triples / batch), 1))
-        rows_at_once = min(float(batch), triples)
+        node.check_iterations(epochs, "epochs", times=max(math.ceil(triples / batch_size), 1))
+        rows_at_once = min(float(batch_size), triples)
     else:
         rows_at_once = triples
     n_bytes = 8.0 * (8 * triples + 6 * rows_at_once * dim
@@ -126,15 +133,12 @@ def _reserve_training(node: NodeContext, V: np.ndarray, cfg: dict[str, Any], mod
 @handler(Action.TRAIN, sums=True)
 def fedmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
     """Train this node's users on the broadcast V; reply this node's share of the item sum."""
-    cfg = node.config()
-    V = _checked_V(node, node.arrays()["V"])
-    mode = str(cfg["mode"])
-    if mode not in ("exact", "local"):
-        raise ValueError(f"partition {node.partition_id}: unknown mf-mode {mode!r}")
-    _reserve_training(node, V, cfg, mode)
-    state = _load_state(node, V.shape[1], int(cfg["seed"]))
-    train = _train_exact if mode == "exact" else _train_local
-    reply = sum_reply(node, train(node, V, cfg, state))
+    req = _request(node, TrainRequest)
+    _reserve_training(node, req.V.shape[1], req.negatives, req.batch_size, req.epochs,
+                      req.mode)
+    state = _load_state(node, req.V.shape[1], req.seed)
+    train = _train_exact if req.mode == "exact" else _train_local
+    reply = sum_reply(node, train(node, req, state))
     node.store_arrays(_STATE, state)  # kept only once the reply passed every check
     return reply
 
@@ -142,10 +146,9 @@ def fedmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
 @handler(Action.EVALUATE, sums=True)
 def fedmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Recall/NDCG sums of this node's users with the final V, as its share of a sum."""
-    cfg = node.config()
-    V = _checked_V(node, node.arrays()["V"])
-    sums = _ranking(node, V, int(cfg["seed"]), node.size(cfg, evaluation_wire.TOP_K, default=20))
-    return sum_reply(node, {evaluation_wire.RANKING: sums.to_vector()})
+    req = _request(node, EvaluateRequest)
+    sums = _ranking(node, req.V, req.seed, req.top_k)
+    return sum_reply(node, RankingSum(ranking=sums.to_vector()))
 
 
 # -- Flower's stock train / evaluate messages (a stock strategy drives the nodes) -------------
@@ -159,23 +162,31 @@ def fedmf_stock_train(content: RecordDict, node: NodeContext) -> RecordDict:
     """
     node.policy.require("allow-plain", "Flower's stock train round (the server would see this "
                         "node's updated item factors in clear)", f"partition {node.partition_id}")
-    cfg = content.config_records[request_wire.STOCK_CONFIG]
-    V = _checked_V(node, content.array_records[request_wire.ARRAYS].to_numpy_ndarrays()[0])
-    _reserve_training(node, V, {"negatives": cfg["mf-negatives"]}, "exact")
+    cfg = node.read(StockConfig)
+    V = _stock_V(node, content)
+    _reserve_training(node, V.shape[1], cfg.mf_negatives, 1, 1, "exact")
     data = node.data()
-    seed = int(cfg["seed"])
-    state = _load_state(node, V.shape[1], seed)
-    lr, reg = float(cfg["mf-lr"]), float(cfg["mf-reg"])
-    step = bpr_step(state["U"], V, data.train, data.user_ids, seed=seed,
-                    round_=int(cfg["server-round"]), lr=lr, reg=reg,
-                    negatives=int(cfg["mf-negatives"]))
-    node.store_arrays(_STATE, {"U": step.user_factors})
-    V_new = V - lr * item_gradient(V, step.item_grad_sum, step.n_users, reg)
+    state = _load_state(node, V.shape[1], cfg.seed)
+    step = bpr_step(state[_U], V, data.train, data.user_ids, seed=cfg.seed,
+                    round_=cfg.server_round, lr=cfg.mf_lr, reg=cfg.mf_reg,
+                    negatives=cfg.mf_negatives)
+    node.store_arrays(_STATE, {_U: step.user_factors})
+    V_new = V - cfg.mf_lr * item_gradient(V, step.item_grad_sum, step.n_users, cfg.mf_reg)
     return RecordDict({
         request_wire.ARRAYS: ArrayRecord([V_new]),
-        request_wire.METRICS: MetricRecord({"num-examples": step.n_users,
-                                            "train-loss": step.loss}),
+        request_wire.METRICS: MetricRecord({request_wire.NUM_EXAMPLES: step.n_users,
+                                            _STOCK_TRAIN_LOSS: step.loss}),
     })
+
+
+def _stock_V(node: NodeContext, content: RecordDict) -> np.ndarray:
+    """A stock strategy's model: the ArrayRecord's one array, items x mf-dim."""
+    arrays = content.array_records[request_wire.ARRAYS].to_numpy_ndarrays()
+    n_items = node.data().n_items
+    if len(arrays) != 1 or arrays[0].ndim != 2 or arrays[0].shape[0] != n_items:
+        raise ValueError(f"{node.who}: a stock strategy's model must be one array of "
+                         f"({n_items}, mf-dim) item factors")
+    return arrays[0]
 
 
 @evaluate_handler("fedmf")
@@ -187,9 +198,8 @@ def fedmf_stock_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     for the stock train round. The protocol's own evaluation is a secure sum."""
     node.policy.require("allow-plain", "Flower's stock evaluate round (the server would see "
                         "this node's metrics in clear for a model it chose)", node.who)
-    cfg = content.config_records[request_wire.STOCK_CONFIG]
-    V = _checked_V(node, content.array_records[request_wire.ARRAYS].to_numpy_ndarrays()[0])
-    sums = _ranking(node, V, int(cfg["seed"]), node.size(cfg, evaluation_wire.TOP_K, default=20))
+    cfg = node.read(StockConfig)
+    sums = _ranking(node, _stock_V(node, content), cfg.seed, cfg.top_k)
     metrics = {name: float(value) for name, value in sums.means().items()}
-    return RecordDict({request_wire.METRICS: MetricRecord({"num-examples": sums.n_users,
-                                                           **metrics})})
+    return RecordDict({request_wire.METRICS: MetricRecord({
+        request_wire.NUM_EXAMPLES: sums.n_users, **metrics})})

@@ -8,10 +8,11 @@ running the ClientApp in a fresh process loads the same rows from disk.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from flwr.app import ConfigRecord, Context, RecordDict
@@ -19,15 +20,20 @@ from numpy.lib.format import BUFFER_SIZE
 
 from datasets import DatasetSpec, NodeData, PartitionSpec, load_item_server_data, load_node_data
 from datasets.synthetic import footprint_bytes as synthetic_bytes
-from fedrec.records import array_record, from_array_record, to_array_record
+from fedrec.records import array_record, from_array_record, state_record, to_array_record
 from fedrec.wire import request as wire_request
 from fedrec.wire.handshake import DATA as DATA_KEY  # the data config's record, for fl_app
+from fedrec.wire.message import Message, WireError, run_fixed_values
 
 if TYPE_CHECKING:
     from clients.identity_node import NodeIdentity
     from clients.policy import NodePolicy
     from clients.sealed_node import Mailbox
     from fedrec.dp import PrivacyLedger
+
+M = TypeVar("M", bound=Message)
+#: The node-state record of run-fixed request fields (digests), pinned per message type.
+_RUN_FIXED = "fedrec.run-fixed"
 
 #: Roles a node can declare (node config ``role``): user rows (cross-device or shards), a silo
 #: (many users, cross-silo protocols), an item server (item features, no user rows).
@@ -298,6 +304,32 @@ class NodeContext:
                      f"the request's arrays '{key}' ({', '.join(record)})")
         return from_array_record(record)
 
+    def read(self, cls: type[M], **dims: int) -> M:
+        """The request as the typed message ``cls`` (``fedrec/wire/message.py``), its
+        arrays reserved against the memory budget before they are copied, every field
+        checked against its declaration (``dims``: sizes shape symbols must equal, e.g.
+        ``items=n_items``), and its run-fixed fields pinned: the first request of a type in a
+        run fixes them, a later one that changes any is refused, naming the field."""
+        record = array_record(self.request, cls.ARRAYS)
+        if record is not None:
+            self.reserve(sum(_array_bytes(a) for a in record.values()) + NPY_READ_BYTES,
+                         f"the request's arrays '{cls.ARRAYS}' ({', '.join(record)})")
+        msg = cls.from_records(self.request, self.who, dims)
+        self._pin_run_fixed(msg)
+        return msg
+
+    def _pin_run_fixed(self, msg: Message) -> None:
+        pinned = state_record(self.state, _RUN_FIXED)
+        prefix = f"{type(msg).__module__}.{type(msg).__qualname__}:"
+        for name, value in run_fixed_values(msg).items():
+            digest = hashlib.sha256(repr(value).encode()).digest()
+            was = pinned.get(prefix + name)
+            if was is None:
+                pinned[prefix + name] = digest
+            elif bytes(was) != digest:
+                raise WireError(f"{self.who} refuses the request: field '{name}' of "
+                                f"{type(msg).__qualname__} is fixed for the run and changed")
+
     def config(self, name: str = wire_request.CONFIG) -> dict[str, Any]:
         """The request's ConfigRecord ``name`` as a dict (empty if absent)."""
         record = self.request.config_records.get(name)
@@ -335,6 +367,11 @@ class NodeContext:
         total = self.reserved + float(n_bytes)
         self.policy.check_size(total, what, self.who)
         self.reserved = total
+
+    def check_iterations(self, count: int, name: str, *, times: int = 1) -> None:
+        """Refuse past this node's ``max-iterations`` (``clients/policy.py``) when ``times``
+        x the server's iteration count ``count`` (field ``name``) exceeds it."""
+        self.policy.check_iterations(int(count) * max(int(times), 1), name, self.who)
 
     def iterations(self, cfg: Mapping[str, Any], key: str, *, minimum: int = 0,
                    default: int | None = None, times: int = 1) -> int:

@@ -20,6 +20,7 @@ from clients.node import NodeContext
 from clients.nodeset import committed_members, signed_set_digest
 from fedrec.records import config_record, content_digest, state_record, to_array_record
 from fedrec.wire import evaluation as evaluation_wire
+from fedrec.wire.message import Message
 from fedrec.wire.sums import (
     CIPHER_KEY,
     CLIPPED_KEY,
@@ -54,13 +55,16 @@ _SUM_BYTES = {"plain": 24.0, "secagg+": 56.0, "ckks": CKKS_BYTES_PER_VALUE}
 CKKS_NATIVE_PER_BYTE = 1.5
 
 
-def sum_reply(node: NodeContext, arrays: Mapping[str, np.ndarray],
+def sum_reply(node: NodeContext, arrays: Message | Mapping[str, np.ndarray],
               extra: Mapping[str, ConfigRecord] | None = None) -> RecordDict:
-    """This node's contribution to the sum its request asks for.
+    """This node's contribution to the sum its request asks for: a typed reply (its array
+    fields) or named arrays.
 
     ``extra`` records travel in clear beside the values (only what the protocol already
     reveals, e.g. a public count).
     """
+    if isinstance(arrays, Message):
+        arrays = arrays.to_arrays()
     if node.sum_record is None:
         raise AggregationError(f"{node.who}: a handler replied with a sum without being "
                                "declared a sum handler (@handler(..., sums=True)), so its "

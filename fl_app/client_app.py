@@ -39,12 +39,13 @@ from clients.node import NodeContext
 from clients.policy import NodePolicy
 from clients.sums_node import check_sum_request
 from fedrec.secure.sealed import MAIL_DIRECTORY, MAIL_IN
+from fedrec.wire import request as request_wire
 from fl_app.quiet import quiet_flower_noise
 from fl_app.registry import DIAGNOSTICS_MODULE, client_modules
 
 PLUGIN_GROUP = "fedrec_privacy.clients"
 PLUGIN_ENV = "FEDREC_CLIENT_MODULES"
-PROTOCOL_KEY = "fedrec-protocol"
+PROTOCOL_KEY = request_wire.STOCK_PROTOCOL
 
 
 def load_client_plugins(extra: Iterable[str] = ()) -> list[str]:

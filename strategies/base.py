@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
@@ -22,8 +22,20 @@ from fedrec.transport.messenger import Messenger
 from fedrec.wire import evaluation as evaluation_wire
 from fedrec.wire import handshake as handshake_wire
 from fedrec.wire import request as request_wire
+from fedrec.wire.evaluation import RankingRequest, RankingSum
 from fedrec.wire.handshake import Info
+from fedrec.wire.message import Message
 from strategies.policy_needs import PolicyNeed, aggregator_needs, check_node_policies
+
+R = TypeVar("R", bound=Message)
+
+
+def _action(request: Message) -> str:
+    """The action a typed request is sent as (a reply type has none)."""
+    if request.ACTION is None:
+        raise TypeError(f"{type(request).__qualname__} is not a request (declare it with "
+                        "@message(Action.X))")
+    return request.ACTION
 
 
 @dataclass
@@ -237,6 +249,27 @@ class Federation:
             content[self.config_name] = ConfigRecord(dict(config))
         return content
 
+    def send(self, request: Message, *, nodes: list[int] | None = None,
+             phase: str | None = None) -> dict[int, RecordDict]:
+        """The typed ``request`` to every node (or ``nodes``); the raw replies by node."""
+        return self.messenger.broadcast(_action(request), request.to_records(),
+                                        self.nodes if nodes is None else nodes, phase=phase)
+
+    def ask(self, request: Message, reply: type[R], *, nodes: list[int] | None = None,
+            phase: str | None = None) -> dict[int, R]:
+        """The typed ``request`` to every node (or ``nodes``); each reply read as ``reply``
+        (its fields checked, naming the node)."""
+        return {n: reply.from_records(content, f"node {n}")
+                for n, content in self.send(request, nodes=nodes, phase=phase).items()}
+
+    def sum_of(self, request: Message, reply: type[R], *, max_abs: float,
+               phase: str | None = None) -> R:
+        """Every node's ``reply`` to ``request`` (array fields only), summed by the run's
+        aggregator: the server learns the sum, typed as ``reply``."""
+        total = self.aggregator.sum(_action(request), request.to_records(), max_abs=max_abs,
+                                    phase=phase)
+        return reply.from_parts(total, {}, "the sum")
+
     def sum(self, action: str, arrays: Mapping[str, np.ndarray] | None = None,
             config: Mapping[str, Any] | None = None, *, max_abs: float,
             phase: str | None = None) -> dict[str, np.ndarray]:
@@ -250,6 +283,14 @@ class Federation:
         """The same request to every node (or ``nodes``); the replies by node."""
         return self.messenger.broadcast(action, self.request(arrays, config),
                                         self.nodes if nodes is None else nodes, phase=phase)
+
+    def evaluate_ranking(self, request: RankingRequest, *,
+                         phase: str = "evaluate") -> dict[str, float]:
+        """Ranking metrics of every node's users at ``request.top_k``, learned only as a sum
+        over nodes (nodes answer :class:`fedrec.wire.evaluation.RankingSum`)."""
+        total = self.sum_of(request, RankingSum, max_abs=float(self.max_users) + 1.0,
+                            phase=phase)
+        return RankingSums.from_vector(request.top_k, total.ranking).means()
 
     def evaluate(self, action: str, arrays: Mapping[str, np.ndarray] | None = None,
                  config: Mapping[str, Any] | None = None, *, k: int = 20,

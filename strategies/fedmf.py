@@ -27,6 +27,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp.strategy import Strategy
 
@@ -36,7 +37,8 @@ from fedrec.recsys.mf import BPRMF, Adam, EarlyStopped, init_item_factors, item_
 from fedrec.recsys.mf_ceiling import ceiling_keys, tune_mf_ceiling
 from fedrec.transport.ledger import PROGRESS_SECONDS
 from fedrec.transport.messenger import AccountedGrid, Messenger
-from fedrec.wire.fedmf import Action
+from fedrec.wire import request as request_wire
+from fedrec.wire.fedmf import EvaluateRequest, ExactSum, LocalSum, StockConfig, TrainRequest
 from strategies.base import Federation, ProtocolStrategy, RunOutcome, data_config, handshake
 from strategies.policy_needs import PolicyNeed
 
@@ -152,11 +154,11 @@ class FedMF(ProtocolStrategy):
                      seed=self.seed, mode=self.mode, epochs=self.epochs,
                      batch_size=self.batch_size, item_lr=item_lr)
 
-    def node_config(self, round_: int) -> dict[str, Any]:
+    def train_request(self, V: np.ndarray, round_: int) -> TrainRequest:
         """What every node needs for one round (public hyperparameters only)."""
-        return {"mode": self.mode, "round": round_, "seed": self.seed, "lr": self.lr,
-                "reg": self.reg, "negatives": self.negatives, "epochs": self.epochs,
-                "batch-size": self.batch_size, "clip": self.clip, "loss-cap": LOSS_CAP}
+        return TrainRequest(V=V, round=round_, mode=self.mode, seed=self.seed, lr=self.lr,
+                            reg=self.reg, negatives=self.negatives, epochs=self.epochs,
+                            batch_size=self.batch_size, clip=self.clip, loss_cap=LOSS_CAP)
 
     def max_abs(self, fed: Federation) -> float:
         """The range every value of a node's reply provably lies in.
@@ -178,25 +180,34 @@ class FedMF(ProtocolStrategy):
         history = self.new_history()
         progress = _RoundLines("fedmf: train round")
         for r in range(1, self.rounds + 1):
-            total = fed.sum(Action.TRAIN, {"V": V}, self.node_config(r), max_abs=max_abs,
-                            phase="train")
-            n = float(total["weight"][0])
-            if n <= 0:
-                raise ValueError(f"round {r}: no node has a user with training items")
-            row: dict[str, Any] = {"round": r, "train-loss": float(total["loss"][0]) / n}
+            request = self.train_request(V, r)
             if self.mode == "exact":
-                V = V - self.lr * item_gradient(V, total["grad"], int(round(n)), self.reg)
+                exact = fed.sum_of(request, ExactSum, max_abs=max_abs, phase="train")
+                n = self._users(exact.weight, r)
+                row: dict[str, Any] = {"round": r, "train-loss": float(exact.loss[0]) / n}
+                V = V - self.lr * item_gradient(V, exact.grad, int(round(n)), self.reg)
             else:
-                mean_delta = total["delta"] / n
+                local = fed.sum_of(request, LocalSum, max_abs=max_abs, phase="train")
+                n = self._users(local.weight, r)
+                row = {"round": r, "train-loss": float(local.loss[0]) / n}
+                mean_delta = local.delta / n
                 V = (V + self.server_lr * mean_delta if self.optimizer == "avg"
                      else server_opt.step(V, -mean_delta))
-                row["clipped-fraction"] = float(total["clipped"][0]) / n
+                row["clipped-fraction"] = float(local.clipped[0]) / n
             history.append(row)
             progress(r, self.rounds, row["train-loss"])
         metrics = {"train-loss": history[-1]["train-loss"],
-                   **fed.evaluate(Action.EVALUATE, {"V": V}, {"seed": self.seed},
-                                               k=self.top_k)}
+                   **fed.evaluate_ranking(EvaluateRequest(V=V, seed=self.seed,
+                                                          top_k=self.top_k))}
         return RunOutcome(metrics=metrics, history=history, extra={"item_factors": V})
+
+    @staticmethod
+    def _users(weight: np.ndarray, r: int) -> float:
+        """The round's summed user count; no user with training items is an error."""
+        n = float(weight[0])
+        if n <= 0:
+            raise ValueError(f"round {r}: no node has a user with training items")
+        return n
 
     def drive_stock_strategy(self, strategy: Strategy, messenger: Messenger) -> RunOutcome:
         """Any message-API Strategy (e.g. a user's FedAvg subclass) drives the FedMF nodes.
@@ -208,19 +219,16 @@ class FedMF(ProtocolStrategy):
         cfg, grid = self.cfg, AccountedGrid(messenger.grid, messenger)
         infos = handshake(messenger, cfg, policy_needs=FedMF.STOCK_NEEDS)
         n_items = next(iter(infos.values())).n_items
-        seed = int(cfg["seed"])
-        initial = ArrayRecord([init_item_factors(n_items, int(cfg["mf-dim"]), seed)])
-        train_config = ConfigRecord({
-            **data_config(cfg),
-            "fedrec-protocol": "fedmf",
-            "mf-lr": float(cfg["mf-lr"]),
-            "mf-reg": float(cfg["mf-reg"]),
-            "mf-negatives": int(cfg["mf-negatives"]),
-        })
+        seed = self.seed
+        initial = ArrayRecord([init_item_factors(n_items, self.dim, seed)])
+        stock = StockConfig(mf_lr=self.lr, mf_reg=self.reg, mf_negatives=self.negatives,
+                            seed=seed)
+        train_config = ConfigRecord({**data_config(cfg), request_wire.STOCK_PROTOCOL: "fedmf",
+                                     **stock.to_config()})
         result = strategy.start(
             grid=grid,
             initial_arrays=initial,
-            num_rounds=int(cfg["rounds"]),
+            num_rounds=self.rounds,
             timeout=float(cfg["timeout"]),
             train_config=train_config,
             evaluate_config=ConfigRecord(dict(train_config)),
@@ -231,7 +239,7 @@ class FedMF(ProtocolStrategy):
             row: dict[str, Any] = {"round": rnd}
             row.update(dict(result.train_metrics_clientapp.get(rnd, {})))
             row.update(dict(result.evaluate_metrics_clientapp.get(rnd, {})))
-            row.pop("num-examples", None)
+            row.pop(request_wire.NUM_EXAMPLES, None)
             history.append(row)
         final = {k: v for k, v in history[-1].items() if k != "round"} if history else {}
         arrays = result.arrays.to_numpy_ndarrays() if result.arrays is not None else []

@@ -246,9 +246,11 @@ def test_privirec_evaluate_refuses_a_bad_top_k() -> None:
 
 
 def _fedmf(dim: int = 4, **over: Any) -> dict[str, Any]:
-    cfg = {"seed": 0, "mode": "exact", "negatives": 1, "lr": 0.1, "reg": 0.0,
-           "round": 1, "factor-bound": 100.0, "loss-cap": 10.0, **over}
-    return {"protocol": ConfigRecord(cfg),
+    from fedrec.wire.fedmf import TrainRequest
+
+    base = TrainRequest(V=np.zeros((N_ITEMS, dim)), round=1, mode="exact", seed=0, lr=0.1,
+                        reg=0.0, negatives=1, epochs=1, batch_size=8, clip=1.0, loss_cap=10.0)
+    return {"protocol": ConfigRecord({**base.to_config(), **over}),
             "arrays": to_array_record({"V": np.zeros((N_ITEMS, dim))})}
 
 

@@ -23,6 +23,7 @@ import pytest
 
 import clients
 import fedrec.wire
+from fedrec.wire.message import Message, field_names
 
 REPO = Path(__file__).resolve().parents[1]
 #: The two sides of every protocol: the server's (strategies and the core's transport) and
@@ -195,6 +196,15 @@ def _sent_actions(dirs: tuple[str, ...]) -> dict[str, str]:
             if isinstance(obj, StrEnum) and type(obj).__name__ == "Action" and \
                     type(obj).__module__.startswith("fedrec.wire."):
                 sent.setdefault(obj.value, f"{path.relative_to(REPO)}:{node.lineno}")
+        for node in ast.walk(ast.parse(path.read_text())):  # typed requests, by class name
+            if isinstance(node, ast.Call):
+                chain = _dotted(node.func)
+                obj = vars(module).get(chain[0]) if chain else None
+                for part in (chain or [])[1:]:
+                    obj = getattr(obj, part, None)
+                if inspect.isclass(obj) and issubclass(obj, Message) and obj.ACTION and \
+                        obj.__module__.startswith("fedrec.wire."):
+                    sent.setdefault(obj.ACTION, f"{path.relative_to(REPO)}:{node.lineno}")
     return sent
 
 
@@ -254,3 +264,81 @@ def test_the_scan_flags_a_literal(tmp_path: Path, literal: str, flagged: bool) -
     (tmp_path / "side").mkdir()
     (tmp_path / "side" / "mod.py").write_text(literal + "\n")
     assert bool(_literals(("side",), root=tmp_path)) is flagged
+
+
+# -- fields: every request and reply is a typed message (fedrec/wire/message.py) ------------
+def _messages() -> dict[type[Message], str]:
+    """Every typed message class the wire modules declare -> ``module.Class``."""
+    out: dict[type[Message], str] = {}
+    for module, _ in _wire_modules():
+        for obj in vars(importlib.import_module(module)).values():
+            if inspect.isclass(obj) and issubclass(obj, Message) and obj is not Message and \
+                    obj.__module__ == module:
+                out[obj] = f"{module}.{obj.__qualname__}"
+    return out
+
+
+def _field_names() -> dict[str, str]:
+    """Every wire field name of a typed message -> where declared."""
+    names: dict[str, str] = {}
+    for cls, where in _messages().items():
+        for name in field_names(cls):
+            names.setdefault(name, f"{where}.{name}")
+    return names
+
+
+def _field_literals(dirs: tuple[str, ...], root: Path = REPO) -> list[str]:
+    """String literals on the sides that spell a message field's wire name: one holding
+    more than letters anywhere, a plain word where a record or mapping is read by key (a
+    subscript, ``.get``) -- save a run-config key (``fl_app.registry.builtin_keys``), which
+    a stock strategy's config carries under the same name."""
+    from fl_app.registry import builtin_keys
+
+    fields = _field_names()
+    run_keys = set(builtin_keys())
+    found = []
+    for path in _side_files(dirs, root):
+        tree = ast.parse(path.read_text())
+        keyed: dict[int, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Subscript):
+                keyed[id(node.slice)] = ast.unparse(node.value)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr == "get" and node.args:
+                keyed[id(node.args[0])] = ast.unparse(node.func.value)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            where = fields.get(node.value)
+            if where is None:
+                continue
+            receiver = keyed.get(id(node))
+            if node.value.isalpha() and receiver is None:
+                continue
+            if node.value in run_keys:  # a run-config key of the same name, not the field
+                continue
+            found.append(f"{path.relative_to(root)}:{node.lineno}: {node.value!r} "
+                         f"(a field of {where})")
+    return found
+
+
+def test_the_sides_spell_no_message_field() -> None:
+    """No field of a typed request or reply is read or written by its name on the sides:
+    they build and read the messages of ``fedrec/wire`` (``Federation.sum_of``,
+    ``NodeContext.read``)."""
+    found = _field_literals(SERVER + NODE)
+    assert not found, "message fields spelled as literals (use the typed message):\n" + \
+        "\n".join(found)
+
+
+def test_every_message_declares_its_fields() -> None:
+    """Every typed message resolves (types that travel, wire names unique) and a request's
+    every field says what the run contract makes of it."""
+    from fedrec.wire.message import Fixed, wire_fields
+
+    messages = _messages()
+    assert messages
+    for cls in messages:
+        for f in wire_fields(cls):
+            if cls.ACTION is not None:
+                assert f.spec.fixed is not Fixed.REPLY, (cls, f.name)

@@ -18,3 +18,8 @@ CONFIG = "protocol"
 STOCK_CONFIG = "config"
 #: MetricRecord of a reply to a stock Flower train or evaluate message.
 METRICS = "metrics"
+#: Config field of a stock Flower strategy's config naming the protocol whose stock handler
+#: answers (``clients/handlers.py``: ``train_handler``).
+STOCK_PROTOCOL = "fedrec-protocol"
+#: Flower's weighting key in a reply to a stock train or evaluate message.
+NUM_EXAMPLES = "num-examples"
