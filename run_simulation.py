@@ -170,13 +170,18 @@ def given_keys(args: argparse.Namespace) -> dict[str, Any]:
 def run_config(args: argparse.Namespace) -> RunConfig:
     """The run's typed config, resolved once from this command line: what the command
     hands down to the simulation and its ServerApp."""
-    return resolve_config(given_keys(args))
+    given = given_keys(args)
+    return resolve_config(given)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from fl_app.simulation import (PolicyNotAllowed, RunRefused, resolve_node_policy,
-                                   run_in_simulation)
+    from fl_app.simulation import (
+        PolicyNotAllowed,
+        RunRefused,
+        resolve_node_policy,
+        run_in_simulation,
+    )
 
     try:
         cfg = run_config(args)

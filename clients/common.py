@@ -8,12 +8,14 @@ from clients.handlers import handler
 from clients.node import NodeContext
 from clients.sealed_node import new_mail_key
 from fedrec.wire import handshake as handshake_wire
-from fedrec.wire.handshake import Info
-from fedrec.wire.mail import MAIL_KEY_REPLY
+from fedrec.wire.handshake import HelloInfo
 from fedrec.wire.mail import Action as MailAction
+from fedrec.wire.mail import MailKey
 
 #: Node state record: this run's hello was answered (:func:`hello`).
 _HELLO_ANSWERED = "handshake.answered"
+#: Its field: the run it was answered in.
+_ANSWERED_RUN = "run"
 
 
 @handler(handshake_wire.Action.HELLO)
@@ -32,22 +34,35 @@ def hello(content: RecordDict, node: NodeContext) -> RecordDict:
     if node.state.get(_HELLO_ANSWERED) is not None:
         raise RuntimeError(f"{node.who} refuses a second hello in run {node.context.run_id}: "
                            "it answers the handshake once per run")
-    node.state[_HELLO_ANSWERED] = ConfigRecord({"run": int(node.context.run_id)})
+    node.state[_HELLO_ANSWERED] = ConfigRecord({_ANSWERED_RUN: int(node.context.run_id)})
     role = node.role
-    pid = node.partition_id if role != "item-server" or "partition-id" in \
-        node.context.node_config else -1
+    partition = _reported_partition(node, role)
     data = node.data()
-    return RecordDict({handshake_wire.INFO: ConfigRecord({
-        Info.ROLE: role,
-        Info.PARTITION: pid,
-        Info.HOLDS: list(data.holds),
-        Info.N_ITEMS: int(data.n_items),
-        Info.N_USERS: int(len(data.user_ids)),
-        Info.N_TRAIN_USERS: int((data.train.getnnz(axis=1) > 0).sum()),
-        Info.INTERACTIONS_BOUND: node.interactions_bound(),
+    info = HelloInfo(
+        role=role,
+        partition_id=partition,
+        holds=list(data.holds),
+        n_items=int(data.n_items),
+        n_users=int(len(data.user_ids)),
+        n_train_users=int((data.train.getnnz(axis=1) > 0).sum()),
+        interactions_bound=node.interactions_bound(),
         # where the keys this node signs with come from (simulated ones authenticate nothing)
-        Info.IDENTITY: "simulated" if node.identity.simulated else "roster",
-    }), handshake_wire.POLICY: ConfigRecord(node.policy.as_config())})
+        identity="simulated" if node.identity.simulated else "roster",
+    )
+    reply = info.to_records()
+    reply[handshake_wire.POLICY] = ConfigRecord(node.policy.as_config())
+    return reply
+
+
+def _reported_partition(node: NodeContext, role: str) -> int:
+    """The partition a node reports: its own; an item server's only if its node config
+    gives one (-1 otherwise)."""
+    try:
+        return node.partition_id
+    except KeyError:  # no partition-id in its node config: an item server's is optional
+        if role != "item-server":
+            raise
+        return -1
 
 
 @handler(MailAction.RELAY_KEYS)
@@ -55,4 +70,4 @@ def relay_keys(content: RecordDict, node: NodeContext) -> RecordDict:
     """Make this run's mail key pair (kept in state) and publish the public key, signed with
     this node's identity (``clients/identity_node.py``) so the server cannot substitute it."""
     signed = new_mail_key(node.state, node.identity, node.context.run_id, node.context.node_id)
-    return RecordDict({MAIL_KEY_REPLY: ConfigRecord({"pk": signed})})
+    return MailKey(pk=signed).to_records()

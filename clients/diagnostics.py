@@ -23,16 +23,24 @@ import hashlib
 import hmac
 
 import numpy as np
-from flwr.app import ConfigRecord, RecordDict
+from flwr.app import RecordDict
 
 from clients.handlers import diagnostic
 from clients.node import NodeContext
 from clients.relay_node import get_shared_context, get_shared_secret
 from clients.sums_node import sum_reply
+from fedrec.records import config_record
 from fedrec.secure.relay import RelayError
-from fedrec.wire import diagnostics as diag_wire
-from fedrec.wire.diagnostics import Action
-from fedrec.wire.keyrelay import RELAY_KEY
+from fedrec.wire.diagnostics import (
+    Action,
+    CkksResult,
+    CkksSelftest,
+    Proof,
+    ProveRequest,
+    SecureSumRequest,
+    Who,
+    secure_sum_shapes,
+)
 
 
 def diagnostic_vector(seed: int, partition_id: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -43,27 +51,19 @@ def diagnostic_vector(seed: int, partition_id: int, shape: tuple[int, ...]) -> n
 @diagnostic(Action.SECURE_SUM, sums=True)
 def diag_secure_sum(content: RecordDict, node: NodeContext) -> RecordDict:
     """A sum contribution with known values (see :func:`diagnostic_vector`)."""
-    cfg = content.config_records[diag_wire.DIAG]
-    shapes = {name: tuple(int(x) for x in dims) for name, dims in cfg.items() if name != "seed"}
-    arrays = {name: diagnostic_vector(int(cfg["seed"]) + i, node.partition_id, shape)
+    req = node.read(SecureSumRequest)
+    shapes = secure_sum_shapes(config_record(content, SecureSumRequest.CONFIG) or {})
+    arrays = {name: diagnostic_vector(req.seed + i, node.partition_id, shape)
               for i, (name, shape) in enumerate(sorted(shapes.items()))}
-    return sum_reply(node, arrays,
-                     extra={diag_wire.WHO: ConfigRecord({"partition-id": node.partition_id})})
-
-
-def _relay_cfg(content: RecordDict) -> ConfigRecord:
-    if RELAY_KEY not in content.config_records:
-        raise RelayError(f"relay message has no '{RELAY_KEY}' ConfigRecord")
-    return content.config_records[RELAY_KEY]
+    return sum_reply(node, arrays, extra=Who(partition_id=node.partition_id).to_records())
 
 
 @diagnostic(Action.PROVE)
 def prove(content: RecordDict, node: NodeContext) -> RecordDict:
     """HMAC-SHA256(secret, challenge): equal across nodes iff they hold the same secret."""
-    cfg = _relay_cfg(content)
-    secret = get_shared_secret(node.state, str(cfg["purpose"]))
-    mac = hmac.new(secret, bytes(cfg["challenge"]), hashlib.sha256).digest()
-    return RecordDict({diag_wire.PROOF: ConfigRecord({"mac": mac})})
+    req = node.read(ProveRequest)
+    secret = get_shared_secret(node.state, req.purpose)
+    return Proof(mac=hmac.new(secret, req.challenge, hashlib.sha256).digest()).to_records()
 
 
 @diagnostic(Action.CKKS_SELFTEST)
@@ -71,14 +71,13 @@ def ckks_selftest(content: RecordDict, node: NodeContext) -> RecordDict:
     """CKKS round trip with the relayed context (``encrypt`` or ``decrypt``)."""
     from fedrec.secure.he import decrypt_packed, encrypt_packed
 
-    cfg = _relay_cfg(content)
-    ctx = get_shared_context(node.state, str(cfg["purpose"]))
-    mode = str(cfg["mode"])
-    if mode == "encrypt":
-        chunks = encrypt_packed(ctx, np.asarray(list(cfg["values"]), dtype=np.float64))
-        return RecordDict({diag_wire.CKKS: ConfigRecord({"chunks": chunks})})
-    if mode == "decrypt":
-        values = decrypt_packed(ctx, [bytes(b) for b in cfg["chunks"]], int(cfg["n"]))
-        return RecordDict({diag_wire.CKKS: ConfigRecord({"values": [float(v)
-                                                                    for v in values]})})
-    raise RelayError(f"{Action.CKKS_SELFTEST}: unknown mode {mode!r} (encrypt or decrypt)")
+    req = node.read(CkksSelftest)
+    ctx = get_shared_context(node.state, req.purpose)
+    if req.mode == "encrypt" and req.values is not None:
+        chunks = encrypt_packed(ctx, np.asarray(req.values, dtype=np.float64))
+        return CkksResult(chunks=chunks).to_records()
+    if req.mode == "decrypt" and req.chunks is not None and req.n is not None:
+        values = decrypt_packed(ctx, req.chunks, req.n)
+        return CkksResult(values=[float(v) for v in values]).to_records()
+    raise RelayError(f"{Action.CKKS_SELFTEST}: mode {req.mode!r} needs values (encrypt) or "
+                     "chunks and n (decrypt)")

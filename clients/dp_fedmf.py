@@ -13,6 +13,8 @@ part.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import numpy as np
 from flwr.app import RecordDict
 
@@ -23,75 +25,79 @@ from clients.sums_node import ranking_bytes, sum_reply
 from fedrec.recsys.dp_mf import DPMFParams, round_updates
 from fedrec.recsys.metrics import evaluate_ranking
 from fedrec.recsys.mf import init_user_factors
-from fedrec.wire import evaluation as evaluation_wire
-from fedrec.wire.dp_fedmf import DELTA, Action
-from fedrec.wire.sums import AggregationError
+from fedrec.wire.dp_fedmf import Action, EvaluateRequest, TrainRequest, TrainSum
+from fedrec.wire.evaluation import RankingSum
+from fedrec.wire.sums import AggregationError, NoiseRequest
 
+R = TypeVar("R", TrainRequest, EvaluateRequest)
+#: Node state: this node's user factors (array ``U``), never sent.
 _STATE = "dpfedmf.users"
+_U = "U"
 
 
 def _users(node: NodeContext, dim: int, seed: int) -> np.ndarray:
     stored = node.load_arrays(_STATE)
     if stored is None:
         return init_user_factors(node.data().user_ids, dim, seed)
-    if stored["U"].shape[1] != dim:
+    if stored[_U].shape[1] != dim:
         raise ValueError(f"{node.who}: stored user factors have dimension "
-                         f"{stored['U'].shape[1]}, the request's item factors {dim}")
-    return stored["U"]
+                         f"{stored[_U].shape[1]}, the request's item factors {dim}")
+    return stored[_U]
 
 
-def _checked_V(node: NodeContext) -> np.ndarray:
-    V = node.arrays()["V"]
-    n_items = node.data().n_items
-    if V.ndim != 2 or V.shape[0] != n_items or V.shape[1] < 1:
-        raise ValueError(f"{node.who}: the request's item factors V have shape {V.shape}, "
-                         f"expected ({n_items}, dim >= 1)")
-    return V
+def _request(node: NodeContext, cls: type[R]) -> R:
+    """The request as ``cls``, its item factors V items x dim with dim >= 1."""
+    req = node.read(cls, items=node.data().n_items)
+    if req.V.shape[1] < 1:
+        raise ValueError(f"{node.who}: the request's item factors V have shape "
+                         f"{req.V.shape}, expected ({req.V.shape[0]}, dim >= 1)")
+    return req
 
 
 @handler(Action.TRAIN, sums=True)
 def dpfedmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
     """One round: update the users' factors, draw participation, reply the clipped item
     update (or zeros) as a noisy masked share."""
-    noise = requested(node)
-    if noise is None:
+    record = requested(node)
+    if record is None:
         raise AggregationError(f"{node.who} refuses a dp-fedmf round without distributed "
                                "noise (its item update is released only noised)")
-    cfg = node.config()
-    V = _checked_V(node)
+    # checked by the sum layer before this handler ran (clients/noise_node.py); read from
+    # its config record alone (the request's arrays are read once, by _request)
+    noise = NoiseRequest.from_parts({}, dict(record), node.who)
+    req = _request(node, TrainRequest)
     data = node.data()
-    node.iterations(cfg, "epochs", minimum=1)
-    node.reserve(8.0 * (12 * float(node.interactions_bound()) * node.size(cfg, "negatives")
-                        + 4 * (len(data.user_ids) + data.n_items) * V.shape[1]),
-                 f"dp-fedmf training (dim={V.shape[1]})")
+    dim = req.V.shape[1]
+    node.check_iterations(req.epochs, "epochs")
+    node.reserve(8.0 * (12 * float(node.interactions_bound()) * req.negatives
+                        + 4 * (len(data.user_ids) + data.n_items) * dim),
+                 f"dp-fedmf training (dim={dim})")
     # the clip is the noise record's (the bound the node accounts), never another
-    p = DPMFParams(dim=V.shape[1], lr=float(cfg["lr"]), epochs=int(cfg["epochs"]),
-                   reg=float(cfg["reg"]), negatives=int(cfg["negatives"]),
-                   clip=float(noise["l2"]), rate=float(noise["rate"]))
-    U = _users(node, V.shape[1], int(cfg["seed"]))
+    p = DPMFParams(dim=dim, lr=req.lr, epochs=req.epochs, reg=req.reg,
+                   negatives=req.negatives, clip=noise.l2, rate=noise.rate)
+    U = _users(node, dim, req.seed)
     takes = participates(node)
-    step = round_updates(U, V, data.train, data.user_ids,
-                         np.full(U.shape[0], takes, dtype=bool), p, seed=int(cfg["seed"]),
-                         round_=int(cfg["round"]))
-    reply = sum_reply(node, {DELTA: step.item_update})
-    node.store_arrays(_STATE, {"U": step.user_factors})
+    step = round_updates(U, req.V, data.train, data.user_ids,
+                         np.full(U.shape[0], takes, dtype=bool), p, seed=req.seed,
+                         round_=req.round)
+    reply = sum_reply(node, TrainSum(update=step.item_update))
+    node.store_arrays(_STATE, {_U: step.user_factors})
     return reply
 
 
 @handler(Action.EVALUATE, sums=True)
 def dpfedmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Recall/NDCG sums of this node's users with the final V (scored U V^T)."""
-    cfg = node.config()
-    V = _checked_V(node)
+    req = _request(node, EvaluateRequest)
     data = node.data()
-    k = node.size(cfg, evaluation_wire.TOP_K, default=20)
+    V, k = req.V, req.top_k
     node.reserve(8.0 * len(data.user_ids) * V.shape[1]
                  + ranking_bytes(data.n_items, min(1024, len(data.user_ids)), k),
                  f"dp-fedmf evaluation (dim={V.shape[1]}) with top-k={k}")
-    U = _users(node, V.shape[1], int(cfg["seed"]))
+    U = _users(node, V.shape[1], req.seed)
     sums = evaluate_ranking(lambda rows: U[rows] @ V.T, data.train, data.test, k=k,
                             batch_size=1024)
-    return sum_reply(node, {evaluation_wire.RANKING: sums.to_vector()})
+    return sum_reply(node, RankingSum(ranking=sums.to_vector()))
 
 
 def spent(node: NodeContext) -> tuple[float, float]:

@@ -14,13 +14,13 @@ through the run's aggregator.
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 
-from flwr.app import ConfigRecord, RecordDict
+from flwr.app import RecordDict
 
 from clients.handlers import handler
 from clients.node import NodeContext
 from clients.sums_node import sum_reply
-from fedrec.records import to_array_record
 from fedrec.recsys.nmf import fit_user_factors
 from fedrec.recsys.prototypes import (
     MAX_JL_DIM,
@@ -29,25 +29,28 @@ from fedrec.recsys.prototypes import (
     release_ledger,
     silo_metric_sums,
 )
-from fedrec.wire import evaluation as evaluation_wire
-from fedrec.wire.dp_prototypes import LEDGER_RECORD, PROTOTYPES_RECORD, Action
+from fedrec.wire.dp_prototypes import (
+    NMF_ITERS,
+    Action,
+    EvaluateRequest,
+    MetricSums,
+    PrototypesReply,
+    PrototypesRequest,
+)
+from fedrec.wire.evaluation import RANKING, RATING
 
+#: Node state: this silo's user factors (array ``U``), fitted at evaluation, never sent.
 _USER_FACTORS = "dpp.users"
+_U = "U"
 _SILO_ROLES = ("silo", "user")
 
 
-def _params(cfg: dict, who: str) -> PrototypeParams:
-    """The release parameters of the request, each parsed and range-checked (a clear error
-    naming the field, never a bare conversion error)."""
-    fields = ("k", "epsilon", "value_max", "sparsity", "radius", "delta", "trials", "shifts",
-              "swaps", "jl_coef", "accounting")
-    missing = [f for f in fields if f not in cfg]
-    if missing:
-        raise ValueError(f"{who} refuses dp-prototypes: the request lacks field(s) {missing}")
-    kinds = {"epsilon": float, "value_max": float, "radius": float, "delta": float,
-             "jl_coef": float, "accounting": str}
+def _params(req: PrototypesRequest, who: str) -> PrototypeParams:
+    """The release parameters of the request, range-checked by ``PrototypeParams`` (a clear
+    error naming the field)."""
     try:
-        return PrototypeParams(**{f: kinds.get(f, int)(cfg[f]) for f in fields})
+        return PrototypeParams(**{f.name: getattr(req, f.name)
+                                  for f in fields(PrototypeParams)})
     except (ValueError, TypeError, OverflowError) as exc:
         raise ValueError(f"{who} refuses dp-prototypes: {exc}") from None
 
@@ -74,8 +77,8 @@ def dpp_prototypes(content: RecordDict, node: NodeContext) -> RecordDict:
     if node.role not in _SILO_ROLES:
         raise PermissionError(f"{who} refuses dp-prototypes: its role is {node.role!r}, not "
                               "a silo")
-    cfg = node.config()
-    params = _params(cfg, who)
+    req = node.read(PrototypesRequest)
+    params = _params(req, who)
     if params.paper_accounting:  # spends 2.25 epsilon and uses exact sizes: the node's call
         node.policy.require("allow-paper-accounting", "dp-prototypes with the paper's "
                             "accounting (2.25 x epsilon, exact cluster sizes)", who)
@@ -85,36 +88,33 @@ def dpp_prototypes(content: RecordDict, node: NodeContext) -> RecordDict:
         raise PermissionError(
             f"{who} refuses to release dp-prototypes: it holds {n_users} users, fewer than "
             f"k={params.k} prototypes (each silo needs at least k users; paper 003, Table 1)")
-    for key, times in (("trials", 1), ("shifts", params.trials), ("swaps", params.trials)):
-        node.iterations(cfg, key, minimum=1, times=times)  # each trial runs shifts and swaps
+    # each trial runs its shifts and swaps
+    node.check_iterations(req.trials, "trials")
+    node.check_iterations(req.shifts, "shifts", times=req.trials)
+    node.check_iterations(req.swaps, "swaps", times=req.trials)
     node.reserve(_release_bytes(params, n_users, data.n_items),
                  f"dp-prototypes with k={params.k}")
     release = release_ledger(params, n_users, data.n_items)  # from public sizes only
     node.charge_dp(release, f"a dp-prototypes release of {params.k} prototypes")
-    P, ledger, _ = private_prototypes(data.train, params,
-                                      seed=(int(cfg.get("seed", 0)), node.partition_id))
+    P, ledger, _ = private_prototypes(data.train, params, seed=(req.seed, node.partition_id))
     if ledger.to_table_rows() != release.to_table_rows():  # released only what was charged
         raise RuntimeError(f"{who}: the release's DP ledger differs from the one charged")
-    return RecordDict({
-        PROTOTYPES_RECORD: to_array_record({"P": P}),
-        LEDGER_RECORD: ConfigRecord({"rows": json.dumps(release.to_table_rows())}),
-    })
+    return PrototypesReply(P=P, rows=json.dumps(release.to_table_rows())).to_records()
 
 
 @handler(Action.EVALUATE, sums=True)
 def dpp_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Fit U >= 0 against the broadcast item factors; reply metric sums only."""
-    cfg = node.config()
-    V = node.arrays()["V"]
     data = node.data()
-    if V.ndim != 2 or V.shape[0] != data.n_items or V.shape[1] < 1:
+    req = node.read(EvaluateRequest, items=data.n_items)
+    V = req.V
+    if V.shape[1] < 1:
         raise ValueError(f"{node.who}: the item factors V have shape {V.shape}, expected "
                          f"({data.n_items}, rank >= 1) for {data.n_items} items")
-    iters = node.iterations(cfg, "nmf-iters")
-    top_k = node.size(cfg, evaluation_wire.TOP_K, default=20)
+    node.check_iterations(req.nmf_iters, NMF_ITERS)
     node.reserve(_evaluate_bytes(len(data.user_ids), data.n_items, V.shape[1]),
                  f"dp-prototypes evaluation with item factors of rank {V.shape[1]}")
-    U = fit_user_factors(data.train, V, float(cfg["reg"]), iters)
-    node.store_arrays(_USER_FACTORS, {"U": U})
-    sums = silo_metric_sums(U @ V.T, data.train, data.test, float(cfg["value-max"]), top_k)
-    return sum_reply(node, sums)
+    U = fit_user_factors(data.train, V, req.reg, req.nmf_iters)
+    node.store_arrays(_USER_FACTORS, {_U: U})
+    sums = silo_metric_sums(U @ V.T, data.train, data.test, req.value_max, req.top_k)
+    return sum_reply(node, MetricSums(ranking=sums[RANKING], rating=sums[RATING]))

@@ -31,12 +31,23 @@ from clients.node import NodeContext
 from clients.sums_node import ranking_reply, sum_reply
 from fedrec.records import config_record
 from fedrec.recsys import power_svd as svd
-from fedrec.wire import fedsvd as fedsvd_wire
-from fedrec.wire.fedsvd import Action
-from fedrec.wire.sums import SUM_KEY
+from fedrec.wire.fedsvd import (
+    Action,
+    BlockRequest,
+    EvaluateRequest,
+    NoiseProductRequest,
+    NoiseProducts,
+    OutputRequest,
+    OutputSum,
+    SyncRequest,
+    SyncSum,
+)
+from fedrec.wire.sums import SumRequest
 
 _NOISE = "fedsvd.noise"  # arrays in node state: this node's weighted noise of the last sync
+_N = "N"  # ... its one array
 _NOISE_INFO = "fedsvd.noise-info"  # ConfigRecord: its iteration t, the sum's mode, w_i, std
+_INFO_T, _INFO_MODE, _INFO_WEIGHT, _INFO_STD = "t", "mode", "weight", "std"
 #: A noise must fit the selection's range within this many standard deviations (exceeded
 #: with probability < 1e-32; the node then clips it rather than refuse on its value).
 _RANGE_STDS = 12.0
@@ -99,7 +110,14 @@ def _check_work(node: NodeContext, n_rows: int, n_cols: int, rank: int,
         f"rows, in iterations of {ITERATION_FLOPS:.0e} flops", node.who)
 
 
-def _block(node: NodeContext) -> _Block:
+def _params(req: BlockRequest) -> svd.SvdParams:
+    """The paper's parameters as the request declares them."""
+    return svd.SvdParams(k=req.k, r=req.rank, T=req.iterations, p=req.sync_every,
+                         sigma=req.sigma, sigma_server=req.sigma_server, z_hat=req.z_hat,
+                         m_hat=req.m_hat, delta=req.delta, ddp=req.ddp, seed=req.seed)
+
+
+def _block(node: NodeContext, cls: type[BlockRequest]) -> _Block:
     """The request's parameters, rows and basis, checked before any work: clear errors for
     unknown, non-finite or out-of-range values and for sizes past ``memory-budget-mb`` or
     work past ``max-iterations`` (:func:`_check_work`); then the rows clipped so every entry
@@ -107,27 +125,24 @@ def _block(node: NodeContext) -> _Block:
     answer does not depend on the data) and fedsvd-privacy's basis clipped to the declared
     z_hat (Alg. 3's honest server sends it clipped already), so Theorem 2's bound holds for
     what the node multiplies."""
-    cfg, who = node.config(), node.who
-    try:
-        scheme, params = str(cfg["scheme"]), svd.params_from_config(cfg)
-        params.check_release()
-        t_from, t_to, n_nodes = int(cfg["t-from"]), int(cfg["t-to"]), int(cfg["n-nodes"])
-        rows_total = float(cfg["rows-total"])
-    except (KeyError, ValueError, TypeError, OverflowError) as exc:
-        raise ValueError(f"{who} refuses the fedsvd request: {exc}") from None
-    if scheme not in svd.SCHEMES:
-        raise ValueError(f"{who} refuses the fedsvd request: scheme {scheme!r} is not one of "
-                         f"{svd.SCHEMES}")
-    if not (0 <= t_from < t_to and n_nodes >= 1):
-        raise ValueError(f"{who} refuses the fedsvd request: it needs 0 <= t-from < t-to and "
-                         f"n-nodes >= 1, got t-from={t_from}, t-to={t_to}, n-nodes={n_nodes}")
-    node.policy.check_iterations(t_to - t_from, "t-to", who)
+    who = node.who
     rows = node.data().train
     n_rows, d = rows.shape
+    req = node.read(cls, items=d)
+    params = _params(req)
+    try:
+        params.check_release()
+    except ValueError as exc:
+        raise ValueError(f"{who} refuses the fedsvd request: {exc}") from None
+    t_from, t_to = req.t_from, req.t_to
+    if not t_from < t_to:
+        raise ValueError(f"{who} refuses the fedsvd request: it needs 0 <= t-from < t-to, got "
+                         f"t-from={t_from}, t-to={t_to}")
+    node.check_iterations(t_to - t_from, "t-to - t-from")
     if n_rows == 0:
         raise ValueError(f"{who} holds no rows: it cannot take part in federated SVD")
-    Z = np.asarray(node.arrays()["Z"], dtype=np.float64)
-    if Z.ndim != 2 or Z.shape[0] != d or not 1 <= Z.shape[1] <= d:
+    Z = np.asarray(req.Z, dtype=np.float64)
+    if not 1 <= Z.shape[1] <= d:
         raise ValueError(f"{who} refuses the fedsvd request: the basis Z has shape {Z.shape}, "
                          f"expected ({d}, r) with 1 <= r <= {d} (an orthonormal basis has at "
                          "most as many columns as rows)")
@@ -138,18 +153,19 @@ def _block(node: NodeContext) -> _Block:
     _check_work(node, n_rows, d, r, t_to - t_from)
     if not np.all(np.isfinite(Z)):
         raise ValueError(f"{who} refuses the fedsvd request: the basis Z is not finite")
-    if not (math.isfinite(rows_total) and rows_total >= n_rows):
-        raise ValueError(f"{who} refuses the fedsvd request: rows-total must be finite and at "
-                         f"least this node's row count, got {rows_total!r}")
-    rows, Z = svd.clip_gram(rows, params.m_hat), svd.node_basis(scheme, Z, params)
-    return _Block(scheme, params, rows, Z, params.node_sigma(scheme, n_nodes), t_from, t_to,
-                  n_rows / rows_total, _sum_mode(node))
+    if req.rows_total < n_rows:
+        raise ValueError(f"{who} refuses the fedsvd request: rows-total must be at least this "
+                         f"node's row count, got {req.rows_total!r}")
+    rows, Z = svd.clip_gram(rows, params.m_hat), svd.node_basis(req.scheme, Z, params)
+    return _Block(req.scheme, params, rows, Z, params.node_sigma(req.scheme, req.n_nodes),
+                  t_from, t_to, n_rows / req.rows_total, _sum_mode(node))
 
 
 def _sum_mode(node: NodeContext) -> str:
-    """The aggregator the request names ('' when it names none; ``sum_reply`` checks it)."""
-    record = node.request.config_records.get(SUM_KEY)
-    return str(record["mode"]) if record is not None and "mode" in record else ""
+    """The aggregator the checked sum record names (a sum handler's request has one)."""
+    if node.sum_record is None:
+        return ""
+    return SumRequest.from_parts({}, node.sum_record, node.who).mode
 
 
 def _charge(node: NodeContext, block: _Block) -> None:
@@ -171,9 +187,10 @@ def _noise(shape: tuple[int, ...], std: float) -> np.ndarray:
     return svd.draw_noise(shape, std)  # looked up per call (tests substitute known noise)
 
 
-def _work(node: NodeContext) -> tuple[_Block, svd.SyncContribution | np.ndarray]:
+def _work(node: NodeContext,
+          cls: type[BlockRequest]) -> tuple[_Block, svd.SyncContribution | np.ndarray]:
     """Check, charge, then compute this node's block (the charge is written first)."""
-    block = _block(node)
+    block = _block(node, cls)
     _charge(node, block)
     return block, svd.node_block(block.scheme, block.rows, block.Z, block.t_from, block.t_to,
                                  block.params, block.sigma, block.weight, _noise)
@@ -183,15 +200,16 @@ def _work(node: NodeContext) -> tuple[_Block, svd.SyncContribution | np.ndarray]
 def sync(content: RecordDict, node: NodeContext) -> RecordDict:
     """Local iterations t_from+1 .. t_to-1 from the common basis, then this node's weighted
     noisy update of synchronization t_to as its share of the sum."""
-    block, out = _work(node)
+    block, out = _work(node, SyncRequest)
     if not isinstance(out, svd.SyncContribution):
         raise ValueError(f"{node.who} refuses {Action.SYNC}: t-to = {block.t_to} is not a "
                          f"synchronization (the output rule is '{Action.OUTPUT}')")
     if out.noise is not None:
-        node.store_arrays(_NOISE, {"N": out.noise})
-        node.state[_NOISE_INFO] = ConfigRecord({"t": block.t_to, "mode": block.mode,
-                                                "weight": block.weight, "std": block.sigma})
-    return sum_reply(node, {"Y": out.update})
+        node.store_arrays(_NOISE, {_N: out.noise})
+        node.state[_NOISE_INFO] = ConfigRecord({_INFO_T: block.t_to, _INFO_MODE: block.mode,
+                                                _INFO_WEIGHT: block.weight,
+                                                _INFO_STD: block.sigma})
+    return sum_reply(node, SyncSum(Y=out.update))
 
 
 @handler(Action.NOISE_PRODUCT)
@@ -207,32 +225,30 @@ def noise_product(content: RecordDict, node: NodeContext) -> RecordDict:
 
     node.policy.require("allow-noise-removal", "fedsvd-utility's noise removal (the server "
                         "learns this node's noise unless the node is the one kept)", node.who)
-    if fedsvd_wire.HE not in content.config_records:
-        raise ValueError(f"{node.who}: noise-removal request has no '{fedsvd_wire.HE}' record")
-    req = content.config_records[fedsvd_wire.HE]
+    req = node.read(NoiseProductRequest)
     info = config_record(node.state, _NOISE_INFO)
     stored = node.load_arrays(_NOISE)
-    if info is None or stored is None or int(info["t"]) != int(req["t"]):
-        raise ValueError(f"{node.who} refuses noise removal for t = {int(req['t'])}: it holds "
+    if info is None or stored is None or int(info[_INFO_T]) != req.t:
+        raise ValueError(f"{node.who} refuses noise removal for t = {req.t}: it holds "
                          "no noise of that synchronization (each noise is used once)")
-    if str(info["mode"]) not in ("secagg+", "ckks"):
-        raise ValueError(f"{node.who} refuses noise removal: its update of t = {int(req['t'])} "
-                         f"went into a '{info['mode']}' sum, which the server saw unmasked")
+    if str(info[_INFO_MODE]) not in ("secagg+", "ckks"):
+        raise ValueError(f"{node.who} refuses noise removal: its update of t = {req.t} "
+                         f"went into a '{info[_INFO_MODE]}' sum, which the server saw unmasked")
     del node.state[_NOISE_INFO]  # one answer per synchronization
-    std, weight = float(info.get("std", 0.0)), float(info["weight"])
+    std, weight = float(info.get(_INFO_STD, 0.0)), float(info[_INFO_WEIGHT])
     if _RANGE_STDS * std > VALUE_BOUND:  # public parameters only: never the noise drawn
         raise ValueError(f"{node.who} refuses noise removal: noise of standard deviation "
                          f"{std:g} does not fit the CKKS selection's range +-{VALUE_BOUND:g} "
                          f"({_RANGE_STDS:g} standard deviations; lower fedsvd-sigma)")
     # the products' padded ciphertexts and the padded noise (its size is the rank the server
     # chose at the synchronization), before the first is made
-    node.reserve(chunks_for(stored["N"].size) * (padded_size(PARAMS.poly_modulus_degree)
-                                                 + 8.0 * REALS),
-                 f"the encrypted products of its noise ({stored['N'].size} values)")
-    weighted = np.clip(stored["N"], -weight * VALUE_BOUND, weight * VALUE_BOUND)
-    ctx = _selection_context(node, bytes(req["public-context"]))
-    products = ctx.product(bytes(req["selection"]), weighted)
-    return RecordDict({fedsvd_wire.HE: ConfigRecord({"products": products})})
+    noise = stored[_N]
+    node.reserve(chunks_for(noise.size) * (padded_size(PARAMS.poly_modulus_degree)
+                                           + 8.0 * REALS),
+                 f"the encrypted products of its noise ({noise.size} values)")
+    weighted = np.clip(noise, -weight * VALUE_BOUND, weight * VALUE_BOUND)
+    ctx = _selection_context(node, req.public_context)
+    return NoiseProducts(products=ctx.product(req.selection, weighted)).to_records()
 
 
 #: Checked public selection contexts, keyed by (run, SHA-256 of the context bytes): a node
@@ -242,6 +258,7 @@ def noise_product(content: RecordDict, node: NodeContext) -> RecordDict:
 _SELECTION_CONTEXTS: dict[tuple[int, str], object] = {}
 _SELECTION_CACHE_SIZE = 4
 _HE_CONTEXT = "fedsvd.he-context"  # ConfigRecord in node state: the hash this node checked
+_HE_CONTEXT_HASH = "sha256"  # ... its one field
 
 
 def _selection_context(node: NodeContext, public: bytes):
@@ -259,7 +276,7 @@ def _selection_context(node: NodeContext, public: bytes):
         while len(_SELECTION_CONTEXTS) >= _SELECTION_CACHE_SIZE:
             _SELECTION_CONTEXTS.pop(next(iter(_SELECTION_CONTEXTS)))
         _SELECTION_CONTEXTS[key] = hit
-    node.state[_HE_CONTEXT] = ConfigRecord({"sha256": key[1]})
+    node.state[_HE_CONTEXT] = ConfigRecord({_HE_CONTEXT_HASH: key[1]})
     return hit
 
 
@@ -267,20 +284,20 @@ def _selection_context(node: NodeContext, public: bytes):
 def output(content: RecordDict, node: NodeContext) -> RecordDict:
     """The output rule when T is not a synchronization: the last local iterations, then
     w_i Z_T^(i) D_{T+1}^(i) as this node's share of a sum."""
-    block, Z = _work(node)
+    block, Z = _work(node, OutputRequest)
     if isinstance(Z, svd.SyncContribution):
         raise ValueError(f"{node.who} refuses {Action.OUTPUT}: t-to = {block.t_to} is a "
                          f"synchronization (its request is '{Action.SYNC}')")
-    return sum_reply(node, {"Z": np.asarray(Z)})
+    return sum_reply(node, OutputSum(Z=np.asarray(Z)))
 
 
 @handler(Action.EVALUATE, sums=True)
 def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Recall/NDCG sums of this node's users scored r_u Z Z^T (the subspace as a low-pass
     filter), as its share of a sum."""
-    Z = node.arrays()["Z"]
     n_cols = node.data().n_items
-    if Z.ndim != 2 or Z.shape[0] != n_cols or Z.shape[1] < 1:
+    Z = node.read(EvaluateRequest, items=n_cols).Z
+    if Z.shape[1] < 1:
         raise ValueError(f"{node.who} refuses {Action.EVALUATE}: the basis Z has shape "
                          f"{Z.shape}, expected ({n_cols}, r) with r >= 1")
     batch = 512

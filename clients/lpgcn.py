@@ -27,7 +27,7 @@ import io
 import json
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.lib.format as npy_format
@@ -37,12 +37,12 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 from clients.handlers import handler
 from clients.node import NodeContext
 from clients.nodeset import commit as commit_node_set
-from clients.nodeset import committed_members, signed_set_digest
+from clients.nodeset import committed_members, read_bounded, signed_set_digest
 from clients.nodeset import sign as sign_node_set
 from clients.policy import PolicyError
 from clients.relay_node import get_shared_secret
 from clients.sums_node import ranking_bytes, sum_reply
-from fedrec.records import array_record, config_record, from_array_record, to_array_record
+from fedrec.records import array_record, config_record, from_array_record
 from fedrec.recsys.arrays import (
     NUMPY,
     DeviceError,
@@ -67,19 +67,64 @@ from fedrec.recsys.metrics import evaluate_ranking
 from fedrec.recsys.mf import Adam
 from fedrec.secure.pseudonyms import HOLDINGS, item_pseudonyms, keyed_normal, virtual_items
 from fedrec.secure.randomness import csprng_uniform
-from fedrec.wire import evaluation as evaluation_wire
 from fedrec.wire import lpgcn as wire
 from fedrec.wire import request as request_wire
-from fedrec.wire.lpgcn import Action, Part
-from fedrec.wire.sums import NODESET_KEY
+from fedrec.wire.evaluation import RankingSum
+from fedrec.wire.lpgcn import (
+    CONV_OF,
+    HELD,
+    HOLD_NODES,
+    HOLD_PTR,
+    Action,
+    AssignRequest,
+    CountRequest,
+    CountSum,
+    EvaluateRequest,
+    Holdings,
+    HoldingsRequest,
+    Hyper,
+    LossesRequest,
+    LossSum,
+    Part,
+    RoundRequest,
+    RoundStatus,
+    VerifyRequest,
+)
+from fedrec.wire.sums import NodeSetRequest, NodeSetSignature
 
-SECRET = "lpgcn-S"  # the relay purpose of the shared key S
+H = TypeVar("H", bound=Hyper)
+
+#: This node's state records (node-local names, never sent): its setup (held items, the
+#: assignment, degrees), its layer-0 rows and their Adam moments, the current step's arrays,
+#: its progress flags, and its loss of each step it trained.
 _SETUP, _PARAMS, _STEP, _FLAGS = "lpgcn.setup", "lpgcn.params", "lpgcn.step", "lpgcn.flags"
-_LOSSES = "lpgcn.losses"  # ArrayRecord: "step" and "loss" of each step this node trained
+_LOSSES = "lpgcn.losses"
+#: Keys of the setup record besides the held set and the assignment (kept under their wire
+#: names, ``wire.HELD``...): every item's pseudonym, the held items' ids and which are real,
+#: the cover it drew them for, its convolution items' positions, its real users per item it
+#: shares (and that it mailed them), the holders' counts, its convolution items' degrees,
+#: every held item's degree.
+_PSEUDO_ALL, _HELD_REAL, _ISREAL, _COVER = "pseudo_all", "held_real", "isreal", "cover"
+_CONV_HPOS, _OWN_COUNT, _COUNTS_SENT = "conv_hpos", "own_count", "counts_sent"
+_HOLD_CNT, _CONV_DEGREE, _DEGREE = "hold_cnt", "conv_degree", "degree"
+#: Keys of the params record: the item, user and W tables, the ids of their rows.
+_V, _U, _W, _CONV_REAL, _USER_IDS = "V", "U", "W", "conv_real", "user_ids"
+#: Keys of the flags record: the step and whether it trains; degrees all in; a W update
+#: waiting for its gradient mail.
+_AT, _TRAIN, _DEGREES, _W_PENDING = "step", "train", "degrees", "w-pending"
+#: Keys of the losses record: the steps this node trained, its loss share of each.
+_LOSS_STEPS, _LOSS = "step", "loss"
+#: The step's array of the requested negatives' rows (every layer).
+_NEG = "neg"
+#: The backbone whose user rows come from W (``lpgcn-backbone``).
+_PLUS = "lightgcn+"
+#: Sealed mail (node to node): purposes, and the one array each letter carries.
+_CONFIRM, _VERIFY, _DEGREE_MAIL = "lpgcn-confirm", "lpgcn-verify", "lpgcn-degree"
+_MAIL_ITEMS, _MAIL_COUNT, _MAIL_DEGREE, _MAIL_ROWS = "items", "count", "degree", "x"
 
 
 #: Where a delivered part goes in the step's state (a per-layer part's key gets its layer).
-_DELIVERED = {Part.NEG_ROWS: "neg", Part.W: "w_held", Part.ITEM_ROWS: "ei",
+_DELIVERED = {Part.NEG_ROWS: _NEG, Part.W: "w_held", Part.ITEM_ROWS: "ei",
               Part.ITEM_GRAD: "gsum"}
 #: This process's rows per (run, node), for the many rounds of a run in one process.
 _DATA: dict[tuple[int, int, str, str], Any] = {}
@@ -247,7 +292,6 @@ class StateArrays(MutableMapping):
 #: Arrays of (layers + 1) x (users + items) x dim a node keeps at once in a round (user and
 #: item rows, gradient sums, partials, mailed shares): the memory a request's sizes imply.
 _ROW_COPIES = 6
-_DTYPES = ("float64", "float32")
 
 
 def _data(node: NodeContext) -> Any:
@@ -270,16 +314,15 @@ def _data_key(node: NodeContext) -> tuple[int, int, str, str]:
             repr(sorted(node.context.node_config.items())))
 
 
-def _hp(node: NodeContext) -> dict[str, Any]:
-    """The request's hyperparameters, each server-chosen value that weakens the cover or
-    sizes an allocation checked against this node's policy first."""
-    cfg = node.config()
-    if "layers" not in cfg:
-        raise LosslessnessError(f"{node.who}: LP-GCN request without its hyperparameters")
-    _check_cover(node, cfg)
-    _check_sizes(node, cfg)
+def _request(node: NodeContext, cls: type[H]) -> H:
+    """The request as ``cls`` (every field checked, the run-fixed ones pinned), each
+    server-chosen value that weakens the cover or sizes an allocation checked against this
+    node's policy before anything else."""
+    req = node.read(cls)
+    _check_cover(node, req)
+    _check_sizes(node, req)
     _device(node)
-    return cfg
+    return req
 
 
 #: Node config key (the operator's, never the server's): where this node computes its math,
@@ -299,7 +342,7 @@ def _device(node: NodeContext) -> str:
         raise LosslessnessError(f"{node.who}: {exc}") from None
 
 
-def _check_cover(node: NodeContext, cfg: dict[str, Any]) -> None:
+def _check_cover(node: NodeContext, hp: Hyper) -> None:
     """Refuse a virtual-item rate or cover scale below this node's policy, sampled holdings
     without its ``allow-sampled-holdings``, and any change of them after the node drew its
     virtual items (they are pinned at ``lpgcn_holdings``).
@@ -312,7 +355,7 @@ def _check_cover(node: NodeContext, cfg: dict[str, Any]) -> None:
     (``allow-plain``), or allowed by an operator's ``lpgcn-min-alpha = 0``.
     """
     pol = node.policy
-    alpha, scale = _finite(node, cfg, "alpha"), _finite(node, cfg, "mask-scale")
+    alpha, scale, mode = hp.alpha, hp.mask_scale, hp.holdings  # finite, >= 0 (Hyper)
     if alpha == 0 and pol.lpgcn_min_alpha > 0:
         pol.require("allow-plain", "LP-GCN without virtual items (lpgcn-alpha = 0: the server "
                     "sees exactly which pseudonymous items this node holds)", node.who)
@@ -328,14 +371,13 @@ def _check_cover(node: NodeContext, cfg: dict[str, Any]) -> None:
             f"lpgcn-min-mask-scale = {pol.lpgcn_min_mask_scale:g} (smaller cover values let the "
             "server tell virtual holdings from real ones). Only the node's operator can lower "
             "it (node config 'lpgcn-min-mask-scale=<std>')")
-    mode = _holdings_mode(node, cfg)
     if mode == "sampled" and alpha > 0:
         pol.require("allow-sampled-holdings", "LP-GCN with sampled virtual items "
                     "(lpgcn-holdings = sampled: an item held by one node is that node's real "
                     "item, so the server's holder counts name real holdings)", node.who)
     pinned = array_record(node.state, _SETUP)
-    if pinned is not None and "cover" in pinned:
-        was = state_view(pinned["cover"])
+    if pinned is not None and _COVER in pinned:
+        was = state_view(pinned[_COVER])
         if (alpha, scale, float(HOLDINGS.index(mode))) != tuple(float(x) for x in was):
             raise PolicyError(
                 f"{node.who} refuses an LP-GCN request with lpgcn-alpha = {alpha:g}, "
@@ -344,39 +386,15 @@ def _check_cover(node: NodeContext, cfg: dict[str, Any]) -> None:
                 f"{HOLDINGS[int(was[2])]}, which hold for the whole run")
 
 
-def _holdings_mode(node: NodeContext, cfg: dict[str, Any]) -> str:
-    """The request's ``lpgcn-holdings``, one of :data:`HOLDINGS`."""
-    mode = str(cfg.get("holdings"))
-    if mode not in HOLDINGS:
-        raise PolicyError(f"{node.who} refuses the LP-GCN request: 'lpgcn-holdings' must be "
-                          f"one of {HOLDINGS}, got {cfg.get('holdings')!r}")
-    return mode
-
-
-def _finite(node: NodeContext, cfg: dict[str, Any], key: str) -> float:
-    """``cfg[key]`` as a finite number >= 0 (NaN would pass every ``<`` comparison)."""
-    try:
-        value = float(cfg[key])
-    except (KeyError, TypeError, ValueError):
-        value = float("nan")
-    if not (np.isfinite(value) and value >= 0):
-        raise PolicyError(f"{node.who} refuses the LP-GCN request: 'lpgcn-{key}' must be a "
-                          f"finite number >= 0, got {cfg.get(key)!r}")
-    return value
-
-
-def _check_sizes(node: NodeContext, cfg: dict[str, Any]) -> None:
+def _check_sizes(node: NodeContext, hp: Hyper) -> None:
     """Refuse, before allocating, server-chosen layers, dimension or precision that would
     need more than this node's ``memory-budget-mb``."""
     # the layer count is a loop count too (a round and a pass per layer, every step)
-    layers, dim = node.iterations(cfg, "layers"), node.size(cfg, "dim")
-    if str(cfg.get("dtype")) not in _DTYPES:
-        raise LosslessnessError(f"{node.who}: LP-GCN precision must be one of {_DTYPES}, got "
-                                f"{cfg.get('dtype')!r}")
+    node.check_iterations(hp.layers, "layers")
     users, items = _data(node).train.shape
-    node.reserve(float(_ROW_COPIES) * (layers + 1) * (users + items) * dim
-                 * np.dtype(str(cfg["dtype"])).itemsize,
-                 f"LP-GCN rows of {layers} layers x dimension {dim}")
+    node.reserve(float(_ROW_COPIES) * (hp.layers + 1) * (users + items) * hp.dim
+                 * np.dtype(hp.dtype).itemsize,
+                 f"LP-GCN rows of {hp.layers} layers x dimension {hp.dim}")
 
 
 def _real_rows(node: NodeContext) -> sp.csr_matrix:
@@ -392,8 +410,11 @@ def _real_rows(node: NodeContext) -> sp.csr_matrix:
 
 @handler(Action.COUNT, sums=True)
 def count(content: RecordDict, node: NodeContext) -> RecordDict:
-    """This node's number of training interactions, as a share of a sum (batches per epoch)."""
-    return sum_reply(node, {"n": np.array([float(_real_rows(node).nnz)])})
+    """This node's number of training interactions, as a share of a sum (batches per epoch).
+    Its hyperparameters are read (checked and pinned), not yet held to the policy: nothing
+    of the cover leaves the node here."""
+    node.read(CountRequest)
+    return sum_reply(node, CountSum(n=np.array([float(_real_rows(node).nnz)])))
 
 
 @handler(Action.HOLDINGS)
@@ -408,36 +429,34 @@ def holdings(content: RecordDict, node: NodeContext) -> RecordDict:
     paper's draw: a number uniform in [0, 2 alpha n] (n: this node's users with items) of
     items drawn privately (OS CSPRNG); ``fedrec.secure.pseudonyms.virtual_items``.
     """
-    hp = _hp(node)
+    hp = _request(node, HoldingsRequest)
     train = _real_rows(node)
-    if "held" in StateArrays(node, _SETUP):
+    if HELD in StateArrays(node, _SETUP):
         raise PolicyError(f"{node.who} refuses a second lpgcn_holdings in this run: its "
                           "virtual items are drawn once (two draws would differ in the "
                           "virtual items only, showing the server the real ones)")
-    alpha = float(hp["alpha"])  # checked against the policy by _hp
-    secret = get_shared_secret(node.state, SECRET)
-    listed = config_record(node.request, NODESET_KEY)
-    if listed is None or "members" not in listed:
-        raise LosslessnessError(f"{node.who}: lpgcn_holdings without the run's node set "
-                                f"('{NODESET_KEY}.members')")
-    members = commit_node_set(node, listed["members"], "the LP-GCN run's node set")
+    secret = get_shared_secret(node.state, wire.SECRET_PURPOSE)
+    what = "the LP-GCN run's node set"
+    members = commit_node_set(node, read_bounded(node, NodeSetRequest, what).members, what)
     m = train.shape[1]
     pseudo_all = item_pseudonyms(secret, m)
     real = np.unique(train.indices).astype(np.int64)
     n_active = int((train.getnnz(axis=1) > 0).sum())
-    mode = _holdings_mode(node, hp)
-    virtual = virtual_items(real, m, mode, alpha, n_active, csprng_uniform)
+    virtual = virtual_items(real, m, hp.holdings, hp.alpha, n_active, csprng_uniform)
     held_real = np.concatenate([real, virtual])
     order = np.argsort(pseudo_all[held_real])
     held_real = held_real[order]
     setup = StateArrays(node, _SETUP)
-    setup.replace({"pseudo_all": pseudo_all, "held_real": held_real,
-                   "held": pseudo_all[held_real], "isreal": np.isin(held_real, real),
-                   "cover": np.array([alpha, float(hp["mask-scale"]),
-                                      float(HOLDINGS.index(mode))])})
+    setup.replace({_PSEUDO_ALL: pseudo_all, _HELD_REAL: held_real,
+                   HELD: pseudo_all[held_real], _ISREAL: np.isin(held_real, real),
+                   _COVER: np.array([hp.alpha, hp.mask_scale,
+                                     float(HOLDINGS.index(hp.holdings))])})
     setup.flush()
-    return RecordDict({request_wire.ARRAYS: to_array_record({"held": pseudo_all[held_real]}),
-                       NODESET_KEY: ConfigRecord({"signed": sign_node_set(node, members)})})
+    reply = Holdings(held=pseudo_all[held_real]).to_records()
+    signed = NodeSetSignature(signed=sign_node_set(node, members))
+    for name, record in signed.to_records().items():
+        reply[name] = record
+    return reply
 
 
 @handler(Action.ASSIGN)
@@ -447,29 +466,30 @@ def assign(content: RecordDict, node: NodeContext) -> RecordDict:
     it (the confirmation). Nothing about real or virtual holdings leaves before
     ``lpgcn_verify`` checked the confirmations against the server's assignment."""
     setup = StateArrays(node, _SETUP)
-    if "held" not in setup:
+    if HELD not in setup:
         raise LosslessnessError(f"{node.who}: lpgcn_assign before lpgcn_holdings")
-    if "conv_of" in setup:
+    if CONV_OF in setup:
         raise PolicyError(f"{node.who} refuses a second lpgcn_assign in this run: its "
                           "convolution assignment is fixed once (a new one would send its "
                           "verification to other nodes)")
-    got = node.arrays()
+    req = _request(node, AssignRequest)
     me = node.context.node_id
-    conv_of = got["conv_of"].astype(np.uint64)  # Flower node ids are unsigned 64-bit
-    if len(conv_of) != len(setup["held"]):
+    conv_of = req.conv_of.astype(np.uint64)  # Flower node ids are unsigned 64-bit
+    if len(conv_of) != len(setup[HELD]):
         raise LosslessnessError(f"{node.who}: the server assigned {len(conv_of)} items, this "
-                                f"node holds {len(setup['held'])}")
+                                f"node holds {len(setup[HELD])}")
     conv_hpos = np.flatnonzero(conv_of == me)
-    ptr = np.asarray(got.get("hold_ptr", np.zeros(1, np.int64)), np.int64)
-    holders = np.asarray(got.get("hold_nodes", np.zeros(0, np.uint64)), np.uint64)
+    ptr = np.asarray(req.hold_ptr if req.hold_ptr is not None else np.zeros(1), np.int64)
+    holders = np.asarray(req.hold_nodes if req.hold_nodes is not None else np.zeros(0),
+                         np.uint64)
     _check_holder_lists(node, ptr, holders, len(conv_hpos))
     if _catalogue_cover(setup):
         _check_whole_set(node, ptr, holders)
     signed_set_digest(node, node.request, "the LP-GCN convolution assignment")
     for c, (ks, _) in _sender_lists(ptr, holders, me).items():
-        node.mailbox.send(c, "lpgcn-confirm", pack({"items": setup["held"][conv_hpos[ks]]}))
-    setup.update({"conv_of": conv_of, "conv_hpos": conv_hpos, "hold_ptr": ptr,
-                  "hold_nodes": holders})
+        node.mailbox.send(c, _CONFIRM, pack({_MAIL_ITEMS: setup[HELD][conv_hpos[ks]]}))
+    setup.update({CONV_OF: conv_of, _CONV_HPOS: conv_hpos, HOLD_PTR: ptr,
+                  HOLD_NODES: holders})
     setup.flush()
     return RecordDict()
 
@@ -497,7 +517,7 @@ def _check_holder_lists(node: NodeContext, ptr: np.ndarray, holders: np.ndarray,
 def _catalogue_cover(setup: StateArrays) -> bool:
     """Whether this node drew the catalogue as its virtual items (``catalogue`` holdings
     with alpha > 0): then every node of the run holds every item."""
-    alpha, _, mode = (float(x) for x in setup["cover"])
+    alpha, _, mode = (float(x) for x in setup[_COVER])
     return alpha > 0 and HOLDINGS[int(mode)] == "catalogue"
 
 
@@ -528,12 +548,13 @@ def verify(content: RecordDict, node: NodeContext) -> RecordDict:
     """The verification, in two requests: first every node checks the confirmations and
     mails its counts; then every convolution node forms its items' degrees."""
     setup = StateArrays(node, _SETUP)
-    if "conv_of" not in setup:
+    if CONV_OF not in setup:
         raise LosslessnessError(f"{node.who}: lpgcn_verify before lpgcn_assign")
-    if "counts_sent" not in setup:
+    hp = _request(node, VerifyRequest)
+    if _COUNTS_SENT not in setup:
         _mail_counts(node, setup)
-    elif "conv_degree" not in setup:
-        _degrees(node, setup)
+    elif _CONV_DEGREE not in setup:
+        _degrees(node, setup, hp)
     else:
         raise PolicyError(f"{node.who} refuses a third lpgcn_verify in this run: its "
                           "verification is done")
@@ -548,8 +569,8 @@ def _mail_counts(node: NodeContext, setup: StateArrays) -> None:
     not hold and convolve the items (it holds them itself, or lists this node as a holder
     of items it does not convolve)."""
     me = node.context.node_id
-    conv_of, held = setup["conv_of"], setup["held"]
-    confirmed = {s: unpack(b)["items"] for s, b in node.mailbox.receive("lpgcn-confirm").items()}
+    conv_of, held = setup[CONV_OF], setup[HELD]
+    confirmed = {s: unpack(b)[_MAIL_ITEMS] for s, b in node.mailbox.receive(_CONFIRM).items()}
     assigned = {int(c): held[conv_of == c] for c in np.unique(conv_of) if int(c) != me}
     for c in sorted(set(assigned) | set(confirmed)):
         if c not in confirmed or c not in assigned or not np.array_equal(
@@ -558,14 +579,14 @@ def _mail_counts(node: NodeContext, setup: StateArrays) -> None:
                 f"{node.who} refuses the convolution assignment: node {c} does not confirm "
                 "convolving exactly the items the server assigned to it for this node, so "
                 "this node sends it nothing about which of them it really holds")
-    R = _real_rows(node)[:, setup["held_real"]].tocsc()
+    R = _real_rows(node)[:, setup[_HELD_REAL]].tocsc()
     counts = np.diff(R.indptr).astype(np.int64)  # users of this node really holding each item
     for c in assigned:
-        node.mailbox.send(c, "lpgcn-verify", pack({"count": counts[conv_of == c]}))
-    setup.update({"own_count": counts[setup["conv_hpos"]], "counts_sent": np.ones(1)})
+        node.mailbox.send(c, _VERIFY, pack({_MAIL_COUNT: counts[conv_of == c]}))
+    setup.update({_OWN_COUNT: counts[setup[_CONV_HPOS]], _COUNTS_SENT: np.ones(1)})
 
 
-def _degrees(node: NodeContext, setup: StateArrays) -> None:
+def _degrees(node: NodeContext, setup: StateArrays, hp: VerifyRequest) -> None:
     """Convolution node: true degrees of its items from the verification mail; mail each
     holder the degrees of the items it shares; initialise this node's layer-0 rows (its
     users' U rows, its convolution items' V and W rows).
@@ -574,11 +595,10 @@ def _degrees(node: NodeContext, setup: StateArrays) -> None:
     the listed holders' users hold the item. It trains as in centralized LightGCN: no
     neighbour, so zero rows at layers >= 1 (``inv_sqrt(0) = 0``), and its layer-0 rows move
     by negative-sampling gradients only."""
-    hp = _hp(node)
     me = node.context.node_id
-    conv_hpos = setup["conv_hpos"]
-    ptr, holders = setup["hold_ptr"], setup["hold_nodes"]
-    mail = {s: unpack(b)["count"] for s, b in node.mailbox.receive("lpgcn-verify").items()}
+    conv_hpos = setup[_CONV_HPOS]
+    ptr, holders = setup[HOLD_PTR], setup[HOLD_NODES]
+    mail = {s: unpack(b)[_MAIL_COUNT] for s, b in node.mailbox.receive(_VERIFY).items()}
     per_sender = _sender_lists(ptr, holders, me)
     missing = sorted(set(per_sender) - set(mail))
     if missing:
@@ -588,7 +608,7 @@ def _degrees(node: NodeContext, setup: StateArrays) -> None:
     if extra:
         raise LosslessnessError(f"{node.who}: verification mail from node(s) {extra}, which "
                                 "the server did not list as holders of its items")
-    degree = setup["own_count"].astype(np.float64).copy()
+    degree = setup[_OWN_COUNT].astype(np.float64).copy()
     hold_cnt = np.zeros(len(holders), dtype=np.int64)
     for s, (ks, slots) in per_sender.items():
         if len(mail[s]) != len(ks):
@@ -597,17 +617,16 @@ def _degrees(node: NodeContext, setup: StateArrays) -> None:
         degree[ks] += mail[s]
         hold_cnt[slots] = mail[s]
     for s, (ks, _) in per_sender.items():
-        node.mailbox.send(int(s), "lpgcn-degree", pack({"degree": degree[ks]}))
-    conv_real = setup["held_real"][conv_hpos]
+        node.mailbox.send(int(s), _DEGREE_MAIL, pack({_MAIL_DEGREE: degree[ks]}))
+    conv_real = setup[_HELD_REAL][conv_hpos]
     params = _initial_params(node, hp, conv_real)
-    held_degree = np.zeros(len(setup["held"]))
+    held_degree = np.zeros(len(setup[HELD]))
     held_degree[conv_hpos] = degree
-    setup.update({"hold_cnt": hold_cnt, "conv_degree": degree, "degree": held_degree})
+    setup.update({_HOLD_CNT: hold_cnt, _CONV_DEGREE: degree, _DEGREE: held_degree})
     stored = StateArrays(node, _PARAMS)
     stored.replace(params)
     stored.flush()
-    node.state[_FLAGS] = ConfigRecord({"step": int(hp.get("start-step", 0)) - 1,
-                                       "degrees": False})
+    node.state[_FLAGS] = ConfigRecord({_AT: hp.start_step - 1, _DEGREES: False})
 
 
 #: Node config key (the operator's, never the server's): a checkpoint of the model at the run's
@@ -616,20 +635,20 @@ def _degrees(node: NodeContext, setup: StateArrays) -> None:
 INIT_KEY = "lpgcn-init"
 
 
-def _initial_params(node: NodeContext, hp: dict[str, Any],
+def _initial_params(node: NodeContext, hp: Hyper,
                     conv_real: np.ndarray) -> dict[str, np.ndarray]:
     """This node's layer-0 rows (its convolution items' V and W, its users' U) and their Adam
     state: drawn from the public seed streams at step 0, or taken from the operator's
     checkpoint when the run continues at ``start-step`` > 0."""
-    dtype = np.dtype(str(hp["dtype"]))
-    dim, seed, std = int(hp["dim"]), int(hp["seed"]), float(hp["init-std"])
-    plus = hp["backbone"] == "lightgcn+"
+    dtype = np.dtype(hp.dtype)
+    dim, seed, std = hp.dim, hp.seed, hp.init_std
+    plus = hp.backbone == _PLUS
     ids = np.asarray(_data(node).user_ids, np.int64)
-    rows = {"V": conv_real, "W": conv_real} if plus else {"V": conv_real, "U": ids}
-    params: dict[str, np.ndarray] = {"conv_real": conv_real}
+    rows = {_V: conv_real, _W: conv_real} if plus else {_V: conv_real, _U: ids}
+    params: dict[str, np.ndarray] = {_CONV_REAL: conv_real}
     if not plus:
-        params["user_ids"] = ids
-    start = int(hp.get("start-step", 0))
+        params[_USER_IDS] = ids
+    start = hp.start_step
     path = str(node.context.node_config.get(INIT_KEY, "") or "")
     if not path:
         if start:
@@ -654,7 +673,7 @@ def _initial_params(node: NodeContext, hp: dict[str, Any],
         if missing or ck[table].shape[1] != dim or (len(which) and which.max() >= len(ck[table])):
             raise LosslessnessError(
                 f"{node.who}: its {INIT_KEY} checkpoint {path} does not fit this run's "
-                f"{hp['backbone']} model (table {table}: missing {missing} or another size)")
+                f"{hp.backbone} model (table {table}: missing {missing} or another size)")
         params[table] = ck[table][which].astype(dtype)
         params[f"{table}.m"] = ck[f"{table}.m"][which].astype(dtype)
         params[f"{table}.v"] = ck[f"{table}.v"][which].astype(dtype)
@@ -694,7 +713,7 @@ class _Graph:
 #: Per process, each node's :class:`_Graph` under the key of its rows and a digest of the
 #: setup arrays it derives from: rebuilding it every request cost more than the round's math.
 _GRAPHS: dict[tuple[Any, ...], tuple[Any, _Graph]] = {}
-_GRAPH_FROM = ("held_real", "conv_of", "conv_hpos", "hold_ptr", "hold_nodes")
+_GRAPH_FROM = (_HELD_REAL, CONV_OF, _CONV_HPOS, HOLD_PTR, HOLD_NODES)
 
 
 def _graph(node: NodeContext, setup: StateArrays, dtype: np.dtype) -> _Graph:
@@ -709,42 +728,43 @@ def _graph(node: NodeContext, setup: StateArrays, dtype: np.dtype) -> _Graph:
             _GRAPHS.clear()
         me = node.context.node_id
         train = data.train
-        R = sp.csr_matrix(train[:, setup["held_real"]], dtype=dtype)
+        R = sp.csr_matrix(train[:, setup[_HELD_REAL]], dtype=dtype)
         R.data[:] = 1
         RT = R.T.tocsr()
-        conv_of = setup["conv_of"]
+        conv_of = setup[CONV_OF]
         shared = {int(c): np.flatnonzero(conv_of == c) for c in np.unique(conv_of)
                   if int(c) != me}
         _GRAPHS[key] = data, _Graph(
             R, RT, inv_sqrt(train.getnnz(axis=1), dtype), shared,
-            {c: RT[rows] for c, rows in shared.items()}, RT[setup["conv_hpos"]],
-            _sender_lists(setup["hold_ptr"], setup["hold_nodes"], me))
+            {c: RT[rows] for c, rows in shared.items()}, RT[setup[_CONV_HPOS]],
+            _sender_lists(setup[HOLD_PTR], setup[HOLD_NODES], me))
     return _GRAPHS[key][1]
 
 
 class Session:
-    """One node's LP-GCN state for one request: loaded from and saved to ``node.state``."""
+    """One node's LP-GCN state for one request (``hp``): loaded from and saved to
+    ``node.state``."""
 
-    def __init__(self, node: NodeContext) -> None:
+    def __init__(self, node: NodeContext, hp: RoundRequest) -> None:
         self.node = node
-        self.hp = _hp(node)
+        self.hp = hp
         self.me = node.context.node_id
         self.setup = StateArrays(node, _SETUP)
         self.params = StateArrays(node, _PARAMS)
         flags = config_record(node.state, _FLAGS)
-        if "V" not in self.params or flags is None:
+        if _V not in self.params or flags is None:
             raise LosslessnessError(f"{node.who}: lpgcn_round before the LP-GCN setup")
         self.cur = StateArrays(node, _STEP)
         self.losses = StateArrays(node, _LOSSES)
         self.flags: dict[str, Any] = dict(flags)
-        self.L = int(self.hp["layers"])
-        self.plus = self.hp["backbone"] == "lightgcn+"
-        self.dtype = np.dtype(str(self.hp["dtype"]))
+        self.L = hp.layers
+        self.plus = hp.backbone == _PLUS
+        self.dtype = np.dtype(hp.dtype)
         self.data = _data(node)
         self.graph = _graph(node, self.setup, self.dtype)
         self.R, self.RT, self.inv_du = self.graph.R, self.graph.RT, self.graph.inv_du
-        self.conv_of = self.setup["conv_of"]
-        self.conv_hpos = self.setup["conv_hpos"]
+        self.conv_of = self.setup[CONV_OF]
+        self.conv_hpos = self.setup[_CONV_HPOS]
         self.senders = self.graph.senders
         self.out: dict[str, np.ndarray] = {}
         self.device = _device(node)
@@ -770,21 +790,21 @@ class Session:
 
     @property
     def inv_di(self) -> np.ndarray:
-        return inv_sqrt(self.setup["degree"], self.dtype)
+        return inv_sqrt(self.setup[_DEGREE], self.dtype)
 
     def step_param(self, table: str, grad: np.ndarray) -> None:
         moments = {k: self.x(self.params[k]) for k in (f"{table}.m", f"{table}.v")
                    if k in self.params}
         if moments:
             moments[f"{table}.t"] = self.params[f"{table}.t"]
-        opt = Adam.from_arrays(float(self.hp["lr"]), moments, table)
+        opt = Adam.from_arrays(self.hp.lr, moments, table)
         grad = self.x(to_numpy(grad).astype(self.dtype, copy=False))
         self.params[table] = opt.step(self.x(self.params[table]), grad)
         self.params.update(opt.to_arrays(table))
 
     @property
     def secret(self) -> bytes:
-        return get_shared_secret(self.node.state, SECRET)
+        return get_shared_secret(self.node.state, wire.SECRET_PURPOSE)
 
     def conv_nodes(self) -> list[int]:
         """Other nodes that convolve items this node holds (real or virtual), ascending."""
@@ -794,9 +814,9 @@ class Session:
     def absorb_degrees(self) -> None:
         """The degrees each convolution node mailed for the items it convolves for this
         node, every letter checked before any is kept."""
-        got = {s: unpack(blob)["degree"]
-               for s, blob in self.node.mailbox.receive("lpgcn-degree").items()}
-        degree = self.setup["degree"].copy()
+        got = {s: unpack(blob)[_MAIL_DEGREE]
+               for s, blob in self.node.mailbox.receive(_DEGREE_MAIL).items()}
+        degree = self.setup[_DEGREE].copy()
         for s, values in got.items():
             pos = np.flatnonzero(self.conv_of == s)
             if s == self.me or not len(pos) or np.shape(values) != (len(pos),):
@@ -807,9 +827,9 @@ class Session:
         for s in got:
             self.flags[f"deg.{s}"] = True
         if got:
-            self.setup["degree"] = degree
-        if not self.done("degrees") and all(self.done(f"deg.{c}") for c in self.conv_nodes()):
-            self.mark("degrees")
+            self.setup[_DEGREE] = degree
+        if not self.done(_DEGREES) and all(self.done(f"deg.{c}") for c in self.conv_nodes()):
+            self.mark(_DEGREES)
 
     def mail_items(self, purpose: str, X_users: np.ndarray) -> np.ndarray:
         """Mail each convolution node this node's share of ``X`` for the items they share
@@ -817,7 +837,7 @@ class Session:
         convolution node knows to ignore); return this node's share of its own items."""
         for c in self.conv_nodes():
             part = item_partial(self.graph.RT_shared[c], self.x(self.inv_du), self.x(X_users))
-            self.node.mailbox.send(c, purpose, pack({"x": part}))
+            self.node.mailbox.send(c, purpose, pack({_MAIL_ROWS: part}))
         return to_numpy(item_partial(self.graph.RT_conv, self.x(self.inv_du), self.x(X_users)))
 
     def gather(self, purpose: str, own: np.ndarray) -> np.ndarray | None:
@@ -826,10 +846,10 @@ class Session:
             if s not in self.senders:
                 raise LosslessnessError(f"{self.node.who}: unexpected '{purpose}' mail from "
                                         f"node {s}")
-            self.cur[f"{purpose}.{s}"] = unpack(blob)["x"]
+            self.cur[f"{purpose}.{s}"] = unpack(blob)[_MAIL_ROWS]
         if not all(f"{purpose}.{s}" in self.cur for s in self.senders):
             return None
-        real = self.setup["hold_cnt"] > 0
+        real = self.setup[_HOLD_CNT] > 0
         acc = own.copy()
         for s, (ks, slots) in self.senders.items():
             x = self.cur.pop(f"{purpose}.{s}")
@@ -846,25 +866,24 @@ class Session:
         for key in [k for k in self.cur if not k.startswith("lpgcn-wg")]:
             del self.cur[key]
         keep = {k: v for k, v in self.flags.items()
-                if k in ("degrees", "w-pending") or k.startswith("deg.")}
-        self.flags = {**keep, "step": step, "train": train}
+                if k in (_DEGREES, _W_PENDING) or k.startswith("deg.")}
+        self.flags = {**keep, _AT: step, _TRAIN: train}
         if not train:
             return
         rows, pos, neg = self.triples(step)
-        held_real = self.setup["held_real"]
-        where = np.full(len(self.setup["pseudo_all"]), -1, dtype=np.int64)
+        held_real, pseudo_all = self.setup[_HELD_REAL], self.setup[_PSEUDO_ALL]
+        where = np.full(len(pseudo_all), -1, dtype=np.int64)
         where[held_real] = np.arange(len(held_real))
         outside = np.unique(neg[where[neg] < 0])
-        outside = outside[np.argsort(self.setup["pseudo_all"][outside])]
+        outside = outside[np.argsort(pseudo_all[outside])]
         self.cur.update({"t.rows": rows, "t.pos": where[pos], "t.neg": where[neg],
-                         "t.out": np.searchsorted(self.setup["pseudo_all"][outside],
-                                                  self.setup["pseudo_all"][neg]),
+                         "t.out": np.searchsorted(pseudo_all[outside], pseudo_all[neg]),
                          "negreal": outside})
-        self.out[wire.name(Part.NEG_REQUEST)] = self.setup["pseudo_all"][outside]
+        self.out[wire.name(Part.NEG_REQUEST)] = pseudo_all[outside]
 
     def triples(self, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """This node's triples of ``step`` (its epoch's, drawn once per process: _TRIPLES)."""
-        nb, seed = int(self.hp["nbatches"]), int(self.hp["seed"])
+        nb, seed = self.hp.nbatches, self.hp.seed
         epoch, b = divmod(step, nb)
         key = _data_key(self.node)
         cached = _TRIPLES.get(key)
@@ -902,7 +921,7 @@ class Session:
                 key = f"{key}{layer}"
             if key in self.cur or key in out or self.done(f"got.{key}"):
                 raise LosslessnessError(f"{self.node.who}: '{name}' delivered twice in step "
-                                        f"{self.flags['step']}")
+                                        f"{self.flags[_AT]}")
             expected = self.delivered_shape(_DELIVERED[part], layer)
             if np.shape(value) != expected:
                 raise LosslessnessError(f"{self.node.who}: LP-GCN array '{name}' has shape "
@@ -915,14 +934,14 @@ class Session:
         item's rows (``ei<l>``, ``w_held``, ``gsum<l>``, layers 0..L), this node's
         convolution items' gradient sum (``gsum0``), the requested negatives' rows of every
         layer (``neg``)."""
-        d = int(self.hp["dim"])
+        d = self.hp.dim
         if layer is not None and layer > self.L:
             return (-1,)  # no such layer: never matches
-        if key == "neg":
+        if key == _NEG:
             return (len(self.cur.get("negreal", ())), self.L + 1, d)
         if key == "gsum" and layer == 0:
             return (len(self.conv_hpos), d)
-        return (len(self.setup["held"]), d)
+        return (len(self.setup[HELD]), d)
 
     def advance(self) -> None:
         """Apply every rule that has become applicable, until none is."""
@@ -937,7 +956,7 @@ class Session:
         progress = False
         if "eu0" not in self.cur:
             if not self.plus:
-                self.cur["eu0"] = self.params["U"]
+                self.cur["eu0"] = self.params[_U]
                 progress = True
             elif "w_held" in self.cur:
                 ones = np.ones(self.R.shape[1], self.dtype)
@@ -981,7 +1000,7 @@ class Session:
         progress = False
         for layer in range(self.L):
             if f"eu{layer}" in self.cur and not self.done(f"mailed{layer}"):
-                purpose = f"lpgcn-e{layer}-s{self.flags['step']}"
+                purpose = f"lpgcn-e{layer}-s{self.flags[_AT]}"
                 own = self.mail_items(purpose, self.cur[f"eu{layer}"])
                 if len(self.conv_hpos):  # its own share, until the holders' shares arrive
                     self.cur[f"own{layer}"] = own
@@ -995,14 +1014,14 @@ class Session:
             return False
         progress = False
         if not self.done("up.e0"):
-            self.out[wire.name(Part.ITEM_ROWS, 0)] = self.params["V"]
+            self.out[wire.name(Part.ITEM_ROWS, 0)] = self.params[_V]
             self.mark("up.e0")
             progress = True
-        inv = inv_sqrt(self.setup["conv_degree"], self.dtype)
+        inv = inv_sqrt(self.setup[_CONV_DEGREE], self.dtype)
         for layer in range(self.L):
             if self.done(f"conv{layer + 1}") or f"own{layer}" not in self.cur:
                 continue
-            acc = self.gather(f"lpgcn-e{layer}-s{self.flags['step']}", self.cur[f"own{layer}"])
+            acc = self.gather(f"lpgcn-e{layer}-s{self.flags[_AT]}", self.cur[f"own{layer}"])
             if acc is not None:
                 self.out[wire.name(Part.ITEM_ROWS, layer + 1)] = inv[:, None] * acc
                 self.mark(f"conv{layer + 1}")
@@ -1014,7 +1033,7 @@ class Session:
         """LightGCN+ convolution node: W after the previous step's gradient, then uploaded."""
         if not self.plus or not len(self.conv_hpos) or self.done("up.w"):
             return False
-        pending = self.flags.get("w-pending", -1)
+        pending = self.flags.get(_W_PENDING, -1)
         if pending >= 0:
             own = self.cur.get(f"lpgcn-wg{pending}.own")
             grad = self.gather(f"lpgcn-wg{pending}", own)
@@ -1022,8 +1041,8 @@ class Session:
                 return False
             self.cur.pop(f"lpgcn-wg{pending}.own")
             self.step_param("W", grad)
-            self.flags["w-pending"] = -1
-        self.out[wire.name(Part.W)] = self.params["W"]
+            self.flags[_W_PENDING] = -1
+        self.out[wire.name(Part.W)] = self.params[_W]
         self.mark("up.w")
         return True
 
@@ -1033,13 +1052,13 @@ class Session:
     def rule_loss(self) -> bool:
         """Loss share and direct gradients of this node's triples (all layers delivered)."""
         L = self.L
-        if (not self.flags["train"] or self.done("loss") or not self.forward_done()
-                or "neg" not in self.cur or not self.done(f"sum.ei{L}")):
+        if (not self.flags[_TRAIN] or self.done("loss") or not self.forward_done()
+                or _NEG not in self.cur or not self.done(f"sum.ei{L}")):
             return False
         c = self.cur
         item0, hf = self.x(c["ei0"]), self.x(c["eisum"]) / (L + 1)  # = layer_mean, bitwise
         users = [self.x(c[f"eu{layer}"]) for layer in range(L + 1)]
-        neg = self.x(c["neg"])  # (outside negatives, L+1, d)
+        neg = self.x(c[_NEG])  # (outside negatives, L+1, d)
         uf = layer_mean(users)
         nf = layer_mean([neg[:, layer] for layer in range(L + 1)])
         # writable copies: a torch device takes numpy index arrays, and state views are not
@@ -1049,7 +1068,7 @@ class Session:
         n_fin[held_neg], n_0[held_neg] = hf[jn[held_neg]], item0[jn[held_neg]]
         n_fin[~held_neg], n_0[~held_neg] = nf[out_pos[~held_neg]], neg[out_pos[~held_neg], 0]
         t = bpr_terms(uf[rows], hf[pos], n_fin, users[0][rows], item0[pos], n_0,
-                      float(self.hp["reg"]), int(self.hp["batch-size"]))
+                      self.hp.reg, self.hp.batch_size)
         h, nu, no = len(hf), len(uf), len(nf)
         hidx = np.concatenate([pos, jn[held_neg]])
         c["dUf"], c["dUr"] = scatter_rows(rows, t.d_user, nu), scatter_rows(rows, t.r_user, nu)
@@ -1067,10 +1086,10 @@ class Session:
         # appended once per step, in an array record of its own (the flags, rewritten every
         # round, would grow with the run)
         kept = self.losses
-        had = "loss" in kept
-        kept["step"] = np.append(kept["step"] if had else np.zeros(0, np.int64),
-                                 int(self.flags["step"]))
-        kept["loss"] = np.append(kept["loss"] if had else np.zeros(0), float(t.loss))
+        had = _LOSS in kept
+        kept[_LOSS_STEPS] = np.append(kept[_LOSS_STEPS] if had else np.zeros(0, np.int64),
+                                      int(self.flags[_AT]))
+        kept[_LOSS] = np.append(kept[_LOSS] if had else np.zeros(0), float(t.loss))
         self.mark("loss")
         return True
 
@@ -1109,7 +1128,7 @@ class Session:
         idx, tables = self.cur["dH.idx"], []
         for key in ("dHf.rows", "dHr.rows"):
             rows = self.cur[key]
-            table = np.zeros((len(self.setup["held"]), rows.shape[1]), rows.dtype)
+            table = np.zeros((len(self.setup[HELD]), rows.shape[1]), rows.dtype)
             table[idx] = rows
             tables.append(table)
         return tables[0], tables[1]
@@ -1126,8 +1145,8 @@ class Session:
         virtual, so a convolution node with another holder always subtracts a cover.
         """
         part = np.array(to_numpy(part), dtype=self.dtype)
-        scale = float(self.setup["cover"][1])
-        step = int(self.flags["step"])
+        scale = float(self.setup[_COVER][1])
+        step = int(self.flags[_AT])
         for c, rows in self.graph.shared.items():
             part[rows] += self.cover(step, layer, self.me, c, len(rows), part.shape[1], scale)
         for s, (ks, _) in self.senders.items():
@@ -1151,16 +1170,16 @@ class Session:
         """Close a training step: every gradient is in; one Adam step on this node's rows."""
         c = self.cur
         if "Gu0" not in c or (len(self.conv_hpos) and "gsum0" not in c):
-            raise LosslessnessError(f"{self.node.who}: step {self.flags['step']} ends before "
+            raise LosslessnessError(f"{self.node.who}: step {self.flags[_AT]} ends before "
                                     "its layer-0 gradients arrived")
         if len(self.conv_hpos):
             self.step_param("V", c["gsum0"])
         if self.plus:
-            step = int(self.flags["step"])
+            step = int(self.flags[_AT])
             own = self.mail_items(f"lpgcn-wg{step}", c["Gu0"])
             if len(self.conv_hpos):
                 self.cur[f"lpgcn-wg{step}.own"] = own
-                self.flags["w-pending"] = step
+                self.flags[_W_PENDING] = step
         else:
             self.step_param("U", c["Gu0"])
 
@@ -1168,21 +1187,21 @@ class Session:
 @handler(Action.ROUND)
 def lpgcn_round(content: RecordDict, node: NodeContext) -> RecordDict:
     """One round: take deliveries and mail, compute what became computable, reply uploads."""
-    s = Session(node)
-    cfg = s.hp
-    step, train = int(cfg["step"]), bool(cfg["train"])
-    got = node.arrays() if request_wire.ARRAYS in node.request.array_records else {}
-    current = int(s.flags["step"])
+    req = _request(node, RoundRequest)  # reserves the deliveries too
+    s = Session(node, req)
+    step, train = req.step, req.train
+    got = _deliveries(node)
+    current = int(s.flags[_AT])
     # the request's own checks before the node keeps anything of it
     if step not in (current, current + 1):
         raise LosslessnessError(f"{node.who}: request for step {step}, this node is at step "
                                 f"{current} (a step can neither repeat nor be skipped)")
-    if step == current + 1 and current >= 0 and not s.flags.get("train") and got:
+    if step == current + 1 and current >= 0 and not s.flags.get(_TRAIN) and got:
         raise LosslessnessError(f"{node.who}: deliveries at the start of step {step}")
     s.absorb_degrees()
     if step == current + 1:
         if current >= 0:
-            if s.flags.get("train"):
+            if s.flags.get(_TRAIN):
                 s.absorb(got)
                 s.advance()
                 s.finish()
@@ -1191,11 +1210,16 @@ def lpgcn_round(content: RecordDict, node: NodeContext) -> RecordDict:
     s.absorb(got)
     s.advance()
     s.save()
-    reply = RecordDict({wire.STATUS: ConfigRecord({"step": step,
-                                                   "forward-done": s.forward_done()})})
+    reply = RoundStatus(step=step, forward_done=s.forward_done()).to_records()
     if s.out:
         reply[request_wire.ARRAYS] = reply_arrays(s.out)
     return reply
+
+
+def _deliveries(node: NodeContext) -> dict[str, np.ndarray]:
+    """The round's deliveries, named by part and layer (``wire.parse``), beside the typed
+    request in its arrays record, reserved before they are copied."""
+    return node.undeclared_arrays(RoundRequest.ARRAYS)
 
 
 @handler(Action.EVALUATE, sums=True)
@@ -1205,37 +1229,37 @@ def lpgcn_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     ``V``: every item's final embedding, in the server's order (ascending pseudonym); this
     node maps it to item ids with its pseudonym table.
     """
-    cfg = _hp(node)
+    req = _request(node, EvaluateRequest)
     cur, setup = StateArrays(node, _STEP), StateArrays(node, _SETUP)
-    layers = int(cfg["layers"])
-    if "pseudo_all" not in setup or not all(f"eu{layer}" in cur for layer in range(layers + 1)):
+    layers = req.layers
+    if _PSEUDO_ALL not in setup or not all(f"eu{layer}" in cur for layer in range(layers + 1)):
         raise LosslessnessError(f"{node.who}: evaluation before a finished forward pass")
-    table = node.arrays()["V"]
-    pseudo = setup["pseudo_all"]
-    if table.shape != (len(pseudo), node.size(cfg, "dim")):
+    table = req.V
+    pseudo = setup[_PSEUDO_ALL]
+    if table.shape != (len(pseudo), req.dim):
         raise LosslessnessError(f"{node.who}: the item table V has shape {table.shape}, "
                                 f"expected ({len(pseudo)}, lpgcn-dim)")
-    k = node.size(cfg, evaluation_wire.TOP_K, default=20)
+    k = req.top_k
     node.reserve(ranking_bytes(len(pseudo), 1024, k) + 8.0 * table.size,
                  f"LP-GCN evaluation (top-k={k})")
     V = table[np.searchsorted(np.sort(pseudo), pseudo)]
     U = layer_mean([cur[f"eu{layer}"] for layer in range(layers + 1)])
     data = _data(node)
     sums = evaluate_ranking(lambda rows: U[rows] @ V.T, data.train, data.test, k=k)
-    return sum_reply(node, {evaluation_wire.RANKING: sums.to_vector()})
+    return sum_reply(node, RankingSum(ranking=sums.to_vector()))
 
 
 @handler(Action.LOSSES, sums=True)
 def lpgcn_losses(content: RecordDict, node: NodeContext) -> RecordDict:
     """This node's loss share of every training step so far, as a share of a sum."""
-    steps = node.size(_hp(node), "steps", minimum=0)
+    steps = _request(node, LossesRequest).steps
     node.reserve(8.0 * steps, f"LP-GCN losses of {steps} steps")
     kept = StateArrays(node, _LOSSES)
     out = np.zeros(steps)
-    for s, value in zip(*((kept["step"], kept["loss"]) if "loss" in kept else ((), ()))):
+    for s, value in zip(*((kept[_LOSS_STEPS], kept[_LOSS]) if _LOSS in kept else ((), ()))):
         if 0 <= int(s) < steps:
             out[int(s)] += float(value)
-    return sum_reply(node, {"loss": out})
+    return sum_reply(node, LossSum(loss=out))
 
 
 def stored_params(state: RecordDict) -> dict[str, np.ndarray]:

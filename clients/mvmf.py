@@ -9,7 +9,7 @@ paper's Alg. 2: item features are not private). Math: ``fedrec/recsys/multiview.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from flwr.app import RecordDict
@@ -17,7 +17,6 @@ from flwr.app import RecordDict
 from clients.handlers import handler
 from clients.node import NodeContext
 from clients.sums_node import sum_reply
-from fedrec.records import to_array_record
 from fedrec.recsys.multiview import (
     BLOCK,
     MVMFConfig,
@@ -31,23 +30,33 @@ from fedrec.recsys.multiview import (
     user_scores,
     users_step,
 )
-from fedrec.wire import evaluation as evaluation_wire
 from fedrec.wire import mvmf as mvmf_wire
-from fedrec.wire import request as request_wire
-from fedrec.wire.mvmf import Action
+from fedrec.wire.evaluation import RankingSum
+from fedrec.wire.mvmf import (
+    Action,
+    ColdFactors,
+    EvaluateRequest,
+    ItemColdRequest,
+    ItemGradientRequest,
+    ItemTerm,
+    ModelRequest,
+    TrainRequest,
+    TrainSum,
+)
 
-_FACTORS = "mvmf.factors"  # node state: SGD users' ids and factors
+#: The item server's requests, and the user nodes'.
+ItemReq = TypeVar("ItemReq", ItemGradientRequest, ItemColdRequest)
+UserReq = TypeVar("UserReq", TrainRequest, EvaluateRequest)
+#: Node state: the SGD users' ids and factors (arrays ``ids`` and ``P``).
+_FACTORS = "mvmf.factors"
+_IDS, _P = "ids", "P"
 
 
-def _model(node: NodeContext) -> MVMFConfig:
-    """The request's model config; its dimension K is a server-chosen size."""
-    cfg = node.config()
-    return MVMFConfig(dim=node.size(cfg, "dim"), lam1=float(cfg["lam1"]),
-                      lam2=float(cfg["lam2"]),
-                      alpha=float(cfg["alpha"]), rho=float(cfg["rho"]),
-                      weighting=str(cfg["weighting"]), p_update=str(cfg["p-update"]),
-                      lr=float(cfg["lr"]), beta1=float(cfg["beta1"]), beta2=float(cfg["beta2"]),
-                      seed=int(cfg["seed"]))
+def _model(req: ModelRequest) -> MVMFConfig:
+    """The request's model config (``MVMFConfig`` checks the ranges)."""
+    return MVMFConfig(dim=req.dim, lam1=req.lam1, lam2=req.lam2, alpha=req.alpha, rho=req.rho,
+                      weighting=req.weighting, p_update=req.p_update, lr=req.lr,
+                      beta1=req.beta1, beta2=req.beta2, seed=req.seed)
 
 
 def _require(node: NodeContext, role: str, action: str) -> None:
@@ -56,10 +65,13 @@ def _require(node: NodeContext, role: str, action: str) -> None:
                               f"{role} node")
 
 
-def _user_inputs(node: NodeContext, model: MVMFConfig) -> tuple[Any, np.ndarray, np.ndarray,
-                                                                np.ndarray]:
-    """This node's rows, dummy attributes and the request's Q and U, checked."""
+def _user_inputs(node: NodeContext, cls: type[UserReq]
+                 ) -> tuple[Any, np.ndarray, UserReq, MVMFConfig]:
+    """This node's rows and dummy attributes, and the request, its Q and U checked against
+    them and against K."""
     data = node.data()
+    req = node.read(cls, items=data.n_items)
+    model = _model(req)
     K = model.dim
     # per block of BLOCK users: K x K systems and dense items x K rows; factors, gradients
     node.reserve(8.0 * (BLOCK * K * K * 2 + 4 * BLOCK * data.n_items * (K + 1)
@@ -69,38 +81,34 @@ def _user_inputs(node: NodeContext, model: MVMFConfig) -> tuple[Any, np.ndarray,
     X = check_attributes(attribute_matrix(data.user_attributes, str(dcfg["dataset"]),
                                           int(dcfg.get("synthetic-clusters", 10)), node.who),
                          node.who)
-    arrays = node.arrays()
-    Q, U = arrays["Q"], arrays["U"]
+    Q, U = req.Q, req.U
     if Q.shape != (data.n_items, model.dim) or U.shape != (X.shape[1], model.dim):
         raise ValueError(f"{node.who}: the request's Q {Q.shape} / U {U.shape} do not fit "
                          f"{data.n_items} items, {X.shape[1]} attributes and K={model.dim}")
-    return data, X, Q, U
+    return data, X, req, model
 
 
 def _factors(node: NodeContext) -> dict[int, np.ndarray]:
     stored = node.load_arrays(_FACTORS)
     if stored is None:
         return {}
-    return {int(u): p for u, p in zip(stored["ids"], stored["P"])}
+    return {int(u): p for u, p in zip(stored[_IDS], stored[_P])}
 
 
 @handler(Action.TRAIN, sums=True)
 def mvmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
     """One epoch of this node's users; their summed gradients as a share of a sum."""
     _require(node, "user", Action.TRAIN)
-    cfg = node.config()
-    model = _model(node)
-    data, X, Q, U = _user_inputs(node, model)
-    step = users_step(data.train, X, data.user_ids, Q, U, model,
-                      node.size(cfg, "epoch", minimum=0),
+    data, X, req, model = _user_inputs(node, TrainRequest)
+    step = users_step(data.train, X, data.user_ids, req.Q, req.U, model, req.epoch,
                       _factors(node))
-    reply = sum_reply(node, {"gQ": step.grad_Q, "gU": step.grad_U,
-                             "loss": np.array([step.loss]),
-                             "users": np.array([float(step.n_users)])})
+    reply = sum_reply(node, TrainSum(gQ=step.grad_Q, gU=step.grad_U,
+                                     loss=np.array([step.loss]),
+                                     users=np.array([float(step.n_users)])))
     if model.p_update == "sgd" and step.factors:  # kept once the reply passed its checks
         ids = np.array(sorted(step.factors), dtype=np.int64)
-        node.store_arrays(_FACTORS, {"ids": ids,
-                                     "P": np.stack([step.factors[int(u)] for u in ids])})
+        node.store_arrays(_FACTORS, {_IDS: ids,
+                                     _P: np.stack([step.factors[int(u)] for u in ids])})
     return reply
 
 
@@ -108,27 +116,22 @@ def mvmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
 def mvmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Ranking sums of this node's users (new users' p from eq. 15) as a share of a sum."""
     _require(node, "user", Action.EVALUATE)
-    cfg = node.config()
-    model = _model(node)
-    data, X, Q, U = _user_inputs(node, model)
-    top_k = node.size(cfg, evaluation_wire.TOP_K)
+    data, X, req, model = _user_inputs(node, EvaluateRequest)
     # every user's scores P Q^T and the ranked copies of them the metric sums make
     node.reserve(8.0 * len(data.user_ids) * (6.0 * data.n_items + 2.0 * model.dim),
                  f"MVMF evaluation (dim={model.dim})")
-    P = user_factors_for_scoring(data.train, X, data.user_ids, Q, U, model,
-                                 node.size(cfg, "epoch", minimum=0), _factors(node))
-    sums = rating_ranking_sums(user_scores(P, Q), data.train, data.test,
-                               top_k, float(cfg["threshold"]),
-                               _new_items(node, data.n_items))
-    return sum_reply(node, {evaluation_wire.RANKING: sums})
+    P = user_factors_for_scoring(data.train, X, data.user_ids, req.Q, req.U, model, req.epoch,
+                                 _factors(node))
+    sums = rating_ranking_sums(user_scores(P, req.Q), data.train, data.test, req.top_k,
+                               req.threshold, _new_items(node, req.new_items, data.n_items))
+    return sum_reply(node, RankingSum(ranking=sums))
 
 
-def _new_items(node: NodeContext, n_items: int) -> np.ndarray | None:
+def _new_items(node: NodeContext, raw: np.ndarray | None, n_items: int) -> np.ndarray | None:
     """The request's new (cold-start) items, the all-unrated candidates of a cold-item
     split; absent or empty: every item. Server-named like Q itself, which already decides
     every item's score; what a chosen list reveals is a per-item count over the node set
     (docs/threat-model.md, FedMVMF / PrivMVMF)."""
-    raw = node.arrays().get(mvmf_wire.NEW_ITEMS)
     if raw is None or raw.size == 0:
         return None
     items = np.asarray(raw, dtype=np.float64).ravel()
@@ -141,39 +144,35 @@ def _new_items(node: NodeContext, n_items: int) -> np.ndarray | None:
     return items.astype(np.int64)
 
 
-def _item_inputs(node: NodeContext, action: str) -> tuple[Any, np.ndarray, np.ndarray]:
-    _require(node, "item-server", action)
+def _item_inputs(node: NodeContext, cls: type[ItemReq]
+                 ) -> tuple[Any, np.ndarray, ItemReq, MVMFConfig]:
+    """The item server's features, the request (Q items x K, K Q's own) and its model."""
+    _require(node, "item-server", str(cls.ACTION))
     data = node.data()
     Y = check_item_features(data.item_features, data.n_items, node.who)
-    Q = node.arrays()["Q"]
-    if Q.ndim != 2 or Q.shape[0] != data.n_items:
-        raise ValueError(f"{node.who}: the request's Q has shape {Q.shape}, expected "
-                         f"({data.n_items}, K) for {data.n_items} items")
-    K = Q.shape[1]
+    req = node.read(cls, items=data.n_items)
+    model = _model(req)
+    K = req.Q.shape[1]
     # Q^T Q, V (features x K) and the residual E = Y - Q V^T, items x features, twice
     node.reserve(8.0 * (K * K * 2 + Y.shape[1] * K * 3 + data.n_items * (Y.shape[1] * 3 + K)),
                  f"MVMF item-server step (K={K})")
-    return data, Y, Q
+    return data, Y, req, model
 
 
 @handler(Action.ITEM_GRADIENT)
 def mvmf_item_gradient(content: RecordDict, node: NodeContext) -> RecordDict:
     """The item server: V (eq. 11) for the broadcast Q, and sum_d f(j,d) in clear."""
-    model = _model(node)
-    _, Y, Q = _item_inputs(node, Action.ITEM_GRADIENT)
-    _, term, loss = item_server_step(Y, Q, model.lam1, model.lam2)
-    return RecordDict({request_wire.ARRAYS: to_array_record({mvmf_wire.ITEM_TERM: term,
-                                                            "loss": np.array([loss])})})
+    _, Y, req, model = _item_inputs(node, ItemGradientRequest)
+    _, term, loss = item_server_step(Y, req.Q, model.lam1, model.lam2)
+    return ItemTerm(item_term=term, loss=np.array([loss])).to_records()
 
 
 @handler(Action.ITEM_COLD)
 def mvmf_item_cold(content: RecordDict, node: NodeContext) -> RecordDict:
     """The item server: its new items and their factors from eq. 17 (V from the final Q)."""
-    model = _model(node)
-    data, Y, Q = _item_inputs(node, Action.ITEM_COLD)
-    V, _, _ = item_server_step(Y, Q, model.lam1, model.lam2)
+    data, Y, req, model = _item_inputs(node, ItemColdRequest)
+    V, _, _ = item_server_step(Y, req.Q, model.lam1, model.lam2)
     cold = np.asarray(data.cold_items, dtype=np.int64)
     rows = cold_item_factors(Y[cold], V, model.lam1, model.lam2) if cold.size else \
-        np.zeros((0, Q.shape[1]))
-    return RecordDict({request_wire.ARRAYS: to_array_record({
-        mvmf_wire.COLD_ITEMS: cold.astype(np.float64), mvmf_wire.COLD_FACTORS: rows})})
+        np.zeros((0, req.Q.shape[1]))
+    return ColdFactors(cold_items=cold.astype(np.float64), cold_factors=rows).to_records()

@@ -23,7 +23,7 @@ from datasets.synthetic import footprint_bytes as synthetic_bytes
 from fedrec.records import array_record, from_array_record, state_record, to_array_record
 from fedrec.wire import request as wire_request
 from fedrec.wire.handshake import DATA as DATA_KEY  # the data config's record, for fl_app
-from fedrec.wire.message import Message, WireError, run_fixed_values
+from fedrec.wire.message import Message, WireError, run_fixed_values, wire_fields
 
 if TYPE_CHECKING:
     from clients.identity_node import NodeIdentity
@@ -292,18 +292,6 @@ class NodeContext:
         return 1 << max(nnz - 1, 0).bit_length()
 
     # -- the request ---------------------------------------------------------------------
-    def arrays(self, key: str = wire_request.ARRAYS) -> dict[str, np.ndarray]:
-        """The named arrays the request carries (``Federation.request`` puts them here)."""
-        if key not in self.request.array_records:
-            raise KeyError(f"request has no ArrayRecord '{key}' "
-                           f"(has: {sorted(self.request.array_records)})")
-        record = self.request.array_records[key]
-        # reserved from the arrays' serialised sizes and the reader's chunks, before the
-        # copy is made
-        self.reserve(sum(_array_bytes(a) for a in record.values()) + NPY_READ_BYTES,
-                     f"the request's arrays '{key}' ({', '.join(record)})")
-        return from_array_record(record)
-
     def read(self, cls: type[M], **dims: int) -> M:
         """The request as the typed message ``cls`` (``fedrec/wire/message.py``), its
         arrays reserved against the memory budget before they are copied, every field
@@ -311,12 +299,29 @@ class NodeContext:
         ``items=n_items``), and its run-fixed fields pinned: the first request of a type in a
         run fixes them, a later one that changes any is refused, naming the field."""
         record = array_record(self.request, cls.ARRAYS)
-        if record is not None:
-            self.reserve(sum(_array_bytes(a) for a in record.values()) + NPY_READ_BYTES,
-                         f"the request's arrays '{cls.ARRAYS}' ({', '.join(record)})")
+        wanted = [f.name for f in wire_fields(cls) if f.is_array]
+        names = [name for name in record if name in wanted] if record is not None else []
+        if names:  # only what the message unpacks (a sum record's message unpacks nothing)
+            self.reserve(sum(_array_bytes(record[n]) for n in names) + NPY_READ_BYTES,
+                         f"the request's arrays '{cls.ARRAYS}' ({', '.join(names)})")
         msg = cls.from_records(self.request, self.who, dims)
         self._pin_run_fixed(msg)
         return msg
+
+    def undeclared_arrays(self, key: str = wire_request.ARRAYS,
+                          skip: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+        """The arrays of record ``key`` no message field declares (names that vary per
+        request, e.g. LP-GCN's deliveries by part and layer; ``skip``: the declared ones),
+        reserved against the memory budget before they are copied."""
+        record = array_record(self.request, key)
+        if record is None:
+            return {}
+        names = [name for name in record if name not in skip]
+        if names:
+            self.reserve(sum(_array_bytes(record[n]) for n in names) + NPY_READ_BYTES,
+                         f"the request's arrays '{key}' ({', '.join(names[:8])}"
+                         f"{', ...' if len(names) > 8 else ''})")
+        return {name: record[name].numpy() for name in names}
 
     def _pin_run_fixed(self, msg: Message) -> None:
         pinned = state_record(self.state, _RUN_FIXED)
@@ -329,33 +334,6 @@ class NodeContext:
             elif bytes(was) != digest:
                 raise WireError(f"{self.who} refuses the request: field '{name}' of "
                                 f"{type(msg).__qualname__} is fixed for the run and changed")
-
-    def config(self, name: str = wire_request.CONFIG) -> dict[str, Any]:
-        """The request's ConfigRecord ``name`` as a dict (empty if absent)."""
-        record = self.request.config_records.get(name)
-        return dict(record) if record is not None else {}
-
-    # -- server-chosen sizes ---------------------------------------------------------------
-    def size(self, cfg: Mapping[str, Any], key: str, *, minimum: int = 1,
-             default: int | None = None) -> int:
-        """The size ``cfg[key]`` the server chose, as an integer >= ``minimum``.
-
-        A size is the server's own number, so the refusal may echo it; a float that is not
-        whole, a bool, text or a value below ``minimum`` is refused, never rounded.
-        """
-        if key not in cfg:
-            if default is None:
-                raise ValueError(f"{self.who}: request has no size '{key}'")
-            return default
-        value = cfg[key]
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            value = int(value)
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise ValueError(f"{self.who} refuses the request: size '{key}' must be an integer "
-                             f">= {minimum}, got {value!r}")
-        return value
 
     def reserve(self, n_bytes: float, what: str) -> None:
         """Refuse, before allocating, a request whose server-chosen sizes need more than this
@@ -372,15 +350,6 @@ class NodeContext:
         """Refuse past this node's ``max-iterations`` (``clients/policy.py``) when ``times``
         x the server's iteration count ``count`` (field ``name``) exceeds it."""
         self.policy.check_iterations(int(count) * max(int(times), 1), name, self.who)
-
-    def iterations(self, cfg: Mapping[str, Any], key: str, *, minimum: int = 0,
-                   default: int | None = None, times: int = 1) -> int:
-        """The iteration count ``cfg[key]`` the server chose, an integer >= ``minimum``
-        (:meth:`size`), refused past this node's ``max-iterations`` (``clients/policy.py``)
-        when ``times`` x the count (e.g. mini-batch steps per epoch x epochs) exceeds it."""
-        count = self.size(cfg, key, minimum=minimum, default=default)
-        self.policy.check_iterations(count * max(int(times), 1), key, self.who)
-        return count
 
     # -- private arrays kept in Flower's node state ------------------------------------
     def load_arrays(self, key: str) -> dict[str, np.ndarray] | None:

@@ -16,7 +16,7 @@ across runs, the set (as roster partitions) of its first run (:func:`_hold_acros
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from flwr.app import ConfigRecord, RecordDict
 
@@ -25,20 +25,29 @@ from clients.identity_node import signers_of
 from clients.node import NodeContext
 from fedrec.records import config_record
 from fedrec.secure.merkle import verify_path
+from fedrec.wire.message import Message, wire_fields
 from fedrec.wire.sums import (
-    NODESET_KEY,
     NODESET_PURPOSE,
     NODESET_SIGNED_KEY,
     Action,
     AggregationError,
+    NodeSetRequest,
+    NodeSetSignature,
     node_set_commitment,
     node_set_digest,
 )
 
+M = TypeVar("M", bound=Message)
+
 #: Node state ConfigRecord: this run's committed set as ``digest`` (``node_set_commitment``)
 #: and ``count``, its ``members`` when the node was given the whole set, the node's ``index``
-#: in the sorted set, and ``confirmed`` once the set's signatures were checked.
+#: in the sorted set, ``root`` when given by its Merkle root, and ``confirmed`` once the
+#: set's signatures were checked.
 STATE = "nodeset.committed"
+#: The fields of the :data:`STATE` record (node-local names, read by
+#: ``clients/secagg_node.py`` too).
+DIGEST, COUNT, INDEX, MEMBERS, ROOT, CONFIRMED = (
+    "digest", "count", "index", "members", "root", "confirmed")
 #: Bytes one member of a server-chosen node set takes in the node's copies of it (the ids,
 #: the distinctness check's set, the sorted list, the state record), reserved before any.
 MEMBER_BYTES = 64
@@ -54,6 +63,21 @@ def listed_nodes(node: NodeContext, listed: Sequence[Any], what: str,
     node.identity.bound_nodes(len(listed), f"{node.who} refuses {what}", name, error)
     node.reserve(MEMBER_BYTES * len(listed), what)
     return [int(v) for v in listed]
+
+
+def read_bounded(node: NodeContext, cls: type[M], what: str,
+                 error: type[Exception] = AggregationError) -> M:
+    """The request read as ``cls`` (``NodeContext.read``) once each of its lists -- nodes,
+    or their paths, keys and signatures: none longer than the roster -- passed the roster's
+    bound on its length alone, before the codec copies it (issue 43). A refusal
+    (``error``) says ``refuses what``."""
+    record = node.request.config_records.get(cls.CONFIG)
+    for f in wire_fields(cls) if record is not None else ():
+        listed = record.get(f.name)
+        if f.is_list and isinstance(listed, list):
+            node.identity.bound_nodes(len(listed), f"{node.who} refuses {what}",
+                                      f"field '{cls.CONFIG}.{f.name}'", error)
+    return node.read(cls)
 
 
 def commit(node: NodeContext, listed: Sequence[Any], what: str) -> list[int]:
@@ -89,7 +113,7 @@ def commit_root(node: NodeContext, root: bytes, count: int, index: int, path: by
         raise AggregationError(f"{refuse}: the node set's Merkle path does not place this "
                                f"node at index {index} of the {count} committed")
     _keep(node, node_set_commitment(root, count), count, index, refuse)
-    committed(node, what)["root"] = bytes(root)
+    committed(node, what)[ROOT] = bytes(root)
     return count
 
 
@@ -102,15 +126,15 @@ def _keep(node: NodeContext, digest: bytes, count: int, index: int, refuse: str,
                                f"node policy's min-survivors is {node.policy.min_survivors}")
     record = config_record(node.state, STATE)
     if record is None:
-        node.state[STATE] = ConfigRecord({"digest": digest, "count": int(count),
-                                          "index": int(index), "confirmed": False,
-                                          **({"members": members} if members else {})})
-    elif bytes(record["digest"]) != digest:
+        node.state[STATE] = ConfigRecord({DIGEST: digest, COUNT: int(count),
+                                          INDEX: int(index), CONFIRMED: False,
+                                          **({MEMBERS: members} if members else {})})
+    elif bytes(record[DIGEST]) != digest:
         raise AggregationError(f"{refuse}: the node set differs from the one it committed to "
                                "earlier in this run (sums over different sets could be "
                                "differenced)")
-    elif members and "members" not in record:  # the whole set of the root it holds
-        record["members"] = members
+    elif members and MEMBERS not in record:  # the whole set of the root it holds
+        record[MEMBERS] = members
 
 
 def committed(node: NodeContext, what: str) -> ConfigRecord:
@@ -128,10 +152,10 @@ def confirm_by_neighbours(node: NodeContext) -> None:
     one (``clients/secagg_node.py``). A node given the whole set checks every member's
     signature instead (:func:`signed_set_digest`)."""
     record = committed(node, "the share round")
-    if "members" in record:
+    if MEMBERS in record:
         raise AggregationError(f"{node.who}: it holds the whole node set, whose every "
                                "member's signature it checks itself")
-    record["confirmed"] = True
+    record[CONFIRMED] = True
 
 
 def needs_whole_set(node: NodeContext) -> bool:
@@ -148,19 +172,16 @@ def needs_whole_set(node: NodeContext) -> bool:
 def nodeset_commit(content: RecordDict, node: NodeContext) -> RecordDict:
     """Key setup: commit to the run's node set and sign it (once per run: the same set
     again gets the same answer, another set is refused)."""
-    cfg = config_record(content, NODESET_KEY)
-    if cfg is None or "members" not in cfg:
-        raise AggregationError(f"{node.who}: node-set request lacks field "
-                               f"'{NODESET_KEY}.members'")
-    members = commit(node, cfg["members"], "the node set")
-    return RecordDict({NODESET_KEY: ConfigRecord({"signed": sign(node, members)})})
+    req = read_bounded(node, NodeSetRequest, "the node set")
+    members = commit(node, req.members, "the node set")
+    return NodeSetSignature(signed=sign(node, members)).to_records()
 
 
 def sign(node: NodeContext, members: list[int] | None = None) -> bytes:
     """This node's signature on the node set it committed to (:func:`commit`, or
     :func:`commit_root` when ``members`` is None: the same digest either way)."""
     digest = node_set_digest(members) if members is not None else \
-        bytes(committed(node, "to sign its node set")["digest"])
+        bytes(committed(node, "to sign its node set")[DIGEST])
     return node.identity.sign(NODESET_PURPOSE, node.context.run_id, node.context.node_id,
                               digest)
 
@@ -172,14 +193,14 @@ def signed_set_digest(node: NodeContext, request: RecordDict, what: str) -> byte
     member did not sign, refuses ``what``."""
     refuse = f"{node.who} refuses {what}"
     record = committed(node, what)
-    digest = bytes(record["digest"])
-    if bool(record["confirmed"]):
+    digest = bytes(record[DIGEST])
+    if bool(record[CONFIRMED]):
         return digest
-    if "members" not in record:
+    if MEMBERS not in record:
         raise AggregationError(f"{refuse}: it holds its node set by its Merkle root only, "
                                "and its members' signatures are checked by its SecAgg+ "
                                "neighbours in the share round, which has not run")
-    members = [int(v) for v in record["members"]]
+    members = [int(v) for v in record[MEMBERS]]
     signatures = config_record(request, NODESET_SIGNED_KEY) or ConfigRecord()
     # on its length, before any signature is verified (or kept as verified)
     node.identity.bound_nodes(len(signatures), refuse, f"field '{NODESET_SIGNED_KEY}'",
@@ -196,7 +217,7 @@ def signed_set_digest(node: NodeContext, request: RecordDict, what: str) -> byte
             node.state, NODESET_PURPOSE, node.context.run_id, v, blob),
         refuse, "the node set this node committed to", AggregationError)
     _hold_across_runs(node, sorted(partitions), refuse)
-    record["confirmed"] = True
+    record[CONFIRMED] = True
     return digest
 
 
@@ -233,8 +254,8 @@ def committed_members(node: NodeContext) -> list[int]:
     record = config_record(node.state, STATE)
     if record is None:
         raise AggregationError(f"{node.who}: it committed to no node set in this run")
-    if "members" not in record:
+    if MEMBERS not in record:
         raise AggregationError(f"{node.who}: it holds the run's node set by its Merkle root "
                                "only (a cross-device SecAgg+ key setup); this step needs "
                                "every member's id")
-    return [int(v) for v in record["members"]]
+    return [int(v) for v in record[MEMBERS]]

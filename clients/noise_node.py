@@ -31,9 +31,9 @@ derives or checks itself, never taking the server's word:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord
@@ -51,11 +51,14 @@ from fedrec.secure.distributed_noise import (
     truncate_l2,
 )
 from fedrec.secure.fixedpoint import FixedPoint
-from fedrec.wire.sums import CLIPPED_KEY, AggregationError
+from fedrec.wire.secagg import MaskedSum
+from fedrec.wire.sums import CLIPPED_KEY, AggregationError, NoiseRequest, SumRequest
 
 #: Node state: this run's noisy sums as accounted (plan fields per sum) and their epsilon.
 _HISTORY = "noise.history"
-_PLAN_FIELDS = ("sigma", "shares", "l2", "dim", "rate")
+#: The history record's lists, one per :class:`NoisePlan` field, and its run totals.
+_PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(NoisePlan))
+_RUN_DELTA, _RUN_EPSILON = "delta", "epsilon"
 #: The one mechanism this module implements.
 MECHANISM = "ddg"
 
@@ -64,19 +67,40 @@ class NoiseRefused(AggregationError):
     """A node refuses a noisy sum (a request-only or budget reason, never its values)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class _Noise:
+    """A noisy sum's parameters as this node checked and derived them: the request's total
+    ``sigma``, ``l2``, ``rate``, ``releases`` and ``delta`` (capped by its policy), the sum's
+    node count ``m``, its ``share`` of the noise and the fewest ``shares`` it accounts."""
+
+    sigma: float
+    l2: float
+    rate: float
+    delta: float
+    releases: int
+    m: int
+    share: float
+    shares: int
+
+
 def requested(node: NodeContext) -> ConfigRecord | None:
-    """The request's noise record, if the sum opts into distributed noise."""
+    """The request's noise record, if the sum opts into distributed noise (read it with
+    :func:`noise_request`)."""
     return config_record(node.request, NOISE_KEY)
 
 
-def _number(node: NodeContext, cfg: ConfigRecord, key: str, lo: float, hi: float) -> float:
-    try:
-        value = float(cfg[key])
-    except (KeyError, TypeError, ValueError):
-        value = float("nan")
+def noise_request(node: NodeContext) -> NoiseRequest | None:
+    """The request's noise record as its message, if the sum opts into distributed noise
+    (every field present and typed, else a refusal naming it)."""
+    return node.read(NoiseRequest) if requested(node) is not None else None
+
+
+def _number(node: NodeContext, name: str, value: float, lo: float, hi: float) -> float:
+    """``value`` of field ``name`` (record.field) if in (lo, hi], else a refusal naming
+    the field."""
     if not (math.isfinite(value) and lo < value <= hi):
-        raise NoiseRefused(f"{node.who} refuses the noisy sum: field '{NOISE_KEY}.{key}' must "
-                           f"be a number in ({lo:g}, {hi:g}], got {cfg.get(key)!r}")
+        raise NoiseRefused(f"{node.who} refuses the noisy sum: field '{name}' must "
+                           f"be a number in ({lo:g}, {hi:g}], got {value!r}")
     return value
 
 
@@ -87,49 +111,49 @@ def _sum_nodes(node: NodeContext) -> int:
     return count - len(dropped)
 
 
-def _params(node: NodeContext, sums: ConfigRecord) -> dict[str, Any]:
-    """The request's noise fields, checked (request and policy only)."""
-    cfg = requested(node)
-    assert cfg is not None
-    if str(cfg.get("mechanism")) != MECHANISM:
+def _params(node: NodeContext, sums: SumRequest) -> _Noise:
+    """The request's noise fields, checked (request and policy only) against its sum
+    record ``sums``."""
+    req = noise_request(node)
+    assert req is not None
+    if req.mechanism != MECHANISM:
         raise NoiseRefused(f"{node.who} refuses the noisy sum: field '{NOISE_KEY}.mechanism' "
-                           f"= {cfg.get('mechanism')!r}; it adds '{MECHANISM}' noise only")
-    if str(sums.get("mode")) != "secagg+":
+                           f"= {req.mechanism!r}; it adds '{MECHANISM}' noise only")
+    if not isinstance(sums, MaskedSum):
         raise NoiseRefused(f"{node.who} refuses the noisy sum: distributed noise needs a "
                            "SecAgg+ sum (the others would show its share, or its value)")
-    releases = cfg.get("releases")
-    if isinstance(releases, bool) or not isinstance(releases, int) or releases < 1:
+    if req.releases < 1:
         raise NoiseRefused(f"{node.who} refuses the noisy sum: field '{NOISE_KEY}.releases' "
-                           f"must be an integer >= 1, got {releases!r}")
+                           f"must be an integer >= 1, got {req.releases!r}")
     policy = node.policy
-    max_abs = float(sums["max-abs"])
-    p = {"sigma": _number(node, cfg, "sigma", 0.0, 1e300),
-         "l2": _number(node, cfg, "l2", 0.0, max_abs),
-         "rate": _number(node, cfg, "rate", 0.0, 1.0),
-         "delta": min(_number(node, cfg, "delta", 0.0, 0.5), policy.dp_max_delta),
-         "releases": int(releases), "m": _sum_nodes(node)}
-    p["share"] = p["sigma"] / math.sqrt(p["m"])
-    p["shares"] = p["m"] if not policy.allow_dropouts else min(p["m"], policy.min_survivors)
-    multiplier = math.sqrt(p["shares"]) * p["share"] / p["l2"]
+    max_abs = sums.max_abs
+    sigma = _number(node, f"{NOISE_KEY}.sigma", req.sigma, 0.0, 1e300)
+    l2 = _number(node, f"{NOISE_KEY}.l2", req.l2, 0.0, max_abs)
+    rate = _number(node, f"{NOISE_KEY}.rate", req.rate, 0.0, 1.0)
+    delta = min(_number(node, f"{NOISE_KEY}.delta", req.delta, 0.0, 0.5), policy.dp_max_delta)
+    m = _sum_nodes(node)
+    p = _Noise(sigma, l2, rate, delta, req.releases, m, sigma / math.sqrt(m),
+               m if not policy.allow_dropouts else min(m, policy.min_survivors))
+    multiplier = math.sqrt(p.shares) * p.share / p.l2
     if multiplier < policy.dp_min_noise:
         raise NoiseRefused(
-            f"{node.who} refuses the noisy sum: its share sigma {p['share']:g} over "
-            f"{p['shares']} share(s) the sum can hold gives noise multiplier {multiplier:g} "
-            f"for L2 bound {p['l2']:g}, below its node policy dp-min-noise="
+            f"{node.who} refuses the noisy sum: its share sigma {p.share:g} over "
+            f"{p.shares} share(s) the sum can hold gives noise multiplier {multiplier:g} "
+            f"for L2 bound {p.l2:g}, below its node policy dp-min-noise="
             f"{policy.dp_min_noise:g}. Only the node's operator can lower it (node config "
             "'dp-min-noise=<multiplier>')")
-    codec = FixedPoint.for_sum(max_abs, max(p["m"], 1))
-    if TAIL_SIGMAS * p["sigma"] * codec.scale > 2.0 ** 62:
+    codec = FixedPoint.for_sum(max_abs, max(p.m, 1))
+    if TAIL_SIGMAS * p.sigma * codec.scale > 2.0 ** 62:
         raise NoiseRefused(f"{node.who} refuses the noisy sum: noise of total sigma "
-                           f"{p['sigma']:g} does not fit the ring beside max-abs {max_abs:g} "
-                           f"over {p['m']} node(s) (declare a larger max-abs)")
+                           f"{p.sigma:g} does not fit the ring beside max-abs {max_abs:g} "
+                           f"over {p.m} node(s) (declare a larger max-abs)")
     return p
 
 
-def check_noise_request(node: NodeContext, cfg: ConfigRecord) -> None:
+def check_noise_request(node: NodeContext, sums: SumRequest) -> None:
     """The request-only checks, before the handler computes anything
-    (``clients/sums_node.py`` ``check_sum_request``)."""
-    _params(node, cfg)
+    (``clients/sums_node.py`` ``check_sum_request``, with the sum record it read)."""
+    _params(node, sums)
     node._noise_draw = None  # type: ignore[attr-defined]  # set by participates()
 
 
@@ -138,13 +162,13 @@ def participates(node: NodeContext) -> bool:
     ``rate`` (a uniform 53-bit integer below floor(rate 2^53), from a ChaCha20 stream
     keyed by ``os.urandom``; the accounted rate is never below the real one). Drawn once
     per request; the server never sees it, since every node answers either way."""
-    cfg = requested(node)
-    if node.sum_record is None or cfg is None:
+    req = noise_request(node)
+    if node.sum_record is None or req is None:
         raise NoiseRefused(f"{node.who}: a participation draw needs a checked noisy sum "
                            "request (a handler declared with sums=True)")
     drawn = getattr(node, "_noise_draw", None)
     if drawn is None:
-        rate = float(cfg["rate"])
+        rate = req.rate
         word = int(RandomBits().words(1)[0]) >> 11
         drawn = word < math.floor(rate * 2.0 ** 53) or rate >= 1.0
         node._noise_draw = drawn  # type: ignore[attr-defined]
@@ -166,7 +190,7 @@ def _remember(node: NodeContext, plan: NoisePlan, delta: float, epsilon: float) 
         record = node.state[_HISTORY] = ConfigRecord({f: [] for f in _PLAN_FIELDS})
     for f in _PLAN_FIELDS:
         record[f] = [*record[f], getattr(plan, f)]
-    record["delta"], record["epsilon"] = float(delta), float(epsilon)
+    record[_RUN_DELTA], record[_RUN_EPSILON] = float(delta), float(epsilon)
 
 
 def run_epsilon(node: NodeContext) -> tuple[float, float]:
@@ -174,53 +198,54 @@ def run_epsilon(node: NodeContext) -> tuple[float, float]:
     record = config_record(node.state, _HISTORY)
     if record is None:
         return 0.0, 0.0
-    return float(record["epsilon"]), float(record["delta"])
+    return float(record[_RUN_EPSILON]), float(record[_RUN_DELTA])
 
 
-def _charge(node: NodeContext, p: dict[str, Any], plan: NoisePlan, sum_id: int) -> None:
+def _charge(node: NodeContext, p: _Noise, plan: NoisePlan, sum_id: int) -> None:
     """The whole-run check before the first noisy sum, then this sum's charge."""
     from clients.dp_ledger import Ledger, ledger_path
     from clients.policy import PolicyError
 
     history = _history(node)
     record = config_record(node.state, _HISTORY)
-    if record is not None and float(record["delta"]) != p["delta"]:
-        raise NoiseRefused(f"{node.who} refuses the noisy sum: its delta {p['delta']:g} is "
-                           f"not the run's {float(record['delta']):g}")
+    if record is not None and float(record[_RUN_DELTA]) != p.delta:
+        raise NoiseRefused(f"{node.who} refuses the noisy sum: its delta {p.delta:g} is "
+                           f"not the run's {float(record[_RUN_DELTA]):g}")
     policy = node.policy
     if not history:
-        planned = composed_epsilon([(plan, p["releases"])], p["delta"])
+        planned = composed_epsilon([(plan, p.releases)], p.delta)
         spent = Ledger(ledger_path(policy.dp_ledger)).spent(node.ledger_key())
         if spent + planned > policy.dp_budget + 1e-12:
             raise PolicyError(
                 f"{node.who} refuses the run's noisy sums: their whole-run epsilon "
-                f"{planned:g} (delta {p['delta']:g}, {p['releases']} sums) on top of "
+                f"{planned:g} (delta {p.delta:g}, {p.releases} sums) on top of "
                 f"{spent:g} spent exceeds its node policy dp-budget={policy.dp_budget:g}. "
                 "Only the node's operator can raise it (node config 'dp-budget=<epsilon>')")
-    before = composed_epsilon(history, p["delta"]) if history else 0.0
-    after = composed_epsilon([*history, (plan, 1)], p["delta"])
+    before = composed_epsilon(history, p.delta) if history else 0.0
+    after = composed_epsilon([*history, (plan, 1)], p.delta)
     release = PrivacyLedger()
     release.record(f"distributed discrete Gaussian sum {sum_id}", "gaussian",
                    epsilon=max(after - before, 1e-12),
-                   delta=0.0 if history else p["delta"],
+                   delta=0.0 if history else p.delta,
                    sigma=plan.noise_multiplier * plan.l2, sensitivity=plan.l2,
                    sample_rate=plan.rate, steps=1)
     node.charge_dp(release, f"noisy sum {sum_id} (distributed discrete Gaussian, the run's "
-                   f"epsilon {before:g} -> {after:g} at delta {p['delta']:g})")
-    _remember(node, plan, p["delta"], after)
+                   f"epsilon {before:g} -> {after:g} at delta {p.delta:g})")
+    _remember(node, plan, p.delta, after)
 
 
-def noisy_encoder(node: NodeContext, layout: list[tuple[str, tuple]]
+def noisy_encoder(node: NodeContext, sums: MaskedSum, layout: list[tuple[str, tuple]]
                   ) -> Callable[[FixedPoint, np.ndarray], np.ndarray]:
     """The encoder ``clients/secagg_node.py`` ``mask_values`` uses instead of the codec's:
     the protocol's values clipped to L2 ``l2``, truncated onto the noise grid, plus
     this node's discrete Gaussian share on that grid; the clip flag as 0.
-    Charged (and the whole run checked) before any noise is drawn."""
-    sums = node.sum_record
-    assert sums is not None
+    ``sums``: the request's checked sum record. Charged (and the whole run checked) before
+    any noise is drawn."""
     p = _params(node, sums)
-    if p["rate"] < 1.0 and getattr(node, "_noise_draw", None) is None:
-        raise NoiseRefused(f"{node.who} refuses the noisy sum: its rate {p['rate']:g} is "
+    assert isinstance(sums, MaskedSum)  # _params refused every other sum
+    sum_id = sums.sum_id
+    if p.rate < 1.0 and getattr(node, "_noise_draw", None) is None:
+        raise NoiseRefused(f"{node.who} refuses the noisy sum: its rate {p.rate:g} is "
                            "accounted as Poisson sampling, "
                            "but its handler never drew its participation (participates())")
     flag = np.zeros(sum(int(np.prod(s)) if s else 1 for _, s in layout), dtype=bool)
@@ -232,16 +257,15 @@ def noisy_encoder(node: NodeContext, layout: list[tuple[str, tuple]]
         offset += size
 
     def encode(codec: FixedPoint, vec: np.ndarray) -> np.ndarray:
-        bits = noise_bits(p["share"], codec.frac_bits)
+        bits = noise_bits(p.share, codec.frac_bits)
         dim = int((~flag).sum())
-        plan = NoisePlan(p["share"] * 2.0 ** bits, p["shares"], p["l2"] * 2.0 ** bits, dim,
-                         p["rate"])
-        _charge(node, p, plan, int(sums["sum-id"]))
+        plan = NoisePlan(p.share * 2.0 ** bits, p.shares, p.l2 * 2.0 ** bits, dim, p.rate)
+        _charge(node, p, plan, sum_id)
         # the clip flag travels as 0: the L2 clip below bounds every coordinate within the
         # range, and a flag from the values would be a count released without noise
         out = np.zeros(vec.shape, dtype=np.uint64)
-        ints = truncate_l2(vec[~flag], p["l2"], bits)
-        ints += discrete_gaussian(dim, p["share"] * 2.0 ** bits)
+        ints = truncate_l2(vec[~flag], p.l2, bits)
+        ints += discrete_gaussian(dim, p.share * 2.0 ** bits)
         shift = np.uint64(codec.frac_bits - bits)
         out[~flag] += ints.view(np.uint64) << shift  # wraps mod 2^64: ring addition
         return out

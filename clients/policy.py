@@ -18,7 +18,13 @@ Where the policy comes from (later sources override earlier ones):
 3. the node config of a deployed SuperNode:
    ``flower-supernode --node-config "allow-plain=true ..."``.
 
-Keys (``docs/threat-model.md`` says what each weaker mode reveals):
+Keys (``docs/threat-model.md`` says what each weaker mode reveals). The keys below are the
+ones every protocol shares; a key only one protocol reads (PriviRec's
+``allow-seeded-omega`` and ``allow-sparse-transport``, FedSVD's ``allow-noise-removal``,
+LP-GCN's ``allow-sampled-holdings``, ``lpgcn-min-alpha`` and ``lpgcn-min-mask-scale``, DP
+prototypes' ``allow-paper-accounting``) is declared with what it reveals beside that
+protocol's wire (``OPT_INS`` in ``fedrec/wire/<protocol>.py``, ``fedrec/wire/opt_in.py``)
+and read here the same way:
 
 - ``allow-plain``: answer plain sums (the server sees this node's values); LP-GCN without
   virtual items (``lpgcn-alpha = 0``: the server sees exactly which pseudonymous items the
@@ -27,28 +33,11 @@ Keys (``docs/threat-model.md`` says what each weaker mode reveals):
   and the decrypter is handed every node's ciphertext, so a server colluding with any node,
   or a curious decrypter, learns every node's input (a server deviating alone gets only
   sums over the one node set every member signed, ``clients/nodeset.py``).
-- ``allow-noise-removal``: fedsvd-utility's homomorphic step: multiply this node's own
-  Gaussian noise into the server's encrypted selection value. The server then learns every
-  node's noise but one (it is meant to subtract them); a server that sets every selection
-  value to 1 learns the noise-free aggregate. Answered only after this node's update went
-  into a masked sum.
-- ``allow-seeded-omega``: PriviRec's Omega rows from the run seed (the server knows Omega;
-  with p >= users it recovers every row of the node exactly).
-- ``allow-sparse-transport``: PriviRec's item-item contribution sent unmasked as a sparse
-  matrix (plain mode at full scale).
 - ``allow-dropouts``: let a run's SecAgg+ sums go on over a node set shrunk by dropouts
   that every survivor signed (a consistency round). Off by default: every sum of a run is
   then over exactly the node set this node committed to at key setup, and a dropout abandons
   the sum before anything is unmasked. With it on, a server that declares this node dropped
   and repeats a request can learn its input as the difference of two sums.
-- ``allow-sampled-holdings``: LP-GCN with the paper's sampled virtual items (about
-  ``lpgcn-alpha`` per user, drawn afresh every run) instead of the whole catalogue. Off by
-  default: every item has a real holder, so the server's per-pseudonym holder counts then
-  name real holdings (an item one node holds is that node's real item), and linking runs
-  intersects the fresh draws.
-- ``allow-paper-accounting``: answer a dp-prototypes release in paper 003's printed
-  accounting (``dpp-accounting = paper``), which spends 2.25 x epsilon by basic composition
-  and uses the exact cluster sizes; the node charges its budget what it really spends.
 - ``dp-budget``: total epsilon this node spends on noised releases, whatever carries them
   (a secure sum hides one node's input, not the rows in it), across every run (``0``:
   none; the ledger below).
@@ -61,12 +50,6 @@ Keys (``docs/threat-model.md`` says what each weaker mode reveals):
   releases, by the rows' content) and the node set its roster identity committed to
   (``clients/nodeset.py``), so a new run or a new name does not start either afresh.
 - ``min-neighbours`` (default 2): the fewest SecAgg+ neighbours the node accepts.
-- ``lpgcn-min-alpha`` (default 0.5), ``lpgcn-min-mask-scale`` (default 0.1): the smallest
-  LP-GCN virtual-item rate and cover scale the node accepts, on every LP-GCN request (both
-  hide which items it holds: near 0 the server sees the real holdings, and covers not far
-  above the item-gradient partials, ~1e-6 to 1e-3, let row magnitudes show them). alpha = 0
-  is the plain mode: ``allow-plain``, or a minimum of 0. A float32 run needs a lower
-  minimum (the cover costs ~6e-8 x scale of absolute precision there).
 - ``memory-budget-mb`` (default 4096): the most a server-chosen size (oversampling, batch,
   dimension, rank) may make this node allocate for one request. A handler's estimates add
   up over the request (its working arrays, then the sum layer's copies of its reply), so
@@ -99,6 +82,8 @@ from typing import TYPE_CHECKING, Any
 from flwr.app import ConfigRecord, RecordDict
 
 from fedrec.records import config_record
+from fedrec.wire.opt_in import OptIn
+from fedrec.wire.opt_in import declared as declared_opt_ins
 
 if TYPE_CHECKING:
     from clients.dp_ledger import LedgerKey
@@ -164,12 +149,7 @@ class NodePolicy:
 
     allow_plain: bool = False
     allow_ckks: bool = False
-    allow_noise_removal: bool = False
-    allow_seeded_omega: bool = False
-    allow_sparse_transport: bool = False
     allow_dropouts: bool = False
-    allow_paper_accounting: bool = False
-    allow_sampled_holdings: bool = False
     dp_budget: float = 0.0
     dp_ledger: str = ""
     dp_min_noise: float = field(default=0.5, metadata={"min": 0.0})
@@ -177,11 +157,12 @@ class NodePolicy:
     diagnostics: bool = False
     min_survivors: int = field(default=3, metadata={"min": 2})
     min_neighbours: int = field(default=2, metadata={"min": 1})
-    lpgcn_min_alpha: float = field(default=0.5, metadata={"min": 0.0})
-    lpgcn_min_mask_scale: float = field(default=0.1, metadata={"min": 0.0})
     memory_budget_mb: float = field(default=4096.0, metadata={"min": 1.0})
     max_iterations: int = field(default=10_000, metadata={"min": 1})
     allow_simulated_identity: bool = True
+    #: The protocols' own opt-ins (``fedrec/wire/opt_in.py``) this policy sets, by key; an
+    #: opt-in not set here has its declared (safe) default.
+    opt_ins: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     @staticmethod
     def key_of(name: str) -> str:
@@ -189,8 +170,21 @@ class NodePolicy:
         return name.replace("_", "-")
 
     @classmethod
+    def _fields(cls) -> dict[str, Any]:
+        """Every policy key -> its declaration: the shared fields, then the protocols'."""
+        shared = {cls.key_of(f.name): f for f in fields(cls) if f.name != "opt_ins"}
+        return {**shared, **declared_opt_ins()}
+
+    @classmethod
     def keys(cls) -> tuple[str, ...]:
-        return tuple(cls.key_of(f.name) for f in fields(cls))
+        return tuple(cls._fields())
+
+    def __getattr__(self, name: str) -> Any:
+        """A protocol's opt-in read as an attribute (``policy.allow_seeded_omega``)."""
+        opt = declared_opt_ins().get(self.key_of(name)) if not name.startswith("_") else None
+        if opt is None:
+            raise AttributeError(f"{type(self).__name__} has no key {self.key_of(name)!r}")
+        return self.opt_ins.get(opt.key, opt.default)
 
     def merged(self, config: Mapping[str, Any], source: str) -> NodePolicy:
         """This policy with the policy keys of ``config`` applied.
@@ -198,16 +192,21 @@ class NodePolicy:
         An unknown ``allow-*`` key is an error (a misspelt opt-in must not pass silently);
         other keys (``partition-id``, ``data-dir``, ...) are not the policy's business.
         """
-        known = {self.key_of(f.name): f for f in fields(self)}
+        known = self._fields()
         updates: dict[str, Any] = {}
+        opt_ins = dict(self.opt_ins)
         for key, value in config.items():
             if key not in known:
                 if str(key).startswith("allow-"):
                     raise ValueError(f"{source}: unknown node policy key '{key}' (known: "
                                      f"{', '.join(sorted(known))})")
                 continue
-            updates[known[key].name] = _parse_value(known[key], key, value, source)
-        return replace(self, **updates)
+            parsed = _parse_value(known[key], key, value, source)
+            if isinstance(known[key], OptIn):
+                opt_ins[key] = parsed
+            else:
+                updates[known[key].name] = parsed
+        return replace(self, **updates, opt_ins=opt_ins)
 
     @classmethod
     def parse(cls, text: str, source: str = POLICY_ENV) -> NodePolicy:
@@ -243,7 +242,10 @@ class NodePolicy:
 
     def as_config(self) -> dict[str, bool | int | float | str]:
         """The policy as ``{key: value}`` (what a node acknowledges in its handshake)."""
-        return {self.key_of(f.name): getattr(self, f.name) for f in fields(self)}
+        shared = {self.key_of(f.name): getattr(self, f.name) for f in fields(self)
+                  if f.name != "opt_ins"}
+        return {**shared, **{key: self.opt_ins.get(key, opt.default)
+                             for key, opt in declared_opt_ins().items()}}
 
     def describe(self) -> str:
         return ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"

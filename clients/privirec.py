@@ -18,19 +18,13 @@ import math
 
 import numpy as np
 import scipy.sparse as sp
-from flwr.app import RecordDict
+from flwr.app import Array, ArrayRecord, RecordDict
 
 from clients.handlers import handler
 from clients.node import NodeContext
 from clients.sums_node import ranking_bytes, sum_reply
-from fedrec.records import (
-    arrays_of,
-    csr_from_arrays,
-    csr_to_arrays,
-    pop_arrays,
-    to_array_record,
-)
-from fedrec.recsys.graph_filters import SCORE_DTYPES, SparseItemItem, make_filter
+from fedrec.records import array_record, config_record, csr_from_arrays
+from fedrec.recsys.graph_filters import SparseItemItem, make_filter
 from fedrec.recsys.linalg import (
     normalize_rows,
     symmetric_from_upper,
@@ -38,10 +32,20 @@ from fedrec.recsys.linalg import (
     user_gram_weight,
 )
 from fedrec.recsys.metrics import evaluate_ranking
-from fedrec.wire import evaluation as evaluation_wire
 from fedrec.wire import privirec as privirec_wire
-from fedrec.wire import request as request_wire
-from fedrec.wire.privirec import Action
+from fedrec.wire.privirec import (
+    TRIANGLE,
+    Action,
+    DegreesSum,
+    EvaluateRequest,
+    GramRequest,
+    GramSum,
+    PowerRequest,
+    PowerSum,
+    RitzSum,
+    SparseGram,
+    triangle_prefix,
+)
 
 #: Gaussian start rows are clipped to +-OMEGA_CLIP so their secure sum has a declared range
 #: (P(|z| > 8) ~ 1e-15 per draw; the distribution is otherwise unchanged).
@@ -80,8 +84,7 @@ def omega_rows(user_ids: np.ndarray, p: int, mode: str, seed: int) -> np.ndarray
 @handler(Action.DEGREES, sums=True)
 def degrees(content: RecordDict, node: NodeContext) -> RecordDict:
     """Secure sum #1 (Eq. 6): this node's item degree counts."""
-    deg = np.asarray(_binary_rows(node).sum(axis=0)).ravel()
-    return sum_reply(node, {"deg": deg})
+    return sum_reply(node, DegreesSum(deg=np.asarray(_binary_rows(node).sum(axis=0)).ravel()))
 
 
 def _reserve_product(node: NodeContext, train: sp.csr_matrix, user_deg: np.ndarray,
@@ -110,14 +113,11 @@ def _reserve_product(node: NodeContext, train: sp.csr_matrix, user_deg: np.ndarr
 @handler(Action.GRAM, sums=True)
 def gram(content: RecordDict, node: NodeContext) -> RecordDict:
     """Secure sum #2 (Theorem 3.1): sum over this node's users of d_u^{-2 alpha} R_u^T R_u."""
-    cfg = content.config_records[privirec_wire.CONFIG_KEY]
-    transport = str(cfg.get("transport", "dense"))
-    if transport not in ("dense", "sparse"):
-        raise ValueError(f"{node.who}: privirec transport must be 'dense' or 'sparse', got "
-                         f"{transport!r}")
+    req = node.read(GramRequest)
+    sparse = req.transport == "sparse"
     train = _binary_rows(node)
     n = train.shape[1]
-    if transport == "sparse":  # labelled plain mode, only if this node's operator allows it
+    if sparse:  # labelled plain mode, only if this node's operator allows it
         node.policy.require("allow-sparse-transport", "PriviRec transport 'sparse' (its rows "
                             "of R^T R unmasked)", node.who)
         node.policy.require("allow-plain", "PriviRec transport 'sparse' (a plain sum)",
@@ -130,14 +130,13 @@ def gram(content: RecordDict, node: NodeContext) -> RecordDict:
         # the upper triangle's values and its two int64 index arrays
         node.reserve(24.0 * (n * (n + 1) // 2), f"PriviRec's dense item-item sum ({n} items)")
     user_deg = np.asarray(train.sum(axis=1)).ravel()
-    _reserve_product(node, train, user_deg, sparse=transport == "sparse")
-    weights = user_gram_weight(user_deg, float(cfg["alpha"]))
+    _reserve_product(node, train, user_deg, sparse=sparse)
+    weights = user_gram_weight(user_deg, req.alpha)
     G = upper_triangle(train.T @ sp.diags(weights) @ train)
-    if transport == "sparse":
-        return RecordDict({privirec_wire.GRAM: to_array_record(csr_to_arrays(G, "G"))})
+    if sparse:
+        return SparseGram.of(G).to_records()
     rows, cols = np.triu_indices(n)
-    dense = np.asarray(G[rows, cols]).ravel()
-    return sum_reply(node, {privirec_wire.GRAM: dense})
+    return sum_reply(node, GramSum(gram=np.asarray(G[rows, cols]).ravel()))
 
 
 @handler(Action.POWER, sums=True)
@@ -148,28 +147,27 @@ def power_step(content: RecordDict, node: NodeContext) -> RecordDict:
     Omega rows. Later rounds: Y = R~_node^T (R~_node X). With ``ritz`` set, the k x k
     Rayleigh-Ritz sum H = (R~_node X)^T (R~_node X) instead.
     """
-    cfg = content.config_records[privirec_wire.CONFIG_KEY]
-    arrays = arrays_of(content)
     data = node.data()
-    if "X" not in arrays:
-        p = node.size(cfg, "p")
+    req = node.read(PowerRequest, items=data.n_items)
+    if req.X is None:
+        p = req.p
         # Omega's rows (drawn, then clipped: ~3 copies) and Y = R~^T Omega, items x p
         node.reserve(8.0 * p * (3 * len(data.user_ids) + data.n_items),
                      f"PriviRec's oversampling p={p} (Omega and R~^T Omega)")
-        if str(cfg["omega"]) == "seeded":
+        if req.omega == "seeded":
             node.policy.require("allow-seeded-omega", "PriviRec omega 'seeded' (the server "
                                 "knows Omega and, with p >= users, recovers every row)",
                                 node.who)
-        A = normalize_rows(_binary_rows(node), arrays["item_deg"])
-        omega = omega_rows(data.user_ids, p, str(cfg["omega"]), int(cfg["seed"]))
-        out = {"Y": np.asarray(A.T @ omega)}
-    else:
-        X = _checked_X(node, arrays["X"], data.n_items, len(data.user_ids))
-        A = normalize_rows(_binary_rows(node), arrays["item_deg"])
-        A = A.astype(X.dtype, copy=False)  # a float32 wire keeps the node's products in float32 too
-        AX = np.asarray(A @ X)
-        out = {"H": AX.T @ AX} if cfg.get("ritz") else {"Y": np.asarray(A.T @ AX)}
-    return sum_reply(node, out)
+        A = normalize_rows(_binary_rows(node), req.item_deg)
+        omega = omega_rows(data.user_ids, p, req.omega, req.seed)
+        return sum_reply(node, PowerSum(Y=np.asarray(A.T @ omega)))
+    X = _checked_X(node, req.X, data.n_items, len(data.user_ids))
+    A = normalize_rows(_binary_rows(node), req.item_deg)
+    A = A.astype(X.dtype, copy=False)  # a float32 wire keeps the node's products in float32 too
+    AX = np.asarray(A @ X)
+    if req.ritz:
+        return sum_reply(node, RitzSum(H=AX.T @ AX))
+    return sum_reply(node, PowerSum(Y=np.asarray(A.T @ AX)))
 
 
 def _checked_X(node: NodeContext, X: np.ndarray, n_items: int, n_users: int) -> np.ndarray:
@@ -184,17 +182,57 @@ def _checked_X(node: NodeContext, X: np.ndarray, n_items: int, n_users: int) -> 
     return X
 
 
-def _check_triangles(node: NodeContext, declared: dict[str, int], n_items: int) -> None:
-    """Each broadcast upper triangle P~ (CSR: data, indices, indptr, shape) as declared: one index
-    per value and a row pointer per item, so its values bound its memory."""
-    for name in (n for n in declared if n.startswith("P@") and n.endswith(".data")):
-        stem = name.removesuffix(".data")
-        if declared.get(f"{stem}.indices") != declared[name] or \
-                declared.get(f"{stem}.indptr") != n_items + 1 or \
-                declared.get(f"{stem}.shape") != 2:
+#: The CSR parts of one broadcast upper triangle (``datasets.csr.csr_to_arrays``).
+_CSR_PARTS = ("data", "indices", "indptr", "shape")
+_VALUES, _INDICES, _POINTERS, _SHAPE = _CSR_PARTS
+
+
+def _take_triangles(node: NodeContext, content: RecordDict,
+                    n_items: int) -> tuple[dict[str, dict[str, Array]], int]:
+    """The broadcast upper triangles of P~ (arrays named :data:`TRIANGLE` ``<alpha>.<part>``),
+    moved out of the request's arrays still serialised, by name prefix, each checked as
+    declared: every CSR part, one index per value and a row pointer per item, so its values
+    bound its memory. Returns them and their total declared values."""
+    record = array_record(content, EvaluateRequest.ARRAYS)
+    if record is None:
+        return {}, 0
+    triangles: dict[str, dict[str, Array]] = {}
+    for name, array in record.items():
+        if name.startswith(TRIANGLE):
+            stem, _, part = name.rpartition(".")
+            triangles.setdefault(stem, {})[part] = array
+    # this node's request without them (a new record: the grid may share the old one)
+    content[EvaluateRequest.ARRAYS] = ArrayRecord(
+        {name: array for name, array in record.items() if not name.startswith(TRIANGLE)})
+    values = 0
+    for stem, parts in triangles.items():
+        declared = {part: math.prod(a.shape) for part, a in parts.items()}
+        if set(declared) != set(_CSR_PARTS) or declared[_INDICES] != declared[_VALUES] or \
+                declared[_POINTERS] != n_items + 1 or declared[_SHAPE] != 2:
             raise ValueError(f"{node.who}: the request's '{stem}' is not an upper triangle of "
                              f"{n_items} items (one index per value, {n_items + 1} row "
                              "pointers, a shape of 2 numbers)")
+        values += declared[_VALUES]
+    return triangles, values
+
+
+def _item_item(node: NodeContext, triangles: dict[str, dict[str, Array]],
+               dtype: str) -> dict[str, SparseItemItem]:
+    """One symmetric operator per alpha (keyed by its triangle's name prefix) from its upper
+    triangle, each triangle's serialised parts dropped once read (at Yelp2018 scale each P~
+    is ~0.8 GB on a node)."""
+    P: dict[str, SparseItemItem] = {}
+    for stem in list(triangles):
+        parts = triangles.pop(stem)
+        arrays = {f"{stem}.{part}": a.numpy() for part, a in parts.items()}
+        if any(arrays[f"{stem}.{part}"].size != math.prod(a.shape)
+               for part, a in parts.items()):
+            raise ValueError(f"{node.who}: the request's arrays hold other sizes than their "
+                             "declared shapes")
+        del parts
+        P[stem] = SparseItemItem(
+            symmetric_from_upper(csr_from_arrays(arrays, stem)), dtype=dtype)
+    return P
 
 
 @handler(Action.EVALUATE, sums=True)
@@ -204,47 +242,30 @@ def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     Replies (through the secure sum) the Recall/NDCG sums per filter, so the server learns
     only totals over all nodes.
     """
-    cfg = content.config_records[privirec_wire.CONFIG_KEY]
-    filters = content.config_records[privirec_wire.FILTERS]
     data = node.data()
     train = _binary_rows(node)
-    dtype = str(cfg.get("score-dtype", "float64"))
-    if dtype not in SCORE_DTYPES:
-        raise ValueError(f"{node.who}: privirec score-dtype must be one of {SCORE_DTYPES}, "
-                         f"got {dtype!r}")
+    # the triangles leave the arrays before the typed read, so only the declared arrays are
+    # copied there; their expansion is reserved from their declared sizes before any copy
+    triangles, triangle_values = _take_triangles(node, content, data.n_items)
+    req = node.read(EvaluateRequest, items=data.n_items)
+    filters = config_record(content, privirec_wire.FILTERS)
+    if filters is None:
+        raise ValueError(f"{node.who}: the evaluation request has no record "
+                         f"'{privirec_wire.FILTERS}'")
+    k = req.top_k
+    # each broadcast upper triangle expanded to the symmetric operator (values and indices,
+    # twice), then one batch of scores and its ranking at a time
+    node.reserve(36.0 * triangle_values + ranking_bytes(data.n_items, 512, k),
+                 f"PriviRec's evaluation (top-k={k})")
+    del content[EvaluateRequest.ARRAYS]  # the serialised copies, freed while the node works
     # One operator per alpha, shared by every filter that uses it (BSPM-LM and -EM then share
-    # the blocked kernel); the broadcast upper triangles are dropped once expanded, because
-    # at Yelp2018 scale each P~ is ~0.8 GB on a node.
-    k = node.size(cfg, evaluation_wire.TOP_K, default=20)
-    ranks = [node.size(cfg, key, minimum=0, default=0)
-             for key in ("filter-rank", "max-filter-rank")]
-    # reserved from the request before any array is deserialised: the other arrays'
-    # copies, each broadcast upper triangle expanded to the symmetric operator (values and
-    # indices, twice), then one batch of scores and its ranking at a time
-    record = content.array_records.get(request_wire.ARRAYS, {})
-    declared = {name: math.prod(a.shape) for name, a in record.items()}
-    _check_triangles(node, declared, data.n_items)
-    triangles = sum(n for name, n in declared.items() if name.startswith("P@")
-                    and name.endswith(".data"))
-    node.reserve(sum(float(len(a.data)) for name, a in record.items()
-                     if not name.startswith("P@")) + 36.0 * triangles
-                 + ranking_bytes(data.n_items, 512, k), f"PriviRec's evaluation (top-k={k})")
-    arrays = pop_arrays(content)
-    if any(arrays[name].size != n for name, n in declared.items()):
-        raise ValueError(f"{node.who}: the request's arrays hold other sizes than their "
-                         "declared shapes")
-    P: dict[str, SparseItemItem] = {}
-    for key in [k for k in arrays if k.startswith("P@") and k.endswith(".shape")]:
-        alpha = key.removeprefix("P@").removesuffix(".shape")
-        P[alpha] = SparseItemItem(symmetric_from_upper(csr_from_arrays(arrays, f"P@{alpha}")),
-                                  dtype=dtype)
-        for part in ("data", "indices", "indptr", "shape"):
-            del arrays[f"P@{alpha}.{part}"]
+    # the blocked kernel).
+    P = _item_item(node, triangles, req.score_dtype)
     out: dict[str, np.ndarray] = {}
     for name in sorted(filters):
-        flt = make_filter(name, str(cfg["dataset"]), *ranks)
-        P_tilde = P.get(f"{flt.alpha:g}") if flt.needs_P else None
-        flt.fit(arrays["item_deg"], P_tilde, arrays.get("S"), arrays.get("eigvals"))
+        flt = make_filter(name, req.dataset, req.filter_rank, req.max_filter_rank)
+        P_tilde = P.get(triangle_prefix(flt.alpha)) if flt.needs_P else None
+        flt.fit(req.item_deg, P_tilde, req.S, req.eigvals)
         sums = evaluate_ranking(lambda rows, f=flt: f.score(train[rows]), train, data.test,
                                 k=k, batch_size=512)
         out[name] = sums.to_vector()

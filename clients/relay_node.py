@@ -25,8 +25,16 @@ from clients.handlers import handler
 from clients.node import NodeContext
 from fedrec.records import config_record
 from fedrec.secure.relay import MAKES, RelayError, secret_mail_purpose
-from fedrec.wire import keyrelay as relay_wire
-from fedrec.wire.keyrelay import RELAY_KEY, Action
+from fedrec.wire.keyrelay import (
+    RELAY_KEY,
+    Action,
+    CreateSecret,
+    ReceiveSecret,
+    RelayRequest,
+    SecretAck,
+    SecretCreated,
+)
+from fedrec.wire.message import Message, wire_fields
 
 __all__ = ["get_shared_secret", "get_shared_context", "secret_fingerprint"]
 
@@ -38,6 +46,20 @@ _CONTEXT_CACHE_SIZE = 2
 #: (a CKKS context: 0.7 MB, about 10 MiB once loaded) outlives the request that brought it.
 #: A run of this project relays at most two (LP-GCN's key, the CKKS sums' context).
 MAX_SECRETS = 4
+#: Fields of a kept secret's node-state record (never sent).
+_SECRET, _MAKE, _OWNER, _FINGERPRINT = "secret", "make", "owner", "fingerprint"
+
+
+def _wire_name(cls: type[Message], attr: str) -> str:
+    """The wire name of ``cls``'s field ``attr``, for a refusal that names the field."""
+    return next(f.name for f in wire_fields(cls) if f.attr == attr)
+
+
+#: The owner's peer list (bounded by its length before it is read), and the fields a
+#: refusal names: ``relay.purpose``, ``relay.peers``.
+_PEERS = _wire_name(CreateSecret, "peers")
+_PURPOSE_FIELD = f"{RELAY_KEY}.{_wire_name(RelayRequest, 'purpose')}"
+_PEERS_FIELD = f"{RELAY_KEY}.{_PEERS}"
 
 
 def _secret_key(purpose: str) -> str:
@@ -64,7 +86,7 @@ def get_shared_secret(state: RecordDict, purpose: str) -> bytes:
             f"no shared secret '{purpose}' on this node (holds: {held or 'none'}); the server "
             f"must run fedrec.secure.relay.relay_secret(purpose={purpose!r}) first"
         )
-    return bytes(record["secret"])
+    return bytes(record[_SECRET])
 
 
 def get_shared_context(state: RecordDict, purpose: str):
@@ -72,8 +94,8 @@ def get_shared_context(state: RecordDict, purpose: str):
     from fedrec.secure.he import load_context
 
     record = config_record(state, _secret_key(purpose))
-    if record is not None and str(record["make"]) != "ckks-context":
-        raise RelayError(f"shared secret '{purpose}' is a {record['make']}, not a CKKS context")
+    if record is not None and str(record[_MAKE]) != "ckks-context":
+        raise RelayError(f"shared secret '{purpose}' is a {record[_MAKE]}, not a CKKS context")
     secret = get_shared_secret(state, purpose)
     fp = secret_fingerprint(secret)
     if fp not in _CONTEXT_CACHE:
@@ -83,24 +105,18 @@ def get_shared_context(state: RecordDict, purpose: str):
     return _CONTEXT_CACHE[fp]
 
 
-def _cfg(content: RecordDict) -> ConfigRecord:
-    if RELAY_KEY not in content.config_records:
-        raise RelayError(f"relay message has no '{RELAY_KEY}' ConfigRecord")
-    return content.config_records[RELAY_KEY]
-
-
 def _room_for(node: NodeContext, purpose: str) -> None:
     """Refuse a new purpose past :data:`MAX_SECRETS` (checked before any secret is made)."""
     held = [k for k in node.state if k.startswith("secret.")]
     if _secret_key(purpose) not in held and len(held) >= MAX_SECRETS:
-        raise RelayError(f"{node.who} refuses a secret for field '{RELAY_KEY}.purpose': it "
+        raise RelayError(f"{node.who} refuses a secret for field '{_PURPOSE_FIELD}': it "
                          f"keeps at most {MAX_SECRETS} relayed secrets per run")
 
 
 def _store_secret(node: NodeContext, purpose: str, make: str, owner: int, secret: bytes) -> bytes:
     fp = secret_fingerprint(secret)
     node.state[_secret_key(purpose)] = ConfigRecord({
-        "secret": secret, "make": make, "owner": int(owner), "fingerprint": fp,
+        _SECRET: secret, _MAKE: make, _OWNER: int(owner), _FINGERPRINT: fp,
     })
     return fp
 
@@ -126,51 +142,48 @@ def _make_secret(make: str) -> tuple[bytes, bytes | None]:
 _MAIL_OVERHEAD, _PEER_BYTES = 160, 64
 
 
-def _peers(node: NodeContext, cfg: ConfigRecord) -> list[int]:
-    """The peers the owner mails, distinct and other than itself: the list is no longer
-    than the roster and its copies are reserved before they exist, and no peer gets two
-    copies (each a sealing's time)."""
-    listed = cfg["peers"]
-    node.identity.bound_nodes(len(listed), f"{node.who} refuses to create a secret",
-                              f"field '{RELAY_KEY}.peers'", RelayError)
-    node.reserve(_PEER_BYTES * len(listed), "the relay's peer list")
-    peers = [int(p) for p in listed]
-    if len(set(peers)) != len(peers) or node.context.node_id in peers:
-        raise RelayError(f"{node.who} refuses to create a secret: field '{RELAY_KEY}.peers' "
+def _read_create(node: NodeContext) -> CreateSecret:
+    """The owner's request, its peers distinct and other than itself: the list is no longer
+    than the roster and its copies are reserved before they exist -- both checked on the
+    list's length before the typed read copies it -- and no peer gets two copies (each a
+    sealing's time)."""
+    record = config_record(node.request, CreateSecret.CONFIG)
+    listed = record.get(_PEERS) if record is not None else None
+    if isinstance(listed, list):
+        node.identity.bound_nodes(len(listed), f"{node.who} refuses to create a secret",
+                                  f"field '{_PEERS_FIELD}'", RelayError)
+        node.reserve(_PEER_BYTES * len(listed), "the relay's peer list")
+    req = node.read(CreateSecret)
+    if len(set(req.peers)) != len(req.peers) or node.context.node_id in req.peers:
+        raise RelayError(f"{node.who} refuses to create a secret: field '{_PEERS_FIELD}' "
                          "must list distinct node ids other than this node")
-    return peers
+    return req
 
 
 @handler(Action.CREATE)
 def create_secret(content: RecordDict, node: NodeContext) -> RecordDict:
     """Round 2 (owner only): create the secret, keep it, mail a sealed copy to every peer."""
-    cfg = _cfg(content)
-    purpose, make = str(cfg["purpose"]), str(cfg["make"])
-    me = node.context.node_id
-    peers = _peers(node, cfg)
-    _room_for(node, purpose)
-    secret, public_ctx = _make_secret(make)
+    req = _read_create(node)
+    _room_for(node, req.purpose)
+    secret, public_ctx = _make_secret(req.make)
     # one sealed copy per peer leaves with the reply (nonce and tag, and its mail key)
-    node.reserve(len(peers) * (len(secret) + _MAIL_OVERHEAD),
-                 f"sealed copies of the secret for {len(peers)} peers")
-    fp = _store_secret(node, purpose, make, me, secret)
-    for peer in peers:
-        node.mailbox.send(peer, secret_mail_purpose(purpose), secret)
-    created: dict = {"fingerprint": fp}
-    if public_ctx is not None:
-        created["public-context"] = public_ctx
-    return RecordDict({relay_wire.CREATED: ConfigRecord(created)})
+    node.reserve(len(req.peers) * (len(secret) + _MAIL_OVERHEAD),
+                 f"sealed copies of the secret for {len(req.peers)} peers")
+    fp = _store_secret(node, req.purpose, req.make, node.context.node_id, secret)
+    for peer in req.peers:
+        node.mailbox.send(peer, secret_mail_purpose(req.purpose), secret)
+    return SecretCreated(fingerprint=fp, public_context=public_ctx).to_records()
 
 
 @handler(Action.RECEIVE)
 def receive_secret(content: RecordDict, node: NodeContext) -> RecordDict:
     """Round 3: open the owner's sealed secret, keep it, acknowledge its fingerprint."""
-    cfg = _cfg(content)
-    purpose, make, owner = str(cfg["purpose"]), str(cfg["make"]), int(cfg["owner"])
-    _room_for(node, purpose)
-    mail = node.mailbox.receive(secret_mail_purpose(purpose))  # names a tampering's sender
-    if owner not in mail:
-        raise RelayError(f"node {node.context.node_id} received no secret '{purpose}' from its "
-                         f"owner, node {owner} (mail from: {sorted(mail) or 'nobody'})")
-    fp = _store_secret(node, purpose, make, owner, mail[owner])
-    return RecordDict({relay_wire.ACK: ConfigRecord({"fingerprint": fp})})
+    req = node.read(ReceiveSecret)
+    _room_for(node, req.purpose)
+    mail = node.mailbox.receive(secret_mail_purpose(req.purpose))  # names a tampering's sender
+    if req.owner not in mail:
+        raise RelayError(f"node {node.context.node_id} received no secret '{req.purpose}' "
+                         f"from its owner, node {req.owner} "
+                         f"(mail from: {sorted(mail) or 'nobody'})")
+    fp = _store_secret(node, req.purpose, req.make, req.owner, mail[req.owner])
+    return SecretAck(fingerprint=fp).to_records()

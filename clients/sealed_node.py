@@ -34,7 +34,6 @@ from fedrec.records import config_record, state_record
 from fedrec.secure.identity import SIGNED_KEY_BYTES, SignedKey
 from fedrec.secure.keys import AuthenticationError, NodeKeys, open_sealed, seal
 from fedrec.secure.relay import secret_mail_purpose
-from fedrec.secure.secagg import SHARES_PURPOSE
 from fedrec.secure.sealed import (
     MAIL_PURPOSE,
     RelayError,
@@ -43,7 +42,8 @@ from fedrec.secure.sealed import (
     out_key,
     parse_in_key,
 )
-from fedrec.wire.mail import MAIL_DIRECTORY, MAIL_IN, MAIL_OUT, MAIL_ROUND
+from fedrec.secure.secagg import SHARES_PURPOSE
+from fedrec.wire.mail import MAIL_DIRECTORY, MAIL_IN, MAIL_OUT, MailRound
 
 if TYPE_CHECKING:
     from clients.identity_node import NodeIdentity
@@ -235,10 +235,10 @@ class Mailbox:
 
     @cached_property
     def round(self) -> int:
-        record = config_record(self.request, MAIL_ROUND)
-        if record is None:
+        """The round this node seals its mail in (:class:`MailRound`, from the server)."""
+        if config_record(self.request, MailRound.CONFIG) is None:
             raise RelayError("this request carries no relay round: the server has no mailroom")
-        return int(record["round"])
+        return MailRound.from_records(self.request, self.who).round
 
     def receive(self, purpose: str) -> dict[int, bytes]:
         """Open every delivered payload of ``purpose``: sender -> plaintext.

@@ -8,6 +8,7 @@ shares received from neighbours) live only in this node's ``context.state``.
 from __future__ import annotations
 
 import secrets
+from typing import TypeVar
 
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
@@ -15,15 +16,21 @@ from flwr.app import ConfigRecord, RecordDict
 from clients.handlers import handler
 from clients.identity_node import signers_of
 from clients.node import NodeContext
-from clients.nodeset import commit as commit_node_set
 from clients.nodeset import (
+    COUNT,
+    DIGEST,
+    INDEX,
+    MEMBERS,
+    ROOT,
     commit_root,
     committed,
     confirm_by_neighbours,
     listed_nodes,
     needs_whole_set,
+    read_bounded,
     signed_set_digest,
 )
+from clients.nodeset import commit as commit_node_set
 from clients.nodeset import sign as sign_node_set
 from clients.sealed_node import new_mail_key
 from fedrec.records import config_record
@@ -47,9 +54,21 @@ from fedrec.secure.secagg import (
     threshold_for,
 )
 from fedrec.wire import secagg as secagg_wire
-from fedrec.wire.mail import MAIL_KEY_REPLY, MAIL_KEYGEN
-from fedrec.wire.secagg import Action
-from fedrec.wire.sums import NODESET_KEY, SUM_KEY
+from fedrec.wire.mail import MAIL_KEYGEN, MailKey
+from fedrec.wire.message import Message
+from fedrec.wire.secagg import (
+    Action,
+    AdvertiseRequest,
+    Confirmation,
+    ConfirmRequest,
+    MaskedSum,
+    MaskKey,
+    ShareRequest,
+    UnmaskRequest,
+)
+from fedrec.wire.sums import SUM_KEY, NodeSetSignature
+
+M = TypeVar("M", bound=Message)
 
 _STATE = "secagg.state"  # ConfigRecord with this node's secrets and bookkeeping
 _RECEIVED = "secagg.received"  # ConfigRecord: "<sum>:<owner>" -> my share of owner's seed
@@ -59,20 +78,24 @@ _MASK_KEYS = "secagg.mask-keys"  # ConfigRecord: neighbour -> its signed mask ke
 _COMMITTED = "secagg.committed"  # ConfigRecord: the run's set size and dropouts (whole run)
 _CONFIRMED = "secagg.confirmed"  # ConfigRecord: sums whose survivor set this node signed
 _BOUNDS = "secagg.bounds"  # ConfigRecord: sum -> digest of the request it masked for
+#: The fields of the :data:`_STATE` record (node-local names): the run tag, the mask key's
+#: private half, the last sum id answered, the commitment its mask key is signed under, the
+#: graph's degree and seed, and from the share round its neighbours, their mask keys, the
+#: threshold and the seed batch.
+_TAG, _S_SK, _LAST, _COMMIT, _DEGREE, _GRAPH_SEED = (
+    "run_tag", "s-sk", "last-sum", "commit", "degree", "graph_seed")
+_NEIGHBOURS, _S_PKS, _THRESHOLD, _BATCH = "neighbours", "s_pks", "threshold", "batch"
+#: The fields of the :data:`_COMMITTED` record: the set's size, the dropouts this node
+#: signed and the sum each dropped in.
+_SIZE, _DROPPED, _DROPPED_AT = "count", "dropped", "dropped-at"
 
 
-def _fields(content: RecordDict, keys: tuple[str, ...], node: NodeContext,
-            what: str) -> ConfigRecord:
-    """The request's ``secagg`` record, checked to have ``keys``: a missing field is an error
-    naming this node and the field, never a bare KeyError."""
-    cfg = config_record(content, SUM_KEY)
-    if cfg is None:
+def _read(node: NodeContext, cls: type[M], what: str) -> M:
+    """The request's ``secagg`` record as ``cls``, its lists bounded by the roster first
+    (``clients/nodeset.py`` ``read_bounded``); no record at all is refused naming it."""
+    if config_record(node.request, SUM_KEY) is None:
         raise SecAggError(f"{node.who}: {what} request has no '{SUM_KEY}' record")
-    missing = [k for k in keys if k not in cfg]
-    if missing:
-        raise SecAggError(f"{node.who}: {what} request lacks field(s) "
-                          f"{', '.join(f'{SUM_KEY}.{k}' for k in missing)}")
-    return cfg
+    return read_bounded(node, cls, what, SecAggError)
 
 
 def _state(state: RecordDict) -> ConfigRecord:
@@ -98,24 +121,23 @@ def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
     If the request asks (:data:`MAIL_KEYGEN`, the run has no sealed relay yet), the node
     makes its mail key in the same round (``clients/sealed_node.py``): one round less of key
     setup, the same fresh signed key as ``relay_keys``."""
-    cfg = _fields(content, ("run-tag", "members-root", "members-count", "member-index",
-                            "member-path", "degree", "graph-seed"), node, Action.ADVERTISE)
-    run_tag = _bytes_field(node, cfg, "run-tag", RUN_TAG_BYTES)
-    _commit_members(node, cfg)
-    digest = bytes(committed(node, "key setup")["digest"])
-    commit = commitment(run_tag, digest, int(cfg["degree"]), int(cfg["graph-seed"]))
+    req = _read(node, AdvertiseRequest, Action.ADVERTISE)
+    run_tag = _bytes_field(node, req.run_tag, f"{SUM_KEY}.run-tag", RUN_TAG_BYTES)
+    _commit_members(node, req)
+    digest = bytes(committed(node, "key setup")[DIGEST])
+    commit = commitment(run_tag, digest, req.degree, req.graph_seed)
     s_keys = NodeKeys()
     state = node.state
     previous = config_record(state, _STATE)
     state[_STATE] = ConfigRecord({
-        "run-tag": run_tag,
-        "s-sk": s_keys.private_bytes(),
+        _TAG: run_tag,
+        _S_SK: s_keys.private_bytes(),
         # sum ids keep increasing across key setups of a run: a refused or abandoned id is
         # never answered again, whichever setup asks
-        "last-sum": int(previous["last-sum"]) if previous is not None else 0,
-        "commit": commit,
-        "degree": int(cfg["degree"]),
-        "graph-seed": int(cfg["graph-seed"]),
+        _LAST: int(previous[_LAST]) if previous is not None else 0,
+        _COMMIT: commit,
+        _DEGREE: req.degree,
+        _GRAPH_SEED: req.graph_seed,
     })
     state[_RECEIVED] = ConfigRecord()
     state[_SEEDS] = ConfigRecord()
@@ -125,12 +147,12 @@ def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
             state[key] = ConfigRecord()
     signed = node.identity.sign(mask_key_purpose(commit), node.context.run_id,
                                 node.context.node_id, s_keys.public_bytes())
-    whole = "members" in committed(node, "key setup")
-    reply = RecordDict({secagg_wire.KEYS: ConfigRecord({"s-pk": signed, "whole-set": whole}),
-                        NODESET_KEY: ConfigRecord({"signed": sign_node_set(node)})})
+    whole = MEMBERS in committed(node, "key setup")
+    reply = MaskKey(s_pk=signed, whole_set=whole).to_records()
+    reply.update(NodeSetSignature(signed=sign_node_set(node)).to_records())
     if config_record(content, MAIL_KEYGEN) is not None:
-        reply[MAIL_KEY_REPLY] = ConfigRecord({"pk": new_mail_key(
-            node.state, node.identity, node.context.run_id, node.context.node_id)})
+        reply.update(MailKey(pk=new_mail_key(
+            node.state, node.identity, node.context.run_id, node.context.node_id)).to_records())
     return reply
 
 
@@ -138,16 +160,15 @@ def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
 RUN_TAG_BYTES = 64
 
 
-def _bytes_field(node: NodeContext, cfg: ConfigRecord, key: str, most: int) -> bytes:
-    """Field ``key`` of the request's sum record as bytes of at most ``most``."""
-    value = cfg[key]
-    if not isinstance(value, bytes) or len(value) > most:
-        raise SecAggError(f"{node.who}: field '{SUM_KEY}.{key}' must be bytes, at most "
+def _bytes_field(node: NodeContext, value: bytes, name: str, most: int) -> bytes:
+    """Field ``name`` (record.field), ``value``, as bytes of at most ``most``."""
+    if len(value) > most:
+        raise SecAggError(f"{node.who}: field '{name}' must be bytes, at most "
                           f"{most}")
     return bytes(value)
 
 
-def _commit_members(node: NodeContext, cfg: ConfigRecord) -> None:
+def _commit_members(node: NodeContext, req: AdvertiseRequest) -> None:
     """Commit to the run's node set, fixed at this node's first key setup of the run.
 
     Why: two sums of the same request over sets that differ by one node give that node's
@@ -159,24 +180,18 @@ def _commit_members(node: NodeContext, cfg: ConfigRecord) -> None:
     (``clients/nodeset.py`` ``commit_root``: a request that does not grow with the
     federation). A node with a roster identity also needs every member's id
     (``secagg.members``), to hold the set across runs by its members' partitions."""
-    root = _bytes_field(node, cfg, "members-root", HASH_BYTES)
-    path = _bytes_field(node, cfg, "member-path", HASH_BYTES * 64)
-    count, index = cfg["members-count"], cfg["member-index"]
-    if isinstance(count, bool) or not isinstance(count, int) or \
-            isinstance(index, bool) or not isinstance(index, int):
-        raise SecAggError(f"{node.who}: fields '{SUM_KEY}.members-count' and "
-                          f"'{SUM_KEY}.member-index' must be integers")
+    root = _bytes_field(node, req.members_root, f"{SUM_KEY}.members-root", HASH_BYTES)
+    path = _bytes_field(node, req.member_path, f"{SUM_KEY}.member-path", HASH_BYTES * 64)
     if needs_whole_set(node):
-        if "members" not in cfg:
+        if req.members is None:
             raise SecAggError(f"{node.who} refuses key setup: a node with a roster identity "
                               f"needs the whole node set (field '{SUM_KEY}.members'), to hold "
                               "it across runs by its members' partitions")
-        commit_node_set(node, cfg["members"], "key setup")
+        commit_node_set(node, req.members, "key setup")
     # the same set's root (a whole-set node: the ids it was given must have this root)
-    count = commit_root(node, root, count, index, path, "key setup")
+    count = commit_root(node, root, req.members_count, req.member_index, path, "key setup")
     if config_record(node.state, _COMMITTED) is None:  # the dropouts this node has signed
-        node.state[_COMMITTED] = ConfigRecord({"count": count, "dropped": [],
-                                               "dropped-at": []})
+        node.state[_COMMITTED] = ConfigRecord({_SIZE: count, _DROPPED: [], _DROPPED_AT: []})
 
 
 def _committed(node: NodeContext, before: int | None = None) -> tuple[int, set[int]]:
@@ -185,38 +200,38 @@ def _committed(node: NodeContext, before: int | None = None) -> tuple[int, set[i
     record = config_record(node.state, _COMMITTED)
     if record is None:
         raise SecAggError("secure aggregation used before key setup (secagg_advertise)")
-    gone = {int(v) for v, t in zip(record["dropped"], record["dropped-at"])
+    gone = {int(v) for v, t in zip(record[_DROPPED], record[_DROPPED_AT])
             if before is None or int(t) < before}
-    return int(record["count"]), gone
+    return int(record[_SIZE]), gone
 
 
-def _neighbours(node: NodeContext, st: ConfigRecord, cfg: ConfigRecord,
+def _neighbours(node: NodeContext, st: ConfigRecord, req: ShareRequest,
                 content: RecordDict) -> list[int]:
     """The server's neighbour list, checked to be this node's neighbours in the committed
     set's graph: by every member's id and signature on the set when the node holds the
     whole set, else by each neighbour's Merkle path to the index the graph gives it."""
     refuse = f"{node.who} refuses the share round"
     record = committed(node, "the share round")
-    count, index = int(record["count"]), int(record["index"])
-    places = neighbour_indices(count, index, graph_degree(int(st["degree"])),
-                               int(st["graph-seed"]))
-    listed = listed_nodes(node, cfg["neighbours"], "the share round", SecAggError,
+    count, index = int(record[COUNT]), int(record[INDEX])
+    places = neighbour_indices(count, index, graph_degree(int(st[_DEGREE])),
+                               int(st[_GRAPH_SEED]))
+    listed = listed_nodes(node, req.neighbours, "the share round", SecAggError,
                           f"field '{SUM_KEY}.neighbours'")
     wrong = SecAggError(f"{refuse}: its neighbours are not the ones the committed node set, "
                         "degree and graph seed give (a server choosing neighbourhoods could "
                         "cut the graph)")
     if len(listed) != len(places) or listed != sorted(set(listed)):
         raise wrong
-    if "members" in record:
-        members = [int(v) for v in record["members"]]
+    if MEMBERS in record:
+        members = [int(v) for v in record[MEMBERS]]
         if listed != [members[j] for j in places]:
             raise wrong
         # every member signed this node's set (no member was shown another), across runs too
         signed_set_digest(node, content, "the share round")
         return listed
-    paths = cfg.get("neighbour-paths")
-    if not isinstance(paths, list) or len(paths) != len(listed) or \
-            not all(isinstance(p, bytes) and verify_path(bytes(record["root"]), count, j, v, p)
+    paths = req.neighbour_paths
+    if paths is None or len(paths) != len(listed) or \
+            not all(verify_path(bytes(record[ROOT]), count, j, v, p)
                     for j, v, p in zip(places, listed, paths)):
         raise wrong
     return listed
@@ -227,18 +242,17 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     """Round 2: draw one self-mask seed per upcoming sum, Shamir-share each, mail each holder
     its shares through the sealed relay."""
     st = _state(node.state)
-    cfg = _fields(content, ("neighbours", "threshold", "first-sum", "batch", "s-pks"), node,
-                  Action.SHARE)
+    req = _read(node, ShareRequest, Action.SHARE)
     me = node.context.node_id
     count, _ = _committed(node)
-    neighbours = _neighbours(node, st, cfg, content)
+    neighbours = _neighbours(node, st, req, content)
     if len(neighbours) < min(node.policy.min_neighbours, count - 1):
         raise SecAggError(f"{node.who} refuses the share round: {len(neighbours)} neighbour(s), "
                           f"its node policy's min-neighbours is {node.policy.min_neighbours}")
-    first, batch = int(cfg["first-sum"]), int(cfg["batch"])
-    if not (first > int(st["last-sum"]) and 1 <= batch <= 4096):
+    first, batch = req.first_sum, req.batch
+    if not (first > int(st[_LAST]) and 1 <= batch <= 4096):
         raise SecAggError(f"{node.who} refuses the share round: seeds must be for sums after "
-                          f"its last ({st['last-sum']}) in a batch of 1..4096, got first-sum "
+                          f"its last ({st[_LAST]}) in a batch of 1..4096, got first-sum "
                           f"{first}, batch {batch}")
     holders = [me, *neighbours]
     minimum = node.policy.min_survivors
@@ -249,11 +263,11 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     # The threshold is the node's own (a strict majority of its neighbourhood), never lower
     # than that whatever the server's message says: a lower one would let fewer colluding
     # holders rebuild this node's self-mask seed.
-    threshold = max(threshold_for(len(holders)), int(cfg["threshold"]))
-    if len(cfg["s-pks"]) != len(neighbours):
+    threshold = max(threshold_for(len(holders)), req.threshold)
+    if len(req.s_pks) != len(neighbours):
         raise SecAggError(f"{node.who}: secagg_share lists {len(neighbours)} neighbours and "
-                          f"{len(cfg['s-pks'])} mask keys")
-    signed = {v: bytes(pk) for v, pk in zip(neighbours, cfg["s-pks"])}
+                          f"{len(req.s_pks)} mask keys")
+    signed = {v: bytes(pk) for v, pk in zip(neighbours, req.s_pks)}
     # A later share round (the next batch of seeds) must hand over the same mask keys: a
     # different key for a neighbour, even one its publisher signed (e.g. from an earlier
     # setup of this run), would silently replace the key the masks so far were made with.
@@ -267,8 +281,8 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     # place would give the server the pairwise masks (each key is verified once per run)
     # ... and bind the same commitment (node set and graph): a neighbour shown another set
     # would have signed another purpose
-    s_pks = [_checked_mask_key(node, str(st["commit"]), v, signed[v]) for v in neighbours]
-    if "members" not in committed(node, "the share round"):
+    s_pks = [_checked_mask_key(node, str(st[_COMMIT]), v, signed[v]) for v in neighbours]
+    if MEMBERS not in committed(node, "the share round"):
         confirm_by_neighbours(node)  # each neighbour signed a key bound to this set
     for v in neighbours:
         kept[str(v)] = signed[v]
@@ -277,10 +291,10 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     own_seeds = _record(node.state, _SEEDS)
     for t, seed in seeds.items():
         own_seeds[str(t)] = seed
-    st["neighbours"] = neighbours
-    st["s-pks"] = s_pks
-    st["threshold"] = threshold
-    st["batch"] = batch
+    st[_NEIGHBOURS] = neighbours
+    st[_S_PKS] = s_pks
+    st[_THRESHOLD] = threshold
+    st[_BATCH] = batch
     for idx, holder in enumerate(holders):
         bundle = b"".join(shares[t][idx] for t in sorted(seeds))
         if holder == me:
@@ -314,29 +328,29 @@ def _store_bundle(state: RecordDict, sender: int, first: int, batch: int, bundle
         received[f"{first + i}:{sender}"] = bundle[i * size:(i + 1) * size]
 
 
-def _receive_shares(node: NodeContext) -> None:
-    """Open the shares neighbours mailed (the relay names the sender of a tampered one)."""
+def _receive_shares(node: NodeContext, sum_id: int) -> None:
+    """Open the shares neighbours mailed for sum ``sum_id``'s batch (the relay names the
+    sender of a tampered one)."""
     st = _state(node.state)
-    neighbours = {int(v) for v in st.get("neighbours", [])}
-    sum_id = int(_fields(node.request, ("sum-id",), node, "masked sum")["sum-id"])
-    first = sum_id - (sum_id - 1) % int(st["batch"])
+    neighbours = {int(v) for v in st.get(_NEIGHBOURS, [])}
+    first = sum_id - (sum_id - 1) % int(st[_BATCH])
     for sender, bundle in node.mailbox.receive(f"{SHARES_PURPOSE}:{first}").items():
         if sender not in neighbours:
             raise SecAggError(f"received a share from node {sender}, which is not a neighbour")
-        _store_bundle(node.state, sender, first, int(st["batch"]), bundle)
+        _store_bundle(node.state, sender, first, int(st[_BATCH]), bundle)
 
 
 def _pairwise_keys(st: ConfigRecord, me: int, sum_id: int, bound: bytes) -> dict[int, bytes]:
     """k_uv^(t) with every neighbour v, bound to the request answered in sum t."""
-    s_keys = NodeKeys.from_private_bytes(bytes(st["s-sk"]))
-    context = agreement_context(bytes(st["run-tag"]), b"mask")
+    s_keys = NodeKeys.from_private_bytes(bytes(st[_S_SK]))
+    context = agreement_context(bytes(st[_TAG]), b"mask")
     return {
         v: pairwise_sum_key(s_keys.shared_key(bytes(pk), context), sum_id, bound)
-        for v, pk in zip((int(x) for x in st["neighbours"]), st["s-pks"])
+        for v, pk in zip((int(x) for x in st[_NEIGHBOURS]), st[_S_PKS])
     }
 
 
-def _codec(node: NodeContext, cfg: ConfigRecord, sum_id: int) -> FixedPoint:
+def _codec(node: NodeContext, req: MaskedSum) -> FixedPoint:
     """The fixed-point codec of masked sum ``sum_id``, derived by this node: ``max-abs`` and
     the run's committed node set less its signed dropouts give the fractional bits
     (``FixedPoint.for_sum``, as the server computes them); a request declaring others is
@@ -346,47 +360,51 @@ def _codec(node: NodeContext, cfg: ConfigRecord, sum_id: int) -> FixedPoint:
     of one request decode to that node's input; the sum digest binds them too
     (``clients/sums_node.py`` ``request_digest``), and deriving them leaves the server
     nothing to choose."""
+    sum_id = req.sum_id
     count, dropped = _committed(node)
     n = count - len(dropped)
     try:
-        codec = FixedPoint.for_sum(float(cfg["max-abs"]), max(n, 1))
+        codec = FixedPoint.for_sum(req.max_abs, max(n, 1))
     except (OverflowError, ValueError):  # the server's own number, echoed
         raise SecAggError(f"{node.who} refuses sum {sum_id}: field '{SUM_KEY}.max-abs' = "
-                          f"{cfg['max-abs']!r} gives no fixed-point encoding of a sum over "
+                          f"{req.max_abs!r} gives no fixed-point encoding of a sum over "
                           f"{n} nodes in its 64-bit ring") from None
-    declared = cfg["frac-bits"]
-    if isinstance(declared, bool) or not isinstance(declared, int) or \
-            declared != codec.frac_bits:
+    declared = req.frac_bits
+    if declared != codec.frac_bits:
         raise SecAggError(f"{node.who} refuses sum {sum_id}: field '{SUM_KEY}.frac-bits' = "
-                          f"{declared!r}, but max-abs = {cfg['max-abs']!r} over the run's {n} "
+                          f"{declared!r}, but max-abs = {req.max_abs!r} over the run's {n} "
                           f"committed node(s) gives {codec.frac_bits} (every node derives "
                           "it; the server chooses none)")
     return codec
 
 
-def begin_masked_sum(node: NodeContext) -> None:
-    """Check a masked sum's request before the handler computes anything (the ClientApp
-    runs it first, through ``clients/sums_node.py`` ``check_sum_request``): the sum id is
-    spent here, refused or not, then the alive list, the set size and the codec are
-    checked. Every check depends on the request and this node's own record only."""
+def read_masked_sum(node: NodeContext) -> MaskedSum:
+    """The request's masked-sum record (its ``alive`` list bounded by the roster first)."""
+    return _read(node, MaskedSum, "masked sum")
+
+
+def begin_masked_sum(node: NodeContext, req: MaskedSum) -> None:
+    """Check a masked sum's request ``req`` (:func:`read_masked_sum`) before the handler
+    computes anything (the ClientApp runs it first, through ``clients/sums_node.py``
+    ``check_sum_request``): the sum id is spent here, refused or not, then the alive list,
+    the set size and the codec are checked. Every check depends on the request and this
+    node's own record only."""
     state = node.state
-    cfg = _fields(node.request, ("sum-id", "max-abs", "frac-bits", "alive"), node,
-                  "masked sum")
-    _receive_shares(node)
+    sum_id = req.sum_id
+    _receive_shares(node, sum_id)
     st = _state(state)
-    sum_id = int(cfg["sum-id"])
-    if sum_id <= int(st["last-sum"]):
-        raise SecAggError(f"refusing sum id {sum_id}: ids must increase (last {st['last-sum']}); "
+    if sum_id <= int(st[_LAST]):
+        raise SecAggError(f"refusing sum id {sum_id}: ids must increase (last {st[_LAST]}); "
                           "reusing masks would reveal differences of inputs")
     # the id is spent before any other check: a refused request is never answered later
-    st["last-sum"] = sum_id
+    st[_LAST] = sum_id
     seeds = _record(state, _SEEDS)
     if str(sum_id) not in seeds:
         raise SecAggError(f"no self-mask seed shared for sum {sum_id}")
-    alive = set(listed_nodes(node, cfg["alive"], f"sum {sum_id}", SecAggError,
+    alive = set(listed_nodes(node, req.alive, f"sum {sum_id}", SecAggError,
                              f"field '{SUM_KEY}.alive'"))
     count, dropped = _committed(node)
-    expected = {int(v) for v in st["neighbours"]} - dropped
+    expected = {int(v) for v in st[_NEIGHBOURS]} - dropped
     if alive != expected:
         raise SecAggError(f"{node.who} refuses sum {sum_id}: the server's alive list is not its "
                           "neighbours in the run's committed node set (less the dropouts its "
@@ -395,32 +413,31 @@ def begin_masked_sum(node: NodeContext) -> None:
         raise SecAggError(f"{node.who} refuses sum {sum_id}: the run's node set has "
                           f"{count - len(dropped)} node(s) left, its node policy's "
                           f"min-survivors is {node.policy.min_survivors}")
-    _codec(node, cfg, sum_id)
-    needed = masking_minimum(len(st["neighbours"]), int(st["threshold"]))
+    _codec(node, req)
+    needed = masking_minimum(len(st[_NEIGHBOURS]), int(st[_THRESHOLD]))
     if len(alive) < needed:
         raise SecAggError(
             f"{node.who} refuses sum {sum_id}: the server's alive list leaves "
-            f"{len(alive)} of its {len(st['neighbours'])} neighbours to mask with; it "
+            f"{len(alive)} of its {len(st[_NEIGHBOURS])} neighbours to mask with; it "
             f"needs {needed} (with fewer, the neighbours asked for pairwise keys and those "
             "asked for self-mask shares could be disjoint and together unmask its input)")
 
 
-def mask_values(node: NodeContext, vec: np.ndarray, bound: bytes = b"",
+def mask_values(node: NodeContext, req: MaskedSum, vec: np.ndarray, bound: bytes = b"",
                 encode=None) -> np.ndarray:
-    """Fixed-point encode ``vec`` and add the self mask and the pairwise masks for this sum,
-    the pairwise ones bound to ``bound`` (the digest of the request answered). The request
-    was checked, and its sum id spent, by :func:`begin_masked_sum`; each seed masks once.
-    ``encode(codec, vec)``, if given, replaces ``codec.encode`` (a noisy sum's encoder,
-    ``clients/noise_node.py``)."""
+    """Fixed-point encode ``vec`` and add the self mask and the pairwise masks for sum
+    ``req``, the pairwise ones bound to ``bound`` (the digest of the request answered). The
+    request was checked, and its sum id spent, by :func:`begin_masked_sum`; each seed masks
+    once. ``encode(codec, vec)``, if given, replaces ``codec.encode`` (a noisy sum's
+    encoder, ``clients/noise_node.py``)."""
     state, me = node.state, node.context.node_id
-    cfg = _fields(node.request, ("sum-id", "max-abs", "frac-bits", "alive"), node, "masked sum")
     st = _state(state)
-    sum_id = int(cfg["sum-id"])
+    sum_id = req.sum_id
     seeds = _record(state, _SEEDS)
-    if sum_id != int(st["last-sum"]) or str(sum_id) not in seeds:
+    if sum_id != int(st[_LAST]) or str(sum_id) not in seeds:
         raise SecAggError(f"{node.who} refuses to mask sum {sum_id}: it is not the sum its "
                           "request check began, or it was masked already")
-    codec = _codec(node, cfg, sum_id)
+    codec = _codec(node, req)
     try:
         # sum_reply clipped vec into the range first
         out = codec.encode(vec) if encode is None else encode(codec, vec)
@@ -428,7 +445,7 @@ def mask_values(node: NodeContext, vec: np.ndarray, bound: bytes = b"",
         raise OverflowError(f"{node.who}: {exc}") from None
     n = out.shape[0]
     out += self_mask(bytes(seeds[str(sum_id)]), sum_id, n)
-    alive = {int(v) for v in cfg["alive"]}
+    alive = {int(v) for v in req.alive}
     _record(state, _BOUNDS)[str(sum_id)] = bytes(bound)  # for a dropped peer's key later
     for v, key in _pairwise_keys(st, me, sum_id, bound).items():
         if v in alive:  # the lower id adds the pairwise mask, the higher subtracts it
@@ -440,20 +457,20 @@ def mask_values(node: NodeContext, vec: np.ndarray, bound: bytes = b"",
     return out
 
 
-def _split(node: NodeContext, cfg: ConfigRecord, sum_id: int, what: str) -> tuple[list[int], int]:
+def _split(node: NodeContext, req: ConfirmRequest, what: str) -> tuple[list[int], int]:
     """The server's dropped list of sum ``sum_id``, checked against this node's own record:
     nodes of the run's committed set not dropped before (every one, when the node holds the
     whole set), never this node, dropouts only if its policy allows them, and at least
     ``min-survivors`` nodes left. Returns the list and how many nodes the set keeps: with
     the committed set and the earlier signed dropouts, the survivors are fixed."""
-    me = node.context.node_id
-    dropped = sorted(set(listed_nodes(node, cfg["dropped"], f"to {what} sum {sum_id}",
+    me, sum_id = node.context.node_id, req.sum_id
+    dropped = sorted(set(listed_nodes(node, req.dropped, f"to {what} sum {sum_id}",
                                       SecAggError, f"field '{SUM_KEY}.dropped'")))
     count, gone = _committed(node, before=sum_id)
     record = committed(node, f"to {what} sum {sum_id}")
     refuse = f"{node.who} refuses to {what} sum {sum_id}"
-    inside = "members" not in record or \
-        set(dropped) <= {int(v) for v in record["members"]}
+    inside = MEMBERS not in record or \
+        set(dropped) <= {int(v) for v in record[MEMBERS]}
     if me in dropped or set(dropped) & gone or not inside:
         raise SecAggError(f"{refuse}: the dropped list must name nodes of the run's committed "
                           "node set not dropped before, and not this node")
@@ -475,17 +492,17 @@ def confirmers(node: NodeContext, st: ConfigRecord, sum_id: int,
     shares and keys it reveals; Bell et al.'s neighbour-local consistency check)."""
     _, gone = _committed(node, before=sum_id)
     record = committed(node, f"to unmask sum {sum_id}")
-    pool = [int(v) for v in record["members"]] if "members" in record else \
-        [node.context.node_id, *(int(v) for v in st["neighbours"])]
+    pool = [int(v) for v in record[MEMBERS]] if MEMBERS in record else \
+        [node.context.node_id, *(int(v) for v in st[_NEIGHBOURS])]
     return sorted(set(pool) - gone - set(dropped))
 
 
 def _spend(node: NodeContext, record: str, sum_id: int, what: str) -> None:
     """Mark ``sum_id`` used for ``what`` before any other check (refused or not, once)."""
     st = _state(node.state)
-    if sum_id != int(st["last-sum"]):
+    if sum_id != int(st[_LAST]):
         raise SecAggError(f"{node.who} refuses to {what} sum {sum_id}: its last sum is "
-                          f"{st['last-sum']}")
+                          f"{st[_LAST]}")
     done = _record(node.state, record)
     if str(sum_id) in done:
         raise SecAggError(f"{node.who} refuses to {what} sum {sum_id} twice")
@@ -497,34 +514,35 @@ def confirm(content: RecordDict, node: NodeContext) -> RecordDict:
     """The consistency round of a sum with dropouts: sign the split (the dropped list and the
     nodes left), once per sum. The dropped nodes leave this node's committed set for the rest
     of the run (a dropped node never comes back, so the server cannot alternate sets)."""
-    cfg = _fields(content, ("sum-id", "dropped"), node, Action.CONFIRM)
-    sum_id = int(cfg["sum-id"])
+    req = _read(node, ConfirmRequest, Action.CONFIRM)
+    sum_id = req.sum_id
     _spend(node, _CONFIRMED, sum_id, "confirm")
-    dropped, left = _split(node, cfg, sum_id, "confirm")
+    dropped, left = _split(node, req, "confirm")
     if not dropped:
         raise SecAggError(f"{node.who} refuses to confirm sum {sum_id}: it has no dropouts")
     record = config_record(node.state, _COMMITTED)
-    record["dropped"] = [*record["dropped"], *dropped]
-    record["dropped-at"] = [*record["dropped-at"], *[sum_id] * len(dropped)]
+    record[_DROPPED] = [*record[_DROPPED], *dropped]
+    record[_DROPPED_AT] = [*record[_DROPPED_AT], *[sum_id] * len(dropped)]
     signed = node.identity.sign(SURVIVORS_PURPOSE, node.context.run_id, node.context.node_id,
                                 _split_digest(node, sum_id, dropped, left))
-    return RecordDict({secagg_wire.CONFIRMATION: ConfigRecord({"signed": signed})})
+    return Confirmation(signed=signed).to_records()
 
 
 def _split_digest(node: NodeContext, sum_id: int, dropped: list[int], left: int) -> bytes:
-    digest = bytes(committed(node, f"sum {sum_id}")["digest"])
+    digest = bytes(committed(node, f"sum {sum_id}")[DIGEST])
     return survivors_digest(sum_id, digest, dropped, left)
 
 
-def _check_confirmations(node: NodeContext, st: ConfigRecord, cfg: ConfigRecord, sum_id: int,
+def _check_confirmations(node: NodeContext, st: ConfigRecord, req: UnmaskRequest,
                          dropped: list[int], left: int) -> None:
     """The signature on exactly this split (checked against the roster, each from its own
     partition) of every node in :func:`confirmers`, in their order: then none of them was
     shown another split of this sum."""
+    sum_id = req.sum_id
     refuse = f"{node.who} refuses to unmask sum {sum_id}"
     needed = confirmers(node, st, sum_id, dropped)
-    signatures = cfg.get("confirmations")
-    if not isinstance(signatures, list) or len(signatures) != len(needed):
+    signatures = req.confirmations
+    if signatures is None or len(signatures) != len(needed):
         raise SecAggError(f"{refuse}: a sum with dropouts needs the signature on the split "
                           f"of each of {len(needed)} survivor(s) it checks (field "
                           f"'{SUM_KEY}.confirmations')")
@@ -550,24 +568,24 @@ def unmask(content: RecordDict, node: NodeContext) -> RecordDict:
     """
     me = node.context.node_id
     st = _state(node.state)
-    cfg = _fields(content, ("sum-id", "dropped"), node, Action.UNMASK)
-    sum_id = int(cfg["sum-id"])
+    req = _read(node, UnmaskRequest, Action.UNMASK)
+    sum_id = req.sum_id
     _spend(node, _REVEALED, sum_id, "unmask")
-    dropped, left = _split(node, cfg, sum_id, "unmask")
+    dropped, left = _split(node, req, "unmask")
     if dropped:
-        _check_confirmations(node, st, cfg, sum_id, dropped, left)
+        _check_confirmations(node, st, req, dropped, left)
         confirmed = config_record(node.state, _CONFIRMED)
         if str(sum_id) not in confirmed:
             raise SecAggError(f"{node.who} refuses to unmask sum {sum_id}: it did not sign its "
                               "split itself")
     _, gone = _committed(node, before=sum_id)
-    neighbours = {int(v) for v in st["neighbours"]}
+    neighbours = {int(v) for v in st[_NEIGHBOURS]}
     neighbourhood = neighbours | {me}
     alive = neighbourhood - gone - set(dropped)
-    if len(alive) < int(st["threshold"]):
+    if len(alive) < int(st[_THRESHOLD]):
         raise SecAggError(f"{node.who} refuses to unmask: only {len(alive)} of its "
                           f"{len(neighbourhood)} neighbourhood survive, threshold is "
-                          f"{st['threshold']}")
+                          f"{st[_THRESHOLD]}")
     # its neighbours' keys carry roster signatures it checked: these contributors are genuine
     if len(alive) < node.policy.min_survivors:
         raise SecAggError(f"{node.who} refuses to unmask sum {sum_id}: {len(alive)} node(s) "

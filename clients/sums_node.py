@@ -18,20 +18,26 @@ from flwr.app import ConfigRecord, RecordDict
 from clients.handlers import handler
 from clients.node import NodeContext
 from clients.nodeset import committed_members, signed_set_digest
-from fedrec.records import config_record, content_digest, state_record, to_array_record
-from fedrec.wire import evaluation as evaluation_wire
+from fedrec.records import config_record, content_digest, state_record
+from fedrec.wire.evaluation import RankingRequest, RankingSum
 from fedrec.wire.message import Message
+from fedrec.wire.secagg import MaskBound, MaskedSum
 from fedrec.wire.sums import (
-    CIPHER_KEY,
     CLIPPED_KEY,
     CONTRIB_KEY,
     PER_NODE_SUM_FIELDS,
     SHAPES_KEY,
     SIGNED_KEY,
     SUM_KEY,
-    VALUES_KEY,
     Action,
     AggregationError,
+    CkksContribution,
+    CkksSum,
+    DecryptRequest,
+    PlainSum,
+    RangedSum,
+    SumRequest,
+    SumValues,
     contribution_digest,
     contribution_purpose,
     flatten,
@@ -53,6 +59,9 @@ _SUM_BYTES = {"plain": 24.0, "secagg+": 56.0, "ckks": CKKS_BYTES_PER_VALUE}
 #: it); a fresh process's first loads measured 1.25-1.37 (once 1.75) while its allocator
 #: warms up.
 CKKS_NATIVE_PER_BYTE = 1.5
+#: The sum record's message by mode (``fedrec/wire/sums.py``, ``fedrec/wire/secagg.py``).
+_MODES: dict[str, type[SumRequest]] = {"plain": PlainSum, "secagg+": MaskedSum,
+                                       "ckks": CkksSum}
 
 
 def sum_reply(node: NodeContext, arrays: Message | Mapping[str, np.ndarray],
@@ -65,49 +74,44 @@ def sum_reply(node: NodeContext, arrays: Message | Mapping[str, np.ndarray],
     """
     if isinstance(arrays, Message):
         arrays = arrays.to_arrays()
-    if node.sum_record is None:
-        raise AggregationError(f"{node.who}: a handler replied with a sum without being "
-                               "declared a sum handler (@handler(..., sums=True)), so its "
-                               "request was not checked before it ran")
-    cfg = node.sum_record
-    mode = str(cfg["mode"])
+    req = sum_request(node)
+    mode = req.mode
     node.reserve(_SUM_BYTES.get(mode, 0.0) * sum(np.size(a) for a in arrays.values()),
                  f"its share of a '{mode}' sum")
-    if mode in ("secagg+", "ckks"):
-        arrays = clipped_into_range(arrays, _declared_range(cfg, node))
+    if isinstance(req, RangedSum):
+        arrays = clipped_into_range(arrays, _declared_range(req, node))
     vec, layout = flatten(arrays)
     reply = RecordDict({SHAPES_KEY: ConfigRecord({name: list(s) for name, s in layout})})
-    if mode == "plain":
+    if isinstance(req, PlainSum):
         if not np.isfinite(vec).all():  # the server sees plain values anyway: no oracle
-            raise AggregationError(f"{node.who} refuses plain sum {cfg.get('sum-id')}: its "
+            raise AggregationError(f"{node.who} refuses plain sum {req.sum_id}: its "
                                    "arrays hold non-finite values (NaN or inf)")
-        values = vec.astype(str(cfg.get("wire-dtype", "float64")), copy=False)
-        reply[VALUES_KEY] = to_array_record({"v": values})
-    elif mode == "secagg+":  # fixed-point encoding needs float64 precision
+        values = vec.astype(req.wire_dtype or "float64", copy=False)
+        reply.update(SumValues(values=values).to_records())
+    elif isinstance(req, MaskedSum):  # fixed-point encoding needs float64 precision
         from clients.secagg_node import mask_values
-        from fedrec.wire.secagg import BOUND_KEY
 
         bound = request_digest(node)
         encode = None
         from clients.noise_node import noisy_encoder, requested
 
         if requested(node) is not None:  # distributed noise (clients/noise_node.py)
-            encode = noisy_encoder(node, layout)
-        values = mask_values(node, vec.astype(np.float64, copy=False), bound, encode)
-        reply[VALUES_KEY] = to_array_record({"v": values})
-        reply[BOUND_KEY] = ConfigRecord({"digest": bound})
+            encode = noisy_encoder(node, req, layout)
+        values = mask_values(node, req, vec.astype(np.float64, copy=False), bound, encode)
+        reply.update(SumValues(values=values).to_records())
+        reply.update(MaskBound(digest=bound).to_records())
     else:  # ckks: check_sum_request refused every other mode before the handler ran
-        sum_id = int(cfg["sum-id"])
+        sum_id = req.sum_id
         # bound to the request and to the node set every member signed: a decrypter that
         # committed to another set refuses this contribution
         bound = request_digest(node) + signed_set_digest(node, node.request,
                                                          f"CKKS sum {sum_id}")
-        chunks = _encrypt(node, vec, cfg)
+        chunks = _encrypt(node, vec, req.purpose)
         state_record(node.state, _CONTRIBUTED)[str(sum_id)] = bound
         signed = node.identity.sign(contribution_purpose(sum_id), node.context.run_id,
                                     node.context.node_id,
                                     contribution_digest(sum_id, chunks, bound))
-        reply[CIPHER_KEY] = ConfigRecord({"chunks": chunks, "signed-digest": signed})
+        reply.update(CkksContribution(chunks=chunks, signed_digest=signed).to_records())
     for key, record in (extra or {}).items():
         reply[key] = record
     return reply
@@ -128,30 +132,45 @@ def check_sum_request(node: NodeContext) -> ConfigRecord:
     if cfg is None:
         raise AggregationError(f"{node.who}: request has no '{SUM_KEY}' record: it is not a "
                                "sum request")
-    if "mode" not in cfg:
-        raise AggregationError(f"{node.who}: sum request has no field '{SUM_KEY}.mode'")
-    mode = str(cfg["mode"])
+    mode = node.read(SumRequest).mode
+    req: SumRequest
     if mode == "plain":
         node.policy.require("allow-plain", "a plain sum (mode 'plain': the server would see "
                             "this node's values)", node.who)
+        req = node.read(PlainSum)
     elif mode == "ckks":
         node.policy.require("allow-ckks", "a CKKS sum (mode 'ckks': every node and the "
                             "decrypter hold the secret key)", node.who)
-        _declared_range(cfg, node)
+        _declared_range(node.read(RangedSum), node)
+        req = node.read(CkksSum)
     elif mode == "secagg+":
-        from clients.secagg_node import begin_masked_sum
+        from clients.secagg_node import begin_masked_sum, read_masked_sum
 
-        _declared_range(cfg, node)
-        begin_masked_sum(node)
+        _declared_range(node.read(RangedSum), node)
+        req = read_masked_sum(node)
+        begin_masked_sum(node, req)
     else:
         raise AggregationError(f"{node.who}: unknown sum mode {mode!r} (secagg+, plain or "
                                "ckks)")
     from clients.noise_node import check_noise_request, requested
 
     if requested(node) is not None:  # a sum with distributed noise (clients/noise_node.py)
-        check_noise_request(node, cfg)
+        check_noise_request(node, req)
     node.sum_record = cfg
     return cfg
+
+
+def sum_request(node: NodeContext) -> SumRequest:
+    """The request's sum record as its mode's message (:class:`~fedrec.wire.sums.PlainSum`,
+    :class:`~fedrec.wire.secagg.MaskedSum` or :class:`~fedrec.wire.sums.CkksSum`), once
+    :func:`check_sum_request` checked it."""
+    if node.sum_record is None:
+        raise AggregationError(f"{node.who}: a handler replied with a sum without being "
+                               "declared a sum handler (@handler(..., sums=True)), so its "
+                               "request was not checked before it ran")
+    record = dict(node.sum_record)
+    cls = _MODES[SumRequest.from_parts({}, record, node.who).mode]
+    return cls.from_parts({}, record, node.who)
 
 
 def request_digest(node: NodeContext) -> bytes:
@@ -178,16 +197,13 @@ def request_digest(node: NodeContext) -> bytes:
     return content_digest(shared)
 
 
-def _declared_range(cfg: ConfigRecord, node: NodeContext) -> float:
+def _declared_range(req: RangedSum, node: NodeContext) -> float:
     """The sum's declared ``max-abs``: finite and > 0, else a refusal (it depends only on the
     request, so refusing it reveals nothing about this node's values)."""
-    try:
-        max_abs = float(cfg["max-abs"])
-    except (KeyError, TypeError, ValueError):
-        max_abs = float("nan")
+    max_abs = req.max_abs
     if not (np.isfinite(max_abs) and max_abs > 0):
         raise AggregationError(f"{node.who}: sum request field '{SUM_KEY}.max-abs' must be a "
-                               f"finite number > 0, got {cfg.get('max-abs')!r}")
+                               f"finite number > 0, got {max_abs!r}")
     return max_abs
 
 
@@ -233,19 +249,19 @@ def ranking_reply(node: NodeContext, score: Callable[[sp.csr_matrix], np.ndarray
     from fedrec.recsys.metrics import evaluate_ranking
 
     data = node.data()
-    k = node.size(node.config(), evaluation_wire.TOP_K, default=20)
+    k = node.read(RankingRequest).top_k
     node.reserve(ranking_bytes(data.n_items, min(batch_size, data.test.shape[0]), k),
                  f"ranking {batch_size} users at a time (top-k={k})")
     sums = evaluate_ranking(lambda rows: score(data.train[rows]), data.train, data.test, k=k,
                             batch_size=batch_size)
-    return sum_reply(node, {evaluation_wire.RANKING: sums.to_vector()})
+    return sum_reply(node, RankingSum(ranking=sums.to_vector()))
 
 
-def _encrypt(node: NodeContext, vec: np.ndarray, cfg: ConfigRecord) -> list[bytes]:
+def _encrypt(node: NodeContext, vec: np.ndarray, purpose: str) -> list[bytes]:
     from clients.relay_node import get_shared_context
     from fedrec.secure.he import encrypt_packed
 
-    ctx = get_shared_context(node.state, str(cfg["purpose"]))
+    ctx = get_shared_context(node.state, purpose)
     return encrypt_packed(ctx, vec.astype(np.float64, copy=False))
 
 
@@ -333,12 +349,8 @@ def decrypt(content: RecordDict, node: NodeContext) -> RecordDict:
 
     if SUM_KEY not in content.config_records:
         raise AggregationError(f"{node.who}: decrypt request needs record '{SUM_KEY}'")
-    cfg = content.config_records[SUM_KEY]
-    missing = [k for k in ("sum-id", "purpose", "n") if k not in cfg]
-    if missing:
-        raise AggregationError(f"{node.who}: decrypt request lacks field(s) "
-                               f"{', '.join(f'{SUM_KEY}.{k}' for k in missing)}")
-    sum_id = str(int(cfg["sum-id"]))
+    req = node.read(DecryptRequest)
+    sum_id = str(req.sum_id)
     contributed = config_record(node.state, _CONTRIBUTED) or ConfigRecord()
     done = state_record(node.state, _DECRYPTED)
     if sum_id not in contributed or sum_id in done:
@@ -346,12 +358,12 @@ def decrypt(content: RecordDict, node: NodeContext) -> RecordDict:
                                "it decrypts once each sum it contributed to, nothing else")
     done[sum_id] = True  # spent before any check: a refused request is not retried
     signed_set_digest(node, content, f"to decrypt sum {sum_id}")
-    ctx = get_shared_context(node.state, str(cfg["purpose"]))
+    ctx = get_shared_context(node.state, req.purpose)
     total = _signed_sum(node, content, int(sum_id), ctx, bytes(contributed[sum_id]))
-    n = int(cfg["n"])
+    n = req.n
     values = np.concatenate([np.asarray(v.decrypt(), np.float64) for v in total]) if total \
         else np.zeros(0)
     if values.size != n:
         raise AggregationError(f"{node.who}: the contributions hold {values.size} values, the "
                                f"request declares {n}")
-    return RecordDict({VALUES_KEY: to_array_record({"v": np.asarray(values, np.float64)})})
+    return SumValues(values=np.asarray(values, np.float64)).to_records()

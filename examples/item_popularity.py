@@ -1,8 +1,8 @@
 """A new protocol in one file: most-popular-items recommendation from a secure sum.
 
-Shows how to add a protocol without editing the project: node handlers register with
-``clients.handlers.handler``, the server side is a ``ProtocolStrategy`` naming its handler
-module in ``clients``. Run it:
+Shows how to add a protocol without editing the project: its messages are typed
+(``fedrec/wire/message.py``), node handlers register with ``clients.handlers.handler``, the
+server side is a ``ProtocolStrategy`` naming its handler module in ``clients``. Run it:
 
     python run_simulation.py --protocol examples.item_popularity:ItemPopularity
 
@@ -23,6 +23,8 @@ from clients.handlers import handler
 from clients.node import NodeContext
 from clients.sums_node import ranking_reply, sum_reply
 from fedrec.config import Key
+from fedrec.wire.evaluation import RankingRequest
+from fedrec.wire.message import Message, message, per_round, reply
 from strategies.base import Federation, ProtocolStrategy, RunOutcome
 
 
@@ -34,16 +36,35 @@ class Action(StrEnum):
     EVALUATE = "popularity_evaluate"
 
 
+@message(Action.DEGREES)
+class DegreesRequest(Message):
+    """No fields: each node counts its own interactions."""
+
+
+@message()
+class Degrees(Message):
+    """A node's share of the degree sum: interactions per item."""
+
+    deg: np.ndarray = reply(shape=("items",))
+
+
+@message(Action.EVALUATE)
+class EvaluateRequest(RankingRequest):
+    """The summed degrees, which every node ranks its users' unseen items by."""
+
+    deg: np.ndarray = per_round(shape=("items",))
+
+
 @handler(Action.DEGREES, sums=True)
 def degrees(content: RecordDict, node: NodeContext) -> RecordDict:
     """This node's item degrees (interactions per item), as its share of a sum."""
-    return sum_reply(node, {"deg": np.asarray(node.data().train.sum(axis=0)).ravel()})
+    return sum_reply(node, Degrees(deg=np.asarray(node.data().train.sum(axis=0)).ravel()))
 
 
 @handler(Action.EVALUATE, sums=True)
 def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Score this node's users by global popularity; reply the ranking sums."""
-    deg = node.arrays()["deg"]
+    deg = node.read(EvaluateRequest, items=node.data().n_items).deg
     return ranking_reply(node, lambda rows: np.tile(deg, (rows.shape[0], 1)))
 
 
@@ -58,8 +79,9 @@ class ItemPopularity(ProtocolStrategy):
         self.k = self.cfg["popularity-top-k"]
 
     def run(self, fed: Federation) -> RunOutcome:
-        deg = fed.sum(Action.DEGREES, max_abs=fed.max_users + 1, phase="degrees")["deg"]
-        metrics = fed.evaluate(Action.EVALUATE, {"deg": deg}, k=self.k)
+        deg = fed.sum_of(DegreesRequest(), Degrees, max_abs=fed.max_users + 1,
+                         phase="degrees").deg
+        metrics = fed.evaluate_ranking(EvaluateRequest(deg=deg, top_k=self.k))
         return RunOutcome(metrics=metrics, extra={"top_items": np.argsort(-deg)[:10].tolist()})
 
 

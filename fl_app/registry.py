@@ -139,9 +139,12 @@ def load_strategy_class(name: str) -> type:
     if cls is None:
         raise ConfigError(f"strategy {name!r}: module {module_name!r} has no class "
                           f"{class_name!r}")
-    if not (isinstance(cls, type) and issubclass(cls, Strategy)):
+    from strategies.base import ProtocolStrategy
+
+    if not (isinstance(cls, type) and issubclass(cls, (Strategy, ProtocolStrategy))):
         raise ConfigError(
-            f"strategy {name!r}: {class_name} is not a flwr.serverapp.strategy.Strategy subclass"
+            f"strategy {name!r}: {class_name} is neither a ProtocolStrategy nor a "
+            "flwr.serverapp.strategy.Strategy subclass"
         )
     return cls
 
@@ -209,7 +212,8 @@ def resolve_config(given: Mapping[str, Any] | None,
     naming them: ``flwr run`` passes every key ``pyproject.toml`` lists), then ``given``
     (the keys the run's command names). Each value is parsed by its key. A key in
     ``given`` or in ``options`` that the protocol does not read is refused, so a setting is
-    never accepted and ignored; ``defaults`` may list any known key. An unknown protocol or
+    never accepted and ignored; ``defaults`` may list any known key, and the config keeps
+    only the keys its protocol reads (the core's and its own). An unknown protocol or
     key raises :class:`fedrec.config.ConfigError`. A :class:`RunConfig` is resolved
     already: it comes back as it is.
     """
@@ -220,7 +224,10 @@ def resolve_config(given: Mapping[str, Any] | None,
     head = {k: known[k].parse(v) for k, v in merged.items() if k in ("protocol", "strategy")}
     cfg = merge_config(merged, keys_for(head))
     check_keys_read([*given, *option_assignments(cfg)], cfg)
-    return cfg
+    # what the run reads, and only that: the record of the run lists its protocol's keys,
+    # and a strategy that reads another protocol's key fails at once (KeyError)
+    read = {k for names in protocol_keys(cfg).values() for k in names}
+    return RunConfig({k: v for k, v in cfg.items() if k in read})
 
 
 def used_by(keys: Iterable[Key]) -> dict[str, str]:

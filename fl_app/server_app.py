@@ -17,6 +17,7 @@ from typing import Any
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import Strategy
 
 from clients.policy import PolicyError
 from datasets.errors import DataError
@@ -37,14 +38,14 @@ _LOG_DELIVERY_SECONDS = 1.5
 
 
 def build_strategy(cfg: Mapping[str, Any]) -> ProtocolStrategy:
-    """The run's protocol, built once from the typed run config (``from_run_config``): a
+    """The run's protocol, built once from the typed run config (``Cls(cfg)``): a
     registered name or a ``package.module:Class`` of a ProtocolStrategy."""
     cls = load_strategy_class(cfg["protocol"])
     if not issubclass(cls, ProtocolStrategy):
         raise ConfigError(f"protocol {cfg['protocol']!r} is a plain Flower strategy, not a "
                           "ProtocolStrategy: give it as 'strategy', with a 'protocol' whose "
                           "nodes it drives (e.g. fedmf)")
-    return cls.from_run_config(cfg)
+    return cls(cfg)
 
 
 @dataclass
@@ -142,9 +143,11 @@ def _run_strategy(strategy: ProtocolStrategy, messenger: Messenger,
     if not cfg.get("strategy"):  # a protocol with its own phases
         return strategy.execute(messenger)
     stock_cls = load_strategy_class(cfg["strategy"])
-    stock = (stock_cls.from_run_config(cfg) if issubclass(stock_cls, ProtocolStrategy)
-             else stock_cls())
-    return strategy.drive_stock_strategy(stock, messenger)
+    if not issubclass(stock_cls, Strategy):
+        raise ConfigError(f"strategy {cfg['strategy']!r} is a ProtocolStrategy with phases of "
+                          "its own: give it as 'protocol'; 'strategy' takes a Flower "
+                          "Strategy (e.g. flwr.serverapp.strategy:FedAvg)")
+    return strategy.drive_stock_strategy(stock_cls(), messenger)
 
 
 def progress_to_console(indent: str = "") -> None:

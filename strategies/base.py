@@ -6,24 +6,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from fedrec.config import CORE_KEYS, ConfigError, Key, RunConfig, key_table, merge_config
-from fedrec.records import to_array_record
 from fedrec.recsys.metrics import RankingSums
 from fedrec.transport.aggregators import Aggregator
 from fedrec.transport.factory import make_aggregator
 from fedrec.transport.messenger import Messenger
-from fedrec.wire import evaluation as evaluation_wire
 from fedrec.wire import handshake as handshake_wire
-from fedrec.wire import request as request_wire
 from fedrec.wire.evaluation import RankingRequest, RankingSum
-from fedrec.wire.handshake import Info
+from fedrec.wire.handshake import HelloInfo
 from fedrec.wire.message import Message
 from strategies.policy_needs import PolicyNeed, aggregator_needs, check_node_policies
 
@@ -175,22 +171,20 @@ def handshake(messenger: Messenger, cfg: Mapping[str, Any], min_nodes: int = 1,
     infos = {}
     policies: dict[int, dict[str, Any]] = {}
     for node, reply in replies.items():
-        if handshake_wire.INFO not in reply.config_records:
+        if HelloInfo.CONFIG not in reply.config_records:
             raise ValueError(f"{messenger.label(node)} answered the handshake without its "
-                             f"'{handshake_wire.INFO}' record")
-        info = reply.config_records[handshake_wire.INFO]
-        infos[node] = NodeInfo(node, int(info[Info.PARTITION]), int(info[Info.N_ITEMS]),
-                               int(info[Info.N_USERS]), int(info[Info.N_TRAIN_USERS]),
-                               role=str(info.get(Info.ROLE, "user")),
-                               holds=tuple(str(h) for h in info.get(Info.HOLDS, ["rows"])))
+                             f"'{HelloInfo.CONFIG}' record")
+        info = HelloInfo.from_records(reply, messenger.label(node))
+        infos[node] = NodeInfo(node, info.partition_id, info.n_items, info.n_users,
+                               info.n_train_users, role=info.role, holds=tuple(info.holds))
         where = (f"partition {infos[node].partition_id}" if infos[node].role != "item-server"
                  else "item server")
         messenger.report.name_node(node, where, infos[node].partition_id, infos[node].role)
         if handshake_wire.POLICY in reply.config_records:  # what it accepts, for the results
             messenger.report.add_policy(node, reply.config_records[handshake_wire.POLICY])
             policies[node] = dict(reply.config_records[handshake_wire.POLICY])
-        if Info.IDENTITY in info:
-            messenger.report.add_identity(node, str(info[Info.IDENTITY]))
+        if info.identity is not None:
+            messenger.report.add_identity(node, info.identity)
     item_counts = {i.n_items for i in infos.values()}
     if len(item_counts) != 1:
         detail = ", ".join(f"{messenger.label(n)}: {i.n_items}" for n, i in sorted(infos.items()))
@@ -210,16 +204,15 @@ class Federation:
     """What a protocol works with after the handshake: the nodes in their fixed order, the
     aggregator the run config names, and one-line helpers for the usual rounds.
 
-    ``sum``, ``broadcast`` and ``evaluate`` take named arrays and a config dict and build
-    the Flower records (``arrays`` ArrayRecord, ``<protocol key>`` ConfigRecord) so a protocol
-    states only its own logic.
+    ``send``, ``ask``, ``sum_of`` and ``evaluate_ranking`` take a typed request
+    (``fedrec/wire/message.py``), which encodes itself into Flower records, so a protocol
+    states only its own logic and never spells a field.
     """
 
     messenger: Messenger
     cfg: Mapping[str, Any]
     infos: dict[int, NodeInfo]
     aggregator: Aggregator
-    config_name: str = request_wire.CONFIG
 
     @property
     def nodes(self) -> list[int]:
@@ -238,16 +231,6 @@ class Federation:
     def max_users(self) -> int:
         """The most users any node holds (bounds of per-node counts in sums)."""
         return max(i.n_users for i in self.infos.values())
-
-    def request(self, arrays: Mapping[str, np.ndarray] | None = None,
-                config: Mapping[str, Any] | None = None) -> RecordDict:
-        """A request carrying ``arrays`` (record ``arrays``) and ``config``."""
-        content = RecordDict()
-        if arrays:
-            content[request_wire.ARRAYS] = to_array_record(arrays)
-        if config:
-            content[self.config_name] = ConfigRecord(dict(config))
-        return content
 
     def send(self, request: Message, *, nodes: list[int] | None = None,
              phase: str | None = None) -> dict[int, RecordDict]:
@@ -270,20 +253,6 @@ class Federation:
                                     phase=phase)
         return reply.from_parts(total, {}, "the sum")
 
-    def sum(self, action: str, arrays: Mapping[str, np.ndarray] | None = None,
-            config: Mapping[str, Any] | None = None, *, max_abs: float,
-            phase: str | None = None) -> dict[str, np.ndarray]:
-        """Every node's reply to ``action``, summed by the run's aggregator."""
-        return self.aggregator.sum(action, self.request(arrays, config), max_abs=max_abs,
-                                   phase=phase)
-
-    def broadcast(self, action: str, arrays: Mapping[str, np.ndarray] | None = None,
-                  config: Mapping[str, Any] | None = None, *, nodes: list[int] | None = None,
-                  phase: str | None = None) -> dict[int, RecordDict]:
-        """The same request to every node (or ``nodes``); the replies by node."""
-        return self.messenger.broadcast(action, self.request(arrays, config),
-                                        self.nodes if nodes is None else nodes, phase=phase)
-
     def evaluate_ranking(self, request: RankingRequest, *,
                          phase: str = "evaluate") -> dict[str, float]:
         """Ranking metrics of every node's users at ``request.top_k``, learned only as a sum
@@ -292,36 +261,27 @@ class Federation:
                             phase=phase)
         return RankingSums.from_vector(request.top_k, total.ranking).means()
 
-    def evaluate(self, action: str, arrays: Mapping[str, np.ndarray] | None = None,
-                 config: Mapping[str, Any] | None = None, *, k: int = 20,
-                 phase: str = "evaluate") -> dict[str, float]:
-        """Ranking metrics of every node's users, learned only as a sum over nodes.
 
-        Nodes answer with ``clients.sums_node.ranking_reply``; the result is
-        ``{"recall@20": ..., "ndcg@20": ..., ...}``.
-        """
-        total = self.sum(action, arrays, {**dict(config or {}), evaluation_wire.TOP_K: k},
-                         max_abs=float(self.max_users) + 1.0, phase=phase)
-        return RankingSums.from_vector(k, total[evaluation_wire.RANKING]).means()
-
-
-class ProtocolStrategy(Strategy):
-    """Base of multi-phase protocols: a Flower ``Strategy`` whose ``start`` runs the phases.
+class ProtocolStrategy:
+    """Base of multi-phase protocols, run by Flower's ServerApp through :meth:`start`.
 
     The contract every protocol keeps (as Flower's for a strategy, RecBole's for a model):
 
-    - built from the typed run config, once per run: ``Cls(cfg)`` (or
-      :meth:`from_run_config`); the strategy reads the config from :attr:`cfg` only;
+    - built from the typed run config, once per run: ``Cls(cfg)``; the strategy reads the
+      config from :attr:`cfg` only;
     - :meth:`run` over the :class:`Federation` that :meth:`federate` set up; :meth:`execute`
       is that one path (handshake, then the phases), for the ServerApp and :meth:`start`;
     - per-round rows in :attr:`history`, which :meth:`partial_record` reports when a run fails;
     - :meth:`reference`, the centralized reference (None: the protocol has none);
     - :meth:`policy_needs` and :meth:`drive_stock_strategy`, optional hooks with defaults.
 
-    Flower's ``Strategy.start`` loops train/evaluate rounds; the protocols here have several
-    phases per run (key setup, secure sums, power steps, evaluation), so ``start`` runs
-    :meth:`execute` and returns Flower's ``Result``. The round-based hooks are not part of
-    such a protocol and say so if called.
+    Not a Flower ``Strategy``: Flower's strategy is a loop of train/evaluate rounds whose
+    four hooks (``configure_train`` ...) its wrappers (differential privacy, ...) call; the
+    protocols here have several phases per run (key setup, secure sums, power steps,
+    evaluation) that those hooks cannot express, so a protocol offers only what it can keep:
+    ``start(grid, ...)`` runs :meth:`execute` and returns Flower's ``Result``, as
+    ``Strategy.start`` does. A stock Flower strategy drives FedMF's nodes instead
+    (:meth:`drive_stock_strategy`).
 
     ``config_keys`` declares the protocol's own run-config keys (typed, with defaults and
     ranges); :attr:`cfg` has every one of them and every core key, parsed.
@@ -372,12 +332,6 @@ class ProtocolStrategy(Strategy):
         ``overrides`` parsed (an unknown key is a ConfigError naming the closest)."""
         return merge_config({"protocol": f"{cls.__module__}:{cls.__qualname__}",
                              **dict(overrides or {})}, cls.run_keys())
-
-    @classmethod
-    def from_run_config(cls, cfg: Mapping[str, Any]) -> Self:
-        """The one constructor form: ``cls(cfg)`` (a subclass checks its keys in
-        ``__init__``, so a bad value fails here, before any message)."""
-        return cls(cfg)
 
     # -- optional hooks ------------------------------------------------------------------
     def policy_needs(self) -> tuple[PolicyNeed, ...]:
@@ -473,9 +427,3 @@ class ProtocolStrategy(Strategy):
             {k: float(v) for k, v in outcome.metrics.items()})
         return result
 
-    def _not_round_based(self, *_: Any, **__: Any) -> Any:
-        raise TypeError(f"{type(self).__name__} is a multi-phase protocol: use start() or "
-                        "run(), not Flower's per-round hooks")
-
-    configure_train = aggregate_train = _not_round_based
-    configure_evaluate = aggregate_evaluate = _not_round_based

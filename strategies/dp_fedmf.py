@@ -22,20 +22,20 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from flwr.app import ConfigRecord
+import numpy as np
 
 from fedrec.config import ROUNDS, Key
 from fedrec.recsys.dp_mf import DPMFParams, server_step
 from fedrec.recsys.mf import init_item_factors
 from fedrec.secure.distributed_noise import (
-    NOISE_KEY,
     TAIL_SIGMAS,
     NoisePlan,
     composed_epsilon,
     ddg_epsilon,
     gaussian_epsilon,
 )
-from fedrec.wire.dp_fedmf import DELTA, Action
+from fedrec.wire.dp_fedmf import Action, EvaluateRequest, TrainRequest, TrainSum
+from fedrec.wire.sums import NoiseRequest
 from strategies.base import Federation, ProtocolStrategy, RunOutcome
 from strategies.policy_needs import PolicyNeed
 
@@ -62,6 +62,8 @@ DPFEDMF_KEYS: tuple[Key, ...] = (
         used_by="dp-fedmf"),
 )
 
+#: Key of a history row (the server's own record, not the wire's).
+_ROUND = "round"
 #: Grid units the server's calibration uses (the noise multiplier does not depend on them).
 _UNIT = 2.0 ** 40
 
@@ -133,15 +135,18 @@ class DPFedMF(ProtocolStrategy):
                            f"{self.rounds} noisy sums)", self.epsilon),
                 PolicyNeed("dp-max-delta", f"delta {self.delta:g} (dp-fedmf)", self.delta))
 
-    def node_config(self, round_: int) -> dict[str, Any]:
+    def train_request(self, V: np.ndarray, round_: int) -> TrainRequest:
+        """One round's request: the item factors and public hyperparameters only."""
         p = self.params
-        return {"round": round_, "seed": self.seed, "lr": p.lr, "epochs": p.epochs,
-                "reg": p.reg, "negatives": p.negatives, "clip": p.clip}
+        return TrainRequest(V=V, round=round_, seed=self.seed, lr=p.lr, epochs=p.epochs,
+                            reg=p.reg, negatives=p.negatives, clip=p.clip)
 
-    def noise_record(self, z: float) -> ConfigRecord:
+    def noise_request(self, z: float) -> NoiseRequest:
+        """The sum's distributed-noise record (``clients/noise_node.py`` checks it): total
+        sigma z x clip, the L2 bound, the Poisson rate, the run's releases and delta."""
         p = self.params
-        return ConfigRecord({"mechanism": "ddg", "sigma": z * p.clip, "l2": p.clip,
-                             "rate": p.rate, "releases": self.rounds, "delta": self.delta})
+        return NoiseRequest(mechanism="ddg", sigma=z * p.clip, l2=p.clip, rate=p.rate,
+                            releases=self.rounds, delta=self.delta)
 
     def max_abs(self, z: float, shares: int) -> float:
         """The sum's declared range: the clip norm (every coordinate of a clipped update
@@ -174,12 +179,14 @@ class DPFedMF(ProtocolStrategy):
         history = self.new_history()
         max_abs = self.max_abs(z, shares)
         for r in range(1, self.rounds + 1):
-            req = fed.request({"V": V}, self.node_config(r))
-            req[NOISE_KEY] = self.noise_record(z)
-            total = fed.aggregator.sum(Action.TRAIN, req, max_abs=max_abs, phase="train")
-            V = server_step(V, total[DELTA], self.params, n_users)
-            history.append({"round": r})
-        metrics = fed.evaluate(Action.EVALUATE, {"V": V}, {"seed": self.seed}, k=self.top_k)
+            req = self.train_request(V, r).to_records()
+            req.update(self.noise_request(z).to_records())  # its own record
+            total = TrainSum.from_parts(
+                fed.aggregator.sum(Action.TRAIN, req, max_abs=max_abs, phase="train"), {},
+                "the sum")
+            V = server_step(V, total.update, self.params, n_users)
+            history.append({_ROUND: r})
+        metrics = fed.evaluate_ranking(EvaluateRequest(V=V, seed=self.seed, top_k=self.top_k))
         return RunOutcome(metrics=metrics, history=history, extra={"item_factors": V},
                           privacy={"dp": self.privacy_report(z, shares)})
 

@@ -35,7 +35,13 @@ from fedrec.recsys.mf import EarlyStopped
 from fedrec.recsys.nmf import nmf
 from fedrec.recsys.prototypes import ACCOUNTINGS, PrototypeParams, metric_means
 from fedrec.wire import evaluation as evaluation_wire
-from fedrec.wire.dp_prototypes import LEDGER_RECORD, PROTOTYPES_RECORD, Action
+from fedrec.wire.dp_prototypes import (
+    PROTOTYPES_RECORD,
+    EvaluateRequest,
+    MetricSums,
+    PrototypesReply,
+    PrototypesRequest,
+)
 from strategies.base import Federation, ProtocolStrategy, RoleNeed, RunOutcome
 from strategies.policy_needs import PolicyNeed
 
@@ -192,34 +198,24 @@ class DPPrototypes(ProtocolStrategy):
             raise ValueError(f"dp-prototypes needs at least dpp-k={k} users in every silo: "
                              f"{'; '.join(small)}. Lower dpp-k or merge small silos")
 
-    def prototype_config(self) -> dict[str, Any]:
+    def prototype_request(self) -> PrototypesRequest:
         """What a silo needs for its release: public parameters only."""
-        return {**self.params.to_config(), "seed": self.seed}
+        return PrototypesRequest(**self.params.to_config(), seed=self.seed)
 
     def collect(self, fed: Federation, replies: Mapping[int, RecordDict]
                 ) -> tuple[np.ndarray, dict[str, Any]]:
         """The stacked prototypes (in node order) and each silo's ledger, checked: shape,
         range, and a ledger whose pure epsilon is the configured one."""
-        from fedrec.records import from_array_record
-
-        k = self.params.k
+        dims = {"k": self.params.k, "items": fed.n_items}
         blocks, ledgers = [], {}
         for node in fed.of_role(*SILO_ROLES):
             label = fed.messenger.label(node)
-            reply = replies[node]
-            if PROTOTYPES_RECORD not in reply.array_records or \
-                    LEDGER_RECORD not in reply.config_records:
-                raise ValueError(f"{label} answered without records '{PROTOTYPES_RECORD}' "
-                                 f"and '{LEDGER_RECORD}'")
-            P = from_array_record(reply.array_records[PROTOTYPES_RECORD]).get("P")
-            if P is None or P.shape != (k, fed.n_items):
-                raise ValueError(f"{label}: prototypes must have shape ({k}, {fed.n_items}), "
-                                 f"got {None if P is None else P.shape}")
+            reply = PrototypesReply.from_records(replies[node], label, dims)
+            P = reply.P
             if not (np.all(np.isfinite(P)) and P.min() >= 0
                     and P.max() <= self.params.value_max):
                 raise ValueError(f"{label}: prototypes outside [0, dpp-value-max]")
-            rows = json.loads(str(reply.config_records[LEDGER_RECORD]["rows"]))
-            ledger = PrivacyLedger.from_rows(rows)
+            ledger = PrivacyLedger.from_rows(json.loads(reply.rows))
             spent = ledger.pure_epsilon()
             want = self.params.spent_epsilon()
             if not np.isclose(spent, want, rtol=1e-9, atol=0):
@@ -258,20 +254,17 @@ class DPPrototypes(ProtocolStrategy):
         silos = fed.of_role(*SILO_ROLES)
         log.info("dp-prototypes: %d silos release %d prototypes each at epsilon %g",
                  len(silos), self.params.k, self.params.epsilon)
-        replies = fed.broadcast(Action.PROTOTYPES, config=self.prototype_config(), nodes=silos,
-                                phase="prototypes")
+        replies = fed.send(self.prototype_request(), nodes=silos, phase="prototypes")
         messenger.ledger.mark("prototypes", PROTOTYPES_RECORD, "noised")
         P, ledgers = self.collect(fed, replies)
         fit = nmf(P, self.rank, self.reg, self.nmf_iters)
         self.history.extend({"nmf-objective": v} for v in fit.objective)
         log.info("dp-prototypes: NMF of the %d x %d prototypes, rank %d: objective %.4g after "
                  "%d sweeps", *P.shape, self.rank, fit.objective[-1], len(fit.objective) - 1)
-        total = fed.sum(Action.EVALUATE, {"V": fit.V},
-                        {"reg": self.reg, "nmf-iters": self.nmf_iters,
-                         "value-max": self.params.value_max, evaluation_wire.TOP_K: self.top_k},
-                        max_abs=self.max_abs(fed), phase="evaluate")
-        metrics = metric_means(self.top_k, total[evaluation_wire.RANKING],
-                               total[evaluation_wire.RATING])
+        request = EvaluateRequest(V=fit.V, reg=self.reg, nmf_iters=self.nmf_iters,
+                                  value_max=self.params.value_max, top_k=self.top_k)
+        total = fed.sum_of(request, MetricSums, max_abs=self.max_abs(fed), phase="evaluate")
+        metrics = metric_means(self.top_k, total.ranking, total.rating)
         return RunOutcome(metrics=metrics,
                           history=list(self.history),
                           extra={"item_factors": fit.V, "prototypes": P},

@@ -135,7 +135,7 @@ class FedMF(ProtocolStrategy):
         assert tuned.model is not None
         return {**evaluate_ranking(tuned.model.score, data.train, data.test,
                                    k=self.top_k).means(),
-                **ceiling_keys(tuned, self.lr, self.reg)}
+                **ceiling_keys(tuned, self.lr, self.reg, self.ceiling_budget)}
 
     def tune(self, train: Any, split_steps: bool = True, budget: str | None = None
              ) -> EarlyStopped:

@@ -32,17 +32,26 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from flwr.app import ConfigRecord, RecordDict
 
 from fedrec.config import ConfigError, Key
 from fedrec.recsys import power_svd as svd
 from fedrec.recsys.metrics import evaluate_ranking
 from fedrec.wire import fedsvd as fedsvd_wire
-from fedrec.wire.fedsvd import Action
+from fedrec.wire.fedsvd import (
+    EvaluateRequest,
+    NoiseProductRequest,
+    NoiseProducts,
+    OutputRequest,
+    OutputSum,
+    SyncRequest,
+    SyncSum,
+)
 from strategies.base import Federation, ProtocolStrategy, RunOutcome
 from strategies.policy_needs import PolicyNeed
 
 log = logging.getLogger("fedrec")
+#: The headline key of ``power_svd.accounting`` (None where no guarantee exists).
+_EPSILON = "epsilon"
 
 #: Run-config keys shared by the three schemes (paper 002, Sec. 6 defaults).
 FEDSVD_KEYS: tuple[Key, ...] = (
@@ -119,7 +128,7 @@ class FedSvd(ProtocolStrategy):
         if self.epsilon > 0:
             acc = svd.accounting(self.scheme, self.params, len(fed.nodes),
                                  min(i.n_users for i in fed.infos.values()), opacus=False)
-            total = acc.get("epsilon")
+            total = acc.get(_EPSILON)
             if total is None or total > self.epsilon:
                 raise ConfigError(
                     f"{self.scheme} cannot meet fedsvd-epsilon = {self.epsilon:g}: "
@@ -128,16 +137,15 @@ class FedSvd(ProtocolStrategy):
                        f"{self.params.T}); raise fedsvd-sigma to "
                        f">= {self.params.sigma * total / self.epsilon:.4g}"))
 
-    def node_config(self, fed: Federation, t_from: int, t_to: int) -> dict[str, Any]:
-        """What every node needs for one block (public parameters only)."""
+    def block_fields(self, fed: Federation, t_from: int, t_to: int) -> dict[str, Any]:
+        """What every node needs for one block besides the basis (public parameters only),
+        as the fields of a :class:`fedrec.wire.fedsvd.BlockRequest`."""
         p = self.params
-        return {"scheme": self.scheme, "t-from": t_from, "t-to": t_to,
-                "rows-total": sum(i.n_users for i in fed.infos.values()),
-                "n-nodes": len(fed.nodes), "fedsvd-k": p.k, "fedsvd-rank": p.r,
-                "fedsvd-iterations": p.T, "fedsvd-sync-every": p.p, "fedsvd-sigma": p.sigma,
-                "fedsvd-sigma-server": p.sigma_server, "fedsvd-z-hat": p.z_hat,
-                "fedsvd-m-hat": p.m_hat, "fedsvd-delta": p.delta, "fedsvd-ddp": p.ddp,
-                "seed": p.seed}
+        return dict(scheme=self.scheme, t_from=t_from, t_to=t_to,
+                    rows_total=sum(i.n_users for i in fed.infos.values()),
+                    n_nodes=len(fed.nodes), k=p.k, rank=p.r, iterations=p.T, sync_every=p.p,
+                    sigma=p.sigma, sigma_server=p.sigma_server, z_hat=p.z_hat, m_hat=p.m_hat,
+                    delta=p.delta, ddp=p.ddp, seed=p.seed)
 
     def max_abs(self, fed: Federation) -> float:
         """Range of every value a node sends: w_i |(M'_i Z D + N)_jl| <= sqrt(d r) m_hat
@@ -161,14 +169,13 @@ class FedSvd(ProtocolStrategy):
         Z_bar = common
         last_Y: np.ndarray | None = None
         for t_from, t_to in svd.block_ends(p):
-            conf = self.node_config(fed, t_from, t_to)
+            block = self.block_fields(fed, t_from, t_to)
             if not p.is_sync(t_to):  # the output rule's last block
-                Z_bar = fed.sum(Action.OUTPUT, {"Z": common}, conf, max_abs=1.0,
-                                phase="output")["Z"]
+                Z_bar = fed.sum_of(OutputRequest(Z=common, **block), OutputSum, max_abs=1.0,
+                                   phase="output").Z
                 break
-            sums = fed.aggregator.sum(Action.SYNC, fed.request({"Z": common}, conf),
-                                      max_abs=max_abs, phase="sync")
-            total = sums["Y"]
+            total = fed.sum_of(SyncRequest(Z=common, **block), SyncSum, max_abs=max_abs,
+                               phase="sync").Y
             removed = None
             if he is not None:
                 removed = he.remove_noise(fed, t_to, total.shape)
@@ -181,7 +188,7 @@ class FedSvd(ProtocolStrategy):
             log.info("%s: synchronization %d of %d (t = %d)", self.scheme, t_to // p.p,
                      p.syncs, t_to)
         basis = svd.leading_basis(Z_bar, p.k)
-        metrics = fed.evaluate(Action.EVALUATE, {"Z": basis}, k=self.top_k)
+        metrics = fed.evaluate_ranking(EvaluateRequest(Z=basis, top_k=self.top_k))
         privacy = {"dp": svd.accounting(self.scheme, p, len(fed.nodes),
                                         min(i.n_users for i in fed.infos.values())),
                    "fedsvd": {"scheme": self.scheme, "synchronizations": p.syncs,
@@ -217,19 +224,20 @@ class _ServerHe:
 
         nodes = fed.nodes
         j = secrets.randbelow(len(nodes))
-        requests = {node: RecordDict({fedsvd_wire.HE: ConfigRecord({
-            "t": t, "public-context": self.public,
-            "selection": selection.selection_ciphertext(self.ctx, 0 if i == j else 1)})})
+        requests = {node: NoiseProductRequest(
+            t=t, public_context=self.public,
+            selection=selection.selection_ciphertext(self.ctx, 0 if i == j else 1))
             for i, node in enumerate(nodes)}
         n_values = int(np.prod(shape))
         acc = selection.ProductSum(self.ctx, n_values)
-        for node, reply in fed.messenger.iter_replies(Action.NOISE_PRODUCT, requests,
-                                                     phase="noise-removal"):
-            products = reply.config_records[fedsvd_wire.HE]["products"]
-            if not isinstance(products, list):
-                raise ValueError(f"{fed.messenger.label(node)}: field "
-                                 f"'{fedsvd_wire.HE}.products' must be a list of ciphertexts")
-            acc.add([bytes(b) for b in products], fed.messenger.label(node))
+        action = NoiseProductRequest.ACTION
+        assert action is not None
+        # one request per node (its own selection value): the messenger, not Federation.ask
+        for node, reply in fed.messenger.iter_replies(
+                action, {node: req.to_records() for node, req in requests.items()},
+                phase="noise-removal"):
+            label = fed.messenger.label(node)
+            acc.add(NoiseProducts.from_records(reply, label).products, label)
         fed.messenger.ledger.mark("noise-removal", fedsvd_wire.HE, "encrypted")
         values = acc.decrypt()
         self.view.append({"t": t, "nodes": len(nodes),

@@ -27,6 +27,7 @@ more (its W update and broadcast), both within ``2L + 2`` for ``L >= 3``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -36,7 +37,7 @@ import scipy.sparse as sp
 from flwr.app import ConfigRecord, RecordDict
 
 from fedrec.config import Key
-from fedrec.records import from_array_record
+from fedrec.records import from_array_record, to_array_record
 from fedrec.recsys.cover import assign_items, greedy_cover
 from fedrec.recsys.lightgcn import BACKBONES, LightGCN, layer_mean, n_batches
 from fedrec.recsys.metrics import evaluate_ranking
@@ -45,15 +46,32 @@ from fedrec.transport.messenger import NodeTimeoutError
 from fedrec.transport.relay_server import relay_secret
 from fedrec.wire import lpgcn as wire
 from fedrec.wire import request as request_wire
-from fedrec.wire.lpgcn import Action, Part
-from fedrec.wire.sums import NODESET_KEY, NODESET_SIGNED_KEY, node_set_signature
+from fedrec.wire.lpgcn import (
+    Action,
+    AssignRequest,
+    CountRequest,
+    CountSum,
+    EvaluateRequest,
+    Holdings,
+    HoldingsRequest,
+    Hyper,
+    LossesRequest,
+    LossSum,
+    Part,
+    RoundRequest,
+    RoundStatus,
+    VerifyRequest,
+)
+from fedrec.wire.message import Message
+from fedrec.wire.sums import NODESET_SIGNED_KEY, NodeSetRequest, node_set_signature
 from strategies.base import Federation, ProtocolStrategy, RunOutcome
 from strategies.policy_needs import PolicyNeed
 
 log = logging.getLogger("fedrec")
-SECRET = "lpgcn-S"
 #: A node's loss share is at most the batch loss; BPR starts at ln 2 = 0.69 per triple.
 LOSS_BOUND = 1e3
+#: The step of a history row (a result key, not a wire field).
+_STEP = "step"
 
 LPGCN_KEYS: tuple[Key, ...] = (
     Key("lpgcn-backbone", "lightgcn", "LP-GCN backbone: `lightgcn` (free user table) or "
@@ -87,7 +105,7 @@ LPGCN_KEYS: tuple[Key, ...] = (
     Key("lpgcn-init-std", 0.1, "std of the normal initial layer-0 rows", min=0.0,
         used_by="lpgcn"),
     Key("lpgcn-dtype", "float64", "arithmetic precision (float64: equals the centralized "
-        "reference to rounding)", choices=("float64", "float32"), used_by="lpgcn"),
+        "reference to rounding)", choices=wire.DTYPES, used_by="lpgcn"),
     Key("lpgcn-eval-every", 0, "evaluate every this many epochs during training (0: only at "
         "the end)", min=0, used_by="lpgcn"),
     Key("lpgcn-top-k", 20, "K of Recall@K / NDCG@K", min=1, used_by="lpgcn"),
@@ -164,13 +182,12 @@ class LPGCN(ProtocolStrategy):
                 **sums.means()}
 
     # -- the protocol -------------------------------------------------------------------------
-    def hyper(self) -> dict[str, Any]:
+    def hyper(self) -> Hyper:
         """Public hyperparameters every LP-GCN request carries."""
-        return {"backbone": self.backbone, "layers": self.layers, "dim": self.dim,
-                "lr": self.lr, "reg": self.reg, "batch-size": self.batch_size,
-                "seed": self.seed, "alpha": self.alpha, "holdings": self.holdings,
-                "mask-scale": self.mask_scale,
-                "init-std": self.init_std, "dtype": self.dtype, "start-step": self.start_step}
+        return Hyper(backbone=self.backbone, layers=self.layers, dim=self.dim, lr=self.lr,
+                     reg=self.reg, batch_size=self.batch_size, seed=self.seed,
+                     alpha=self.alpha, holdings=self.holdings, mask_scale=self.mask_scale,
+                     init_std=self.init_std, dtype=self.dtype, start_step=self.start_step)
 
     def run(self, fed: Federation) -> RunOutcome:
         run = _Run(self, fed)
@@ -184,7 +201,9 @@ class _Run:
     def __init__(self, strategy: LPGCN, fed: Federation) -> None:
         self.s, self.fed, self.messenger = strategy, fed, fed.messenger
         self.nodes = fed.nodes
-        self.hp = strategy.hyper()
+        #: The hyperparameters as keyword arguments of a request (with ``nbatches`` once the
+        #: interaction count is known).
+        self.hp: dict[str, Any] = dataclasses.asdict(strategy.hyper())
         self.L, self.d = strategy.layers, strategy.dim
         self.dtype = np.dtype(strategy.dtype)
         self.history = strategy.new_history()  # evaluation rows, kept if the run fails
@@ -200,11 +219,17 @@ class _Run:
                 "items in every round, nobody else can, so without it the run would no longer "
                 "equal centralized training") from None
 
-    def request(self, node: int, arrays: Mapping[str, np.ndarray] | None,
-                records: Mapping[str, ConfigRecord] | None = None, **extra: Any) -> RecordDict:
-        """A request with ``arrays``, the run's hyperparameters with ``extra``, and further
-        ``records``."""
-        content = self.fed.request(arrays or None, {**self.hp, **extra})
+    @staticmethod
+    def content(*messages: Message, parts: Mapping[str, np.ndarray] | None = None,
+                records: Mapping[str, ConfigRecord] | None = None) -> RecordDict:
+        """One request: a round's ``parts`` (named by ``wire.name``), ``messages`` (each in
+        its records) and further ``records`` (the node-set layer's)."""
+        content = RecordDict()
+        if parts:
+            content[request_wire.ARRAYS] = to_array_record(parts)
+        for message in messages:
+            for name, record in message.to_records().items():
+                content[name] = record
         for name, record in (records or {}).items():
             content[name] = record
         return content
@@ -212,22 +237,23 @@ class _Run:
     # -- setup --------------------------------------------------------------------------------
     def setup(self) -> None:
         fed, label = self.fed, self.messenger.label
-        relay_secret(self.messenger, self.nodes, purpose=SECRET, seed=self.s.seed)
-        total = fed.sum(Action.COUNT, None, self.hp, phase="lpgcn-setup",
-                        max_abs=float(fed.max_users) * fed.n_items + 1.0)
-        self.n_interactions = int(round(float(total["n"][0])))
+        relay_secret(self.messenger, self.nodes, purpose=wire.SECRET_PURPOSE, seed=self.s.seed)
+        total = fed.sum_of(CountRequest(**self.hp), CountSum, phase="lpgcn-setup",
+                           max_abs=float(fed.max_users) * fed.n_items + 1.0)
+        self.n_interactions = int(round(float(total.n[0])))
         self.nbatches = n_batches(self.n_interactions, self.s.batch_size)
-        self.hp["nbatches"] = self.nbatches
+        self.hp = dict(self.hp, nbatches=self.nbatches)
         # each node commits to the run's node set with its holdings and signs it; the
         # assignment carries every signature (holder lists are checked against that set)
-        members = ConfigRecord({"members": sorted(self.nodes)})
-        replies = self.send(Action.HOLDINGS, {n: self.request(n, None, {NODESET_KEY: members})
+        request = HoldingsRequest(**self.hp)
+        members = NodeSetRequest(members=sorted(self.nodes))
+        replies = self.send(Action.HOLDINGS, {n: self.content(request, members)
                                               for n in self.nodes}, "lpgcn-setup")
         self.node_set_signatures = ConfigRecord({
             str(n): node_set_signature(replies[n], label(n)) for n in self.nodes})
         held = {}
         for n in self.nodes:
-            h = from_array_record(replies[n][request_wire.ARRAYS])["held"]
+            h = Holdings.from_records(replies[n], label(n)).held
             if h.dtype != np.int64 or not is_pseudonym(h) or np.any(np.diff(h) <= 0):
                 raise LosslessRunError(f"{label(n)} sent an item set that is not a sorted "
                                        "list of distinct pseudonyms")
@@ -272,18 +298,20 @@ class _Run:
         verification's two rounds (counts to confirmed convolution nodes; degrees back)."""
         contents = {}
         for n in self.nodes:
-            arrays = {"conv_of": self.conv[self.held_idx[n]]}
             mine = self.conv_idx[n]
+            ptr = nodes = None
             if len(mine):
                 lists = [self.holders[i] for i in mine]
-                arrays["hold_ptr"] = np.r_[0, np.cumsum([len(h) for h in lists])].astype(
-                    np.int64)
-                arrays["hold_nodes"] = np.asarray([x for h in lists for x in h], np.uint64)
-            contents[n] = self.request(n, arrays,
-                                       {NODESET_SIGNED_KEY: self.node_set_signatures})
+                ptr = np.r_[0, np.cumsum([len(h) for h in lists])].astype(np.int64)
+                nodes = np.asarray([x for h in lists for x in h], np.uint64)
+            request = AssignRequest(**self.hp, conv_of=self.conv[self.held_idx[n]],
+                                    hold_ptr=ptr, hold_nodes=nodes)
+            contents[n] = self.content(
+                request, records={NODESET_SIGNED_KEY: self.node_set_signatures})
         self.send(Action.ASSIGN, contents, "lpgcn-setup")
+        verify = VerifyRequest(**self.hp)
         for _ in range(2):  # counts once confirmed, then degrees
-            self.send(Action.VERIFY, {n: self.request(n, None) for n in self.nodes},
+            self.send(Action.VERIFY, {n: self.content(verify) for n in self.nodes},
                       "lpgcn-setup")
 
     # -- training -----------------------------------------------------------------------------
@@ -304,15 +332,15 @@ class _Run:
         _, n_final = self.step(end, False, pending, True)
         losses = np.zeros(0)
         if total:
-            losses = self.fed.sum(Action.LOSSES, None, {**self.hp, "steps": end},
-                                  max_abs=LOSS_BOUND, phase="lpgcn-losses")["loss"][start:]
-        by_step = {row["step"]: row for row in self.history}
-        history = [{"step": s, "epoch": s / self.nbatches, "rounds": r,
+            losses = self.fed.sum_of(LossesRequest(**self.hp, steps=end), LossSum,
+                                     max_abs=LOSS_BOUND, phase="lpgcn-losses").loss[start:]
+        by_step = {row[_STEP]: row for row in self.history}
+        history = [{_STEP: s, "epoch": s / self.nbatches, "rounds": r,
                     "train-loss": float(losses[s - start]), **by_step.get(s, {})}
                    for s, r in enumerate(rounds, start)]
         history += [row for s, row in sorted(by_step.items()) if s >= end]
         final = by_step[end]
-        metrics = {k: v for k, v in final.items() if k not in ("step", "epoch")}
+        metrics = {k: v for k, v in final.items() if k not in (_STEP, "epoch")}
         if total:
             metrics["train-loss"] = float(losses[-1])
         return RunOutcome(
@@ -349,14 +377,14 @@ class _Run:
         convs, everyone = set(self.conv_nodes), set(self.nodes)
         phase = "lpgcn-train" if train else "lpgcn-forward"
         label = self.messenger.label
+        request = RoundRequest(**self.hp, step=step, train=train)
         for r in range(1, 4 * L + 12):
-            contents = {n: self.request(n, pending[n], step=step, train=train)
-                        for n in self.nodes}
+            contents = {n: self.content(request, parts=pending[n]) for n in self.nodes}
             replies = self.send(Action.ROUND, contents, phase)
             pending = {n: {} for n in self.nodes}
             forward_done = True
             for n in self.nodes:
-                forward_done &= bool(replies[n][wire.STATUS]["forward-done"])
+                forward_done &= RoundStatus.from_records(replies[n], label(n)).forward_done
                 if request_wire.ARRAYS not in replies[n].array_records:
                     continue
                 for array_name, x in from_array_record(replies[n][request_wire.ARRAYS]).items():
@@ -420,9 +448,9 @@ class _Run:
                                "missing: a node out of step?)")
 
     def evaluate(self, step: int, table: np.ndarray) -> None:
-        metrics = self.fed.evaluate(Action.EVALUATE, {"V": table}, self.hp, k=self.s.top_k,
-                                    phase="lpgcn-evaluate")
+        request = EvaluateRequest(**self.hp, top_k=self.s.top_k, V=table)
+        metrics = self.fed.evaluate_ranking(request, phase="lpgcn-evaluate")
         log.info("LP-GCN step %d (epoch %.2f): %s", step, step / self.nbatches,
                  ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()
                            if k.split("@")[0] in ("recall", "ndcg")))
-        self.history.append({"step": step, "epoch": step / self.nbatches, **metrics})
+        self.history.append({_STEP: step, "epoch": step / self.nbatches, **metrics})

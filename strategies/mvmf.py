@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -58,15 +58,28 @@ from fedrec.transport.aggregators import Aggregator, CkksAggregator
 from fedrec.transport.factory import make_aggregator
 from fedrec.transport.ledger import PROGRESS_SECONDS
 from fedrec.transport.messenger import Messenger
-from fedrec.wire import evaluation as evaluation_wire
 from fedrec.wire import mvmf as mvmf_wire
-from fedrec.wire import request as request_wire
-from fedrec.wire.mvmf import Action
+from fedrec.wire.evaluation import RankingSum
+from fedrec.wire.message import Message
+from fedrec.wire.mvmf import (
+    ColdFactors,
+    EvaluateRequest,
+    ItemColdRequest,
+    ItemGradientRequest,
+    ItemTerm,
+    ModelRequest,
+    TrainRequest,
+    TrainSum,
+)
 from strategies.base import Federation, ProtocolStrategy, RoleNeed, RunOutcome
 from strategies.policy_needs import PolicyNeed, aggregator_needs
 from strategies.refusals import SettingRefused
 
 log = logging.getLogger("fedrec")
+
+R = TypeVar("R", bound=Message)
+#: Keys of a history row (the server's own record, not the wire's).
+_EPOCH, _LOSS, _USERS = "epoch", "loss", "users"
 
 MVMF_KEYS: tuple[Key, ...] = (
     Key("mvmf-dim", 6, "K, the latent dimension (paper Table 2: 6)", min=1),
@@ -104,13 +117,14 @@ def model_config(cfg: Mapping[str, Any]) -> MVMFConfig:
                       seed=cfg["seed"])
 
 
-def node_config(model: MVMFConfig, epoch: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """What every node needs for one request (public hyperparameters and the schema)."""
-    return {"dim": model.dim, "lam1": model.lam1, "lam2": model.lam2, "alpha": model.alpha,
-            "rho": model.rho, "weighting": model.weighting, "p-update": model.p_update,
-            "lr": model.lr, "beta1": model.beta1, "beta2": model.beta2, "seed": model.seed,
-            "epoch": int(epoch), evaluation_wire.TOP_K: cfg["mvmf-top-k"],
-            "threshold": cfg["mvmf-threshold"]}
+def model_fields(model: MVMFConfig, epoch: int, top_k: int,
+                 threshold: float) -> dict[str, Any]:
+    """The fields every MVMF request carries (``fedrec.wire.mvmf.ModelRequest``), as
+    keyword arguments of a request: public hyperparameters and the evaluation's schema."""
+    return dict(dim=model.dim, lam1=model.lam1, lam2=model.lam2, alpha=model.alpha,
+                rho=model.rho, weighting=model.weighting, p_update=model.p_update,
+                lr=model.lr, beta1=model.beta1, beta2=model.beta2, seed=model.seed,
+                epoch=int(epoch), top_k=top_k, threshold=threshold)
 
 
 class FedMVMF(ProtocolStrategy):
@@ -195,23 +209,30 @@ class FedMVMF(ProtocolStrategy):
                 "tuned-at-edge": float(tuned.at_edge)}
 
     # -- the protocol --------------------------------------------------------------------------
-    def _sum(self, fed: Federation, action: str, arrays: Mapping[str, np.ndarray],
-             config: Mapping[str, Any], max_abs: float, phase: str,
-             seconds: dict[str, float]) -> dict[str, np.ndarray]:
+    def _sum(self, fed: Federation, request: ModelRequest, reply: type[R], max_abs: float,
+             phase: str, seconds: dict[str, float]) -> R:
         """A user sum; under CKKS the decryption is timed as its own phase (Table 5)."""
         t0 = time.perf_counter()
         agg = fed.aggregator
         if isinstance(agg, CkksAggregator):
-            chunks, layout = agg.sum_encrypted(action, fed.request(arrays, config),
+            chunks, layout = agg.sum_encrypted(request.ACTION, request.to_records(),
                                                max_abs=max_abs, phase=phase)
             t1 = time.perf_counter()
-            out = agg.decrypt(chunks, layout, phase=phase)
+            out = reply.from_parts(agg.decrypt(chunks, layout, phase=phase), {}, "the sum")
             seconds["decryption"] = seconds.get("decryption", 0.0) + time.perf_counter() - t1
             seconds["aggregation"] = seconds.get("aggregation", 0.0) + t1 - t0
             return out
-        out = fed.sum(action, arrays, config, max_abs=max_abs, phase=phase)
+        out = fed.sum_of(request, reply, max_abs=max_abs, phase=phase)
         seconds["aggregation"] = seconds.get("aggregation", 0.0) + time.perf_counter() - t0
         return out
+
+    @staticmethod
+    def _item_server(fed: Federation, node: int, request: ItemGradientRequest |
+                     ItemColdRequest, reply: type[R], phase: str) -> R:
+        """The item server's clear reply to ``request``, checked (errors name the node)."""
+        content = fed.send(request, nodes=[node], phase=phase)[node]
+        return reply.from_records(content, fed.messenger.label(node),
+                                  {"items": fed.n_items, "K": request.Q.shape[1]})
 
     def run(self, fed: Federation) -> RunOutcome:
         messenger, cfg = fed.messenger, self.cfg
@@ -226,46 +247,43 @@ class FedMVMF(ProtocolStrategy):
                                      "server-update": 0.0}
         t_start, last_line = time.perf_counter(), float("-inf")
         for epoch in range(1, self.epochs + 1):
-            node_cfg = node_config(model, epoch, cfg)
+            fields = model_fields(model, epoch, self.top_k, self.threshold)
             t0 = time.perf_counter()
-            reply = fed.broadcast(Action.ITEM_GRADIENT, {"Q": Q}, node_cfg,
-                                  nodes=[item_server], phase="item-server")[item_server]
-            item = _arrays(reply, messenger.label(item_server))
+            item = self._item_server(fed, item_server, ItemGradientRequest(Q=Q, **fields),
+                                     ItemTerm, "item-server")
             seconds["item-server"] += time.perf_counter() - t0
-            total = self._sum(fed, Action.TRAIN, {"Q": Q, "U": U}, node_cfg, max_abs, "train",
-                              seconds)
+            total = self._sum(fed, TrainRequest(Q=Q, U=U, **fields), TrainSum, max_abs,
+                              "train", seconds)
             t1 = time.perf_counter()
-            if total["users"][0] < 0.5:
+            if total.users[0] < 0.5:
                 raise ValueError(f"epoch {epoch}: no user node has a user with training "
                                  "ratings")
-            dQ, dU = server_gradients(Q, U, total["gQ"], total["gU"], item[mvmf_wire.ITEM_TERM],
-                                      model.lam1, model.lam2)
+            dQ, dU = server_gradients(Q, U, total.gQ, total.gU, item.item_term, model.lam1,
+                                      model.lam2)
             Q, U = optQ.step(Q, dQ), optU.step(U, dU)
             seconds["server-update"] += time.perf_counter() - t1
-            history.append({"epoch": epoch, "loss": float(total["loss"][0] + item["loss"][0]),
-                            "users": int(round(float(total["users"][0])))})
+            history.append({_EPOCH: epoch, _LOSS: float(total.loss[0] + item.loss[0]),
+                            _USERS: int(round(float(total.users[0])))})
             now = time.perf_counter()
             if epoch in (1, self.epochs) or now - last_line >= PROGRESS_SECONDS:
                 log.info("%s: epoch %d of %d done, loss %.4g, %.1f s", self.name, epoch,
-                         self.epochs, history[-1]["loss"], now - t_start)
+                         self.epochs, history[-1][_LOSS], now - t_start)
                 last_line = now
             messenger.ledger.summarize(force=False)
-        node_cfg = node_config(model, self.epochs, cfg)
-        reply = fed.broadcast(Action.ITEM_COLD, {"Q": Q}, node_cfg, nodes=[item_server],
-                              phase="cold-items")[item_server]
-        cold = _arrays(reply, messenger.label(item_server))
+        fields = model_fields(model, self.epochs, self.top_k, self.threshold)
+        cold = self._item_server(fed, item_server, ItemColdRequest(Q=Q, **fields),
+                                 ColdFactors, mvmf_wire.COLD_ITEMS)  # phase named as its reply
         Q_eval = Q.copy()
-        idx = cold[mvmf_wire.COLD_ITEMS].astype(np.int64)
+        idx = cold.cold_items.astype(np.int64)
         if idx.size and (idx.min() < 0 or idx.max() >= fed.n_items):
             raise ValueError(f"{messenger.label(item_server)} named cold items outside the "
                              f"catalogue of {fed.n_items}")
-        Q_eval[idx] = cold[mvmf_wire.COLD_FACTORS]
+        Q_eval[idx] = cold.cold_factors
         k = self.top_k
-        sums = self._sum(fed, Action.EVALUATE,
-                         {"Q": Q_eval, "U": U, mvmf_wire.NEW_ITEMS: idx.astype(np.float64)},
-                         node_cfg, float(fed.max_users) + 1.0, "evaluate", {})
-        metrics = {**rating_ranking_means(sums[evaluation_wire.RANKING], k),
-                   "train-loss": history[-1]["loss"]}
+        sums = self._sum(fed, EvaluateRequest(Q=Q_eval, U=U, new_items=idx.astype(np.float64),
+                                              **fields),
+                         RankingSum, float(fed.max_users) + 1.0, "evaluate", {})
+        metrics = {**rating_ranking_means(sums.ranking, k), "train-loss": history[-1][_LOSS]}
         epochs = max(self.epochs, 1)
         privacy = {"item-server": "sends sum_d f(j,d) (items x K) for the broadcast Q in clear "
                    "every epoch, and the eq. 17 factors of its new items (paper Alg. 2)",
@@ -298,11 +316,3 @@ class PrivMVMF(FedMVMF):
                      cfg["aggregator"])
         return make_aggregator("ckks", messenger, users, seed=cfg["seed"])
 
-
-def _arrays(reply: Any, label: str) -> dict[str, np.ndarray]:
-    """The ``arrays`` record of an item-server reply; an error naming the node otherwise."""
-    from fedrec.records import from_array_record
-
-    if request_wire.ARRAYS not in reply.array_records:
-        raise ValueError(f"{label} answered without its '{request_wire.ARRAYS}' record")
-    return from_array_record(reply.array_records[request_wire.ARRAYS])

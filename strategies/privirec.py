@@ -29,14 +29,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
 from flwr.app import ConfigRecord, RecordDict
 
 from fedrec.config import ConfigError, Key
-from fedrec.records import csr_from_arrays, csr_to_arrays, to_array_record
+from fedrec.records import array_record, csr_to_arrays, to_array_record
 from fedrec.recsys.graph_filters import (
     SCORE_DTYPES,
     default_hyperparams,
@@ -54,16 +54,28 @@ from fedrec.recsys.metrics import RankingSums
 from fedrec.transport.aggregators import Aggregator, in_node_order
 from fedrec.transport.factory import make_aggregator
 from fedrec.transport.messenger import Messenger
-from fedrec.wire import evaluation as evaluation_wire
 from fedrec.wire import privirec as privirec_wire
-from fedrec.wire import request as request_wire
-from fedrec.wire.privirec import Action
-from fedrec.wire.sums import SUM_KEY, WIRE_DTYPES
+from fedrec.wire.message import Message
+from fedrec.wire.privirec import (
+    OMEGA_MODES,
+    DegreesRequest,
+    DegreesSum,
+    EvaluateRequest,
+    GramRequest,
+    GramSum,
+    PowerRequest,
+    PowerSum,
+    RitzSum,
+    SparseGram,
+    triangle_prefix,
+)
+from fedrec.wire.sums import WIRE_DTYPES, PlainSum
 from strategies.base import Federation, ProtocolStrategy, RunOutcome, data_config
 from strategies.policy_needs import PolicyNeed
 from strategies.refusals import SettingRefused
 
 log = logging.getLogger("fedrec")
+R = TypeVar("R", bound=Message)
 
 DEFAULT_FILTERS = ("gf-cf", "bspm-lm", "bspm-em", "turbo-cf")
 #: Ranges declared to the fixed-point encoder (see clients/privirec.py for why they hold).
@@ -101,7 +113,7 @@ PRIVIREC_KEYS: tuple[Key, ...] = (
         choices=("auto", "true", "false")),
     Key("privirec-omega", "private", "`private`: each node draws its Omega rows from OS "
         "entropy; `seeded`: from (seed, user id), reproducible by the centralized reference "
-        "(evaluation only)", choices=("private", "seeded")),
+        "(evaluation only)", choices=OMEGA_MODES),
     Key("privirec-filter-rank", 0, "override every filter's ideal low-pass rank (`0` = "
         "published per-dataset ranks); for small catalogues", min=0),
     Key("privirec-wire-dtype", "float64", "precision of the dense |I| x p matrices on the "
@@ -182,19 +194,22 @@ def check_fixed_node_set(agg: Aggregator) -> None:
 
 
 def _sparse_gram(reply: RecordDict, label: str, n_items: int) -> sp.csr_matrix:
-    """A node's sparse item-item contribution, checked (record, parts, shape)."""
-    if privirec_wire.GRAM not in reply.array_records:
-        raise ValueError(f"{label} answered the sparse item-item sum without record "
-                         f"'{privirec_wire.GRAM}'")
-    arrays = {k: v.numpy() for k, v in reply.array_records[privirec_wire.GRAM].items()}
-    missing = [f"gram.G.{p}" for p in ("data", "indices", "indptr", "shape")
-               if f"G.{p}" not in arrays]
-    if missing:
-        raise ValueError(f"{label}: sparse item-item reply lacks field(s) {', '.join(missing)}")
-    if tuple(int(x) for x in arrays["G.shape"]) != (n_items, n_items):
-        raise ValueError(f"{label}: field 'gram.G.shape' is {tuple(arrays['G.shape'])}, "
-                         f"expected ({n_items}, {n_items})")
-    return csr_from_arrays(arrays, "G")
+    """A node's sparse item-item contribution, checked (its parts, then its shape)."""
+    gram = SparseGram.from_records(reply, label)
+    shape = tuple(int(x) for x in gram.shape)
+    if shape != (n_items, n_items):
+        raise ValueError(f"{label}: its sparse item-item reply has shape {shape}, expected "
+                         f"({n_items}, {n_items})")
+    return gram.matrix()
+
+
+def _typed_sum(fed: Federation, request: Message, reply: type[R], *, max_abs: float,
+               phase: str, wire_dtype: str) -> R:
+    """``fed.sum_of`` with the precision plain replies travel in (``privirec-wire-dtype``)."""
+    assert request.ACTION is not None
+    total = fed.aggregator.sum(request.ACTION, request.to_records(), max_abs=max_abs,
+                               phase=phase, wire_dtype=wire_dtype)
+    return reply.from_parts(total, {}, "the sum")
 
 
 class PriviRec(ProtocolStrategy):
@@ -335,90 +350,92 @@ class PriviRec(ProtocolStrategy):
         return len(ranks) > 1 or self.low_rank or oversampled
 
     # -- phases -----------------------------------------------------------------------------
-    def sum_degrees(self, agg: Aggregator, max_users: int) -> np.ndarray:
+    def sum_degrees(self, fed: Federation) -> np.ndarray:
         """Eq. 6: V' = SecAgg(R_u)."""
-        return agg.sum(Action.DEGREES, RecordDict(), max_abs=float(max_users),
-                       phase="degrees")["deg"]
+        return fed.sum_of(DegreesRequest(), DegreesSum, max_abs=float(fed.max_users),
+                          phase="degrees").deg
 
-    def sum_gram(self, agg: Aggregator, messenger: Messenger, n_items: int,
-                 max_users: int, alpha: float) -> sp.csr_matrix:
+    def sum_gram(self, fed: Federation, alpha: float) -> sp.csr_matrix:
         """Theorem 3.1: P' (upper triangle) by secure sum, or sparse plain sum if labelled."""
-        req = RecordDict({privirec_wire.CONFIG_KEY: ConfigRecord({
-            "alpha": alpha, "transport": "sparse" if self.aggregator == "plain" else "dense"})})
-        phase = f"gram@{alpha:g}"
+        n_items, phase = fed.n_items, f"gram@{alpha:g}"
         if self.aggregator == "plain":  # sparse clear sum, in node order (reproducible)
-            # a plain sum the nodes check as one (their policy's allow-plain) before any work
-            req[SUM_KEY] = ConfigRecord({"mode": "plain"})
-            total = sp.csr_matrix((n_items, n_items))
-            replies = messenger.iter_replies(Action.GRAM, dict.fromkeys(agg.nodes, req),
-                                             phase=phase)
-            for node, reply in in_node_order(replies, agg.nodes):
-                total = total + _sparse_gram(reply, messenger.label(node), n_items)
-            agg.record_sum(phase, Action.GRAM, [(privirec_wire.GRAM, (n_items, n_items))],
-                           len(agg.nodes), form="plain")  # labelled in the results like every plain sum
-            return symmetric_from_upper(total)
-        dense = agg.sum(Action.GRAM, req, max_abs=float(max_users),
-                        phase=phase)[privirec_wire.GRAM]
+            return symmetric_from_upper(self._sparse_gram_sum(
+                fed, GramRequest(alpha=alpha, transport="sparse"), phase))
+        dense = fed.sum_of(GramRequest(alpha=alpha, transport="dense"), GramSum,
+                           max_abs=float(fed.max_users), phase=phase).gram
         rows, cols = np.triu_indices(n_items)
         keep = dense != 0.0
         upper = sp.csr_matrix((dense[keep], (rows[keep], cols[keep])), shape=(n_items, n_items))
         return symmetric_from_upper(upper)
 
-    def power_method(self, agg: Aggregator, item_deg: np.ndarray, p: int,
-                     max_users: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    @staticmethod
+    def _sparse_gram_sum(fed: Federation, request: GramRequest, phase: str) -> sp.csr_matrix:
+        """Every node's sparse triangle, added in node order; recorded as a plain sum."""
+        agg, messenger, n_items = fed.aggregator, fed.messenger, fed.n_items
+        assert request.ACTION is not None
+        content = request.to_records()
+        # a plain sum the nodes check as one (their policy's allow-plain) before any work
+        for name, record in PlainSum().to_records().items():
+            content[name] = record
+        total = sp.csr_matrix((n_items, n_items))
+        replies = messenger.iter_replies(request.ACTION, dict.fromkeys(agg.nodes, content),
+                                         phase=phase)
+        for node, reply in in_node_order(replies, agg.nodes):
+            total = total + _sparse_gram(reply, messenger.label(node), n_items)
+        agg.record_sum(phase, request.ACTION, [(privirec_wire.GRAM, (n_items, n_items))],
+                       len(agg.nodes), form="plain")  # labelled in the results like every plain sum
+        return total
+
+    def power_method(self, fed: Federation, item_deg: np.ndarray, p: int,
+                     k: int) -> tuple[np.ndarray, np.ndarray]:
         """Algorithm 1 with L secure-sum rounds; optional Rayleigh-Ritz. Returns (S, eigvals)."""
-        cfg = ConfigRecord({"p": p, "omega": self.omega, "seed": self.seed})
-        deg_record = {"item_deg": item_deg}
         wire = np.dtype(self.wire_dtype)
 
-        def power_sum(X: np.ndarray | None, config: ConfigRecord, max_abs: float,
-                      phase: str) -> dict[str, np.ndarray]:
-            arrays = deg_record if X is None else {**deg_record, "X": X.astype(wire, copy=False)}
-            return agg.sum(Action.POWER,
-                           RecordDict({request_wire.ARRAYS: to_array_record(arrays),
-                                       privirec_wire.CONFIG_KEY: config}),
-                           max_abs=max_abs, phase=phase, wire_dtype=self.wire_dtype)
+        def power_sum(X: np.ndarray | None, reply: type[R], max_abs: float, phase: str,
+                      ritz: bool | None = None) -> R:
+            request = PowerRequest(item_deg=item_deg,
+                                   X=None if X is None else X.astype(wire, copy=False),
+                                   p=p, omega=self.omega, seed=self.seed, ritz=ritz)
+            return _typed_sum(fed, request, reply, max_abs=max_abs, phase=phase,
+                              wire_dtype=self.wire_dtype)
 
-        omega_max = 8.0 * float(max_users)  # |sum_u R~_ui Omega_ui| <= 8 * (users on a node)
+        omega_max = 8.0 * float(fed.max_users)  # |sum_u R~_ui Omega_ui| <= 8 * (users on a node)
         t0 = time.perf_counter()
         rounds = self.L + int(self._use_ritz())
-        X, T = qr_positive(power_sum(None, cfg, omega_max, "power")["Y"])
+        X, T = qr_positive(power_sum(None, PowerSum, omega_max, "power").Y)
         log.info("privirec: power round 1 of %d (sketch R~^T Omega) done, %.1f s", rounds,
                  time.perf_counter() - t0)
         for i in range(2, self.L + 1):
-            X, T = qr_positive(power_sum(X, cfg, POWER_MAX_ABS, "power")["Y"])
+            X, T = qr_positive(power_sum(X, PowerSum, POWER_MAX_ABS, "power").Y)
             log.info("privirec: power round %d of %d done, %.1f s", i, rounds,
                      time.perf_counter() - t0)
         if self._use_ritz():
             log.info("privirec: power round %d of %d (Rayleigh-Ritz)", rounds, rounds)
-            H = power_sum(X, ConfigRecord({**dict(cfg), "ritz": True}), POWER_MAX_ABS,
-                          "ritz")["H"]
+            H = power_sum(X, RitzSum, POWER_MAX_ABS, "ritz", ritz=True).H
             S, theta = rayleigh_ritz_from_gram(X, H)  # H = X^T P~ X
             return S[:, :k], np.maximum(theta[:k], 0.0)
         return X[:, :k], np.abs(np.diag(T))[:k].copy()
 
-    def evaluate(self, agg: Aggregator, item_deg: np.ndarray, S: np.ndarray | None,
-                 eigvals: np.ndarray | None, P: Mapping[float, sp.csr_matrix],
-                 max_users: int) -> dict[str, RankingSums]:
+    def evaluate(self, fed: Federation, item_deg: np.ndarray, S: np.ndarray | None,
+                 eigvals: np.ndarray | None,
+                 P: Mapping[float, sp.csr_matrix]) -> dict[str, RankingSums]:
         """Broadcast the pieces; nodes score their users; secure sum of the metric sums."""
-        arrays: dict[str, np.ndarray] = {"item_deg": item_deg}
-        if S is not None:
-            arrays["S"] = S.astype(self.wire_dtype, copy=False)
-        if eigvals is not None:
-            arrays["eigvals"] = eigvals
-        for alpha, Pt in P.items():
-            arrays.update(csr_to_arrays(upper_triangle(Pt), f"P@{alpha:g}"))
-        req = RecordDict({
-            request_wire.ARRAYS: to_array_record(arrays),
-            privirec_wire.CONFIG_KEY: ConfigRecord({"dataset": self.dataset,
-                                                    evaluation_wire.TOP_K: self.top_k,
-                                                    "filter-rank": self.filter_rank,
-                                                    "max-filter-rank": self.max_filter_rank,
-                                                    "score-dtype": self.score_dtype}),
-            privirec_wire.FILTERS: ConfigRecord(dict.fromkeys(self.filters, True)),
-        })
-        sums = agg.sum(Action.EVALUATE, req, max_abs=float(max_users) + 1.0,
-                       phase="evaluate")
+        request = EvaluateRequest(
+            top_k=self.top_k, dataset=self.dataset, filter_rank=self.filter_rank,
+            max_filter_rank=self.max_filter_rank, score_dtype=self.score_dtype,
+            item_deg=item_deg, S=None if S is None else S.astype(self.wire_dtype, copy=False),
+            eigvals=eigvals)
+        assert request.ACTION is not None
+        content = request.to_records()
+        triangles: dict[str, np.ndarray] = {}
+        for alpha, Pt in P.items():  # one triangle per alpha: beside the declared arrays
+            triangles.update(csr_to_arrays(upper_triangle(Pt), triangle_prefix(alpha)))
+        arrays = array_record(content, request.ARRAYS)
+        assert arrays is not None  # item_deg always travels
+        arrays.update(to_array_record(triangles))
+        content[privirec_wire.FILTERS] = ConfigRecord(dict.fromkeys(self.filters, True))
+        sums = fed.aggregator.sum(request.ACTION, content, max_abs=float(fed.max_users) + 1.0,
+                                  phase="evaluate")
         return {name: RankingSums.from_vector(self.top_k, vec) for name, vec in sums.items()}
 
     # -- the centralized reference -----------------------------------------------------------
@@ -442,46 +459,44 @@ class PriviRec(ProtocolStrategy):
         return agg
 
     def run(self, fed: Federation) -> RunOutcome:
-        messenger, cfg = fed.messenger, self.cfg
-        infos, agg = fed.infos, fed.aggregator
-        n_items, max_users = fed.n_items, fed.max_users
+        infos, agg, n_items = fed.infos, fed.aggregator, fed.n_items
         p = self.iteration_rank(n_items)
         presets = preset_line(self.filters, self.dataset, self.filter_rank)
         if presets:
             log.info("%s", presets)
         log.info("privirec: degrees")
-        item_deg = self.sum_degrees(agg, max_users)
+        item_deg = self.sum_degrees(fed)
         P = {}
         if not self.low_rank:
             alphas = sorted({f.alpha for f in self._filter_objects().values() if f.needs_P})
             for alpha in alphas:
                 log.info("privirec: item-item gram (alpha=%g)", alpha)
-                P[alpha] = item_item_from_gram(
-                    self.sum_gram(agg, messenger, n_items, max_users, alpha), item_deg, alpha)
+                P[alpha] = item_item_from_gram(self.sum_gram(fed, alpha), item_deg, alpha)
                 check_fixed_node_set(agg)
         S = eigvals = None
         if p:
             log.info("privirec: power method, rank %d, L=%d", p, self.L)
-            S, eigvals = self.power_method(agg, item_deg, p, max_users, p)
+            S, eigvals = self.power_method(fed, item_deg, p, p)
             check_fixed_node_set(agg)
         log.info("privirec: evaluation on the nodes: each node builds %d filter(s) (%s) and "
                  "scores its users over %d items; one secure sum of the metric sums",
                  len(self.filters), ", ".join(self.filters), n_items)
         t0 = time.perf_counter()
-        sums = self.evaluate(agg, item_deg, S, eigvals if self.low_rank else None, P, max_users)
+        sums = self.evaluate(fed, item_deg, S, eigvals if self.low_rank else None, P)
         log.info("privirec: evaluation done in %.1f s", time.perf_counter() - t0)
         check_fixed_node_set(agg)
         metrics = {f"{name}/{key}": value for name, s in sums.items()
                    for key, value in s.means().items()}
-        return RunOutcome(metrics=metrics, extra={
-            "item_deg": item_deg, "S": S, "eigvals": eigvals, "P": P,
-            "n_items": n_items, "rank": p, "secure_sums": agg.sum_id,
-            "n_users": sum(i.n_users for i in infos.values()),
-            "paper_floats_per_client": paper_float_counts(
-                n_items, n_users=sum(i.n_users for i in infos.values()), **PAPER_TABLE1),
-            "floats_per_client_this_run": paper_float_counts(
-                n_items, self.L, k2=p, n_users=sum(i.n_users for i in infos.values())),
-            "data": data_config(cfg)})
+        n_users = sum(i.n_users for i in infos.values())
+        # the run's results (keyword names: result keys, not wire fields)
+        return RunOutcome(metrics=metrics, extra=dict(
+            item_deg=item_deg, S=S, eigvals=eigvals, P=P, n_items=n_items, rank=p,
+            secure_sums=agg.sum_id, n_users=n_users,
+            paper_floats_per_client=paper_float_counts(n_items, n_users=n_users,
+                                                       **PAPER_TABLE1),
+            floats_per_client_this_run=paper_float_counts(n_items, self.L, k2=p,
+                                                          n_users=n_users),
+            data=data_config(self.cfg)))
 
 
 class PriviRecK(PriviRec):

@@ -11,15 +11,23 @@ from clients.handlers import handler
 from clients.node import NodeContext
 from clients.noise_node import participates, requested
 from clients.sums_node import sum_reply
+from fedrec.wire.message import Message, message, per_round
 
 ACTION = "noisetest_sum"
 
 
+@message(ACTION)
+class NoiseTestRequest(Message):
+    """How many values to send, their value, and whether to skip the participation draw."""
+
+    n: int = per_round(min=1)
+    value: float = per_round(0.0)
+    skip_draw: bool = per_round(False)
+
+
 @handler(ACTION, sums=True)
 def noisetest_sum(content: RecordDict, node: NodeContext) -> RecordDict:
-    cfg = node.config()
-    n = node.size(cfg, "n")
-    value = float(cfg.get("value", 0.0))
-    noisy = requested(node) is not None and not cfg.get("skip-draw")
+    req = node.read(NoiseTestRequest)
+    noisy = requested(node) is not None and not req.skip_draw
     takes = participates(node) if noisy else True
-    return sum_reply(node, {"x": np.full(n, value if takes else 0.0)})
+    return sum_reply(node, {"x": np.full(req.n, req.value if takes else 0.0)})

@@ -156,10 +156,11 @@ def _fedmf_stock(draw: Any, kind: str) -> Request:
 
 def _mvmf_config(dim: int, top_k: int) -> ConfigRecord:
     from fedrec.recsys.multiview import MVMFConfig
-    from strategies.mvmf import node_config
+    from fedrec.wire.mvmf import ModelRequest
+    from strategies.mvmf import model_fields
 
-    cfg = node_config(MVMFConfig(), 0, {"mvmf-top-k": top_k, "mvmf-threshold": 4.0})
-    return ConfigRecord({**cfg, "dim": dim})
+    base = ModelRequest(**model_fields(MVMFConfig(dim=dim), 0, top_k, 4.0))
+    return ConfigRecord(base.to_config())
 
 
 @st.composite
@@ -688,10 +689,13 @@ def test_a_refusal_names_the_key_never_the_nodes_path(tmp_path: Path, fault: str
         context = Context(run_id=1, node_id=1001, state=RecordDict(), run_config={},
                           node_config={"partition-id": 0, "num-partitions": 3, **TINY,
                                        "lpgcn-init": str(tmp_path / "holder-ckpt.npz")})
+        from fedrec.wire.lpgcn import Hyper
+
+        hp = Hyper(backbone="lightgcn", layers=1, dim=2, lr=0.1, reg=0.0, batch_size=1, seed=0,
+                   alpha=1.0, holdings="catalogue", mask_scale=1.0, init_std=0.1,
+                   dtype="float64", start_step=1)
         with pytest.raises(Exception) as err:
-            _initial_params(NodeContext(context, _content({})), {
-                "dtype": "float64", "dim": 2, "seed": 0, "init-std": 0.1,
-                "backbone": "lightgcn", "start-step": 1}, np.zeros(0, np.int64))
+            _initial_params(NodeContext(context, _content({})), hp, np.zeros(0, np.int64))
         scrub_exception(err.value, node_paths(context.node_config), "node 1001 (partition 0)")
         text = str(err.value)
         assert "holder-ckpt" not in text and str(tmp_path) not in text, text

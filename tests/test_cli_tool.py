@@ -171,7 +171,7 @@ def test_every_default_run_passes_or_names_its_opt_ins_and_passes_with_them() ->
     for name in protocols():
         # the multi-view protocols factorize explicit ratings (their one required change)
         cfg = resolve_config({"protocol": name, "implicit": "mvmf" not in name})
-        strategy = load_strategy_class(name).from_run_config(cfg)
+        strategy = load_strategy_class(name)(cfg)
         try:
             check_node_policy(cfg, strategy, NodePolicy())
         except PolicyNotAllowed as exc:
@@ -199,7 +199,7 @@ def test_the_handshake_names_the_refusing_node_before_any_data_round() -> None:
 
 def _run_with(messenger: Messenger, cfg: dict) -> None:
     cls = load_strategy_class(str(cfg["protocol"]))
-    cls.from_run_config(cfg).execute(messenger)
+    cls(cfg).execute(messenger)
 
 
 def test_policy_needs_compare_numbers_both_ways_and_name_the_others() -> None:
@@ -519,7 +519,7 @@ def test_a_rank_above_the_catalogue_names_the_key_that_set_it() -> None:
                            ({"protocol": "privirec", "privirec-rank": 600}, "privirec-rank"),
                            ({"protocol": "privirec", "privirec-filter-rank": 600},
                             "privirec-filter-rank")]:
-        strategy = load_strategy_class(overrides["protocol"]).from_run_config(
+        strategy = load_strategy_class(overrides["protocol"])(
             resolve_config(overrides))
         with pytest.raises(SettingRefused) as err:
             strategy.check_catalogue(500)

@@ -105,7 +105,7 @@ def test_strategy_loading_errors_are_clear() -> None:
         load_strategy_class("no_such_module_xyz:Thing")
     with pytest.raises(ValueError, match="has no class"):
         load_strategy_class("strategies.fedmf:Nope")
-    with pytest.raises(ValueError, match="not a flwr"):
+    with pytest.raises(ValueError, match="neither a ProtocolStrategy nor a flwr"):
         load_strategy_class("fedrec.config:ConfigError")
 
 
@@ -146,7 +146,9 @@ def test_defaults_a_run_takes_without_naming_them_are_not_refused() -> None:
     only the keys the command names are held to the protocol."""
     listed = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     cfg = resolve_config({"protocol": "privirec"}, defaults={**listed, "rounds": 50})
-    assert cfg["protocol"] == "privirec" and cfg["rounds"] == 50
+    assert cfg["protocol"] == "privirec" and "rounds" not in cfg  # not a key privirec reads
+    assert resolve_config({"protocol": "fedmf"}, defaults={**listed, "rounds": 50})[
+        "rounds"] == 50
     with pytest.raises(ConfigError, match="'rounds': protocol 'privirec'"):
         resolve_config({"protocol": "privirec", "rounds": 50}, defaults=listed)
     with pytest.raises(ConfigError, match="unknown run-config key 'mf-dims'"):

@@ -193,11 +193,9 @@ def test_every_registered_handler_is_exercised() -> None:
 def test_the_threat_model_table_names_real_protocols_actions_and_opt_ins() -> None:
     """Every row of the "learns by design" table names registered protocols, a registered
     action and a node-policy key (or ``always``): a stale row cannot allow anything."""
-    from dataclasses import fields
-
     from clients.policy import NodePolicy
 
-    keys = {f.name.replace("_", "-") for f in fields(NodePolicy)} | {"always"}
+    keys = set(NodePolicy.keys()) | {"always"}
     rows = learns_by_design()
     assert rows, f"{DOC.name}: the learns-by-design table is empty"
     for row in rows:
@@ -252,8 +250,8 @@ def test_the_split_view_judge_finds_a_node_that_takes_per_node_sum_parameters(
         return content_digest(node.request, skip=(SUM_KEY, "relay.in", "relay.directory",
                                                   "relay.round"))
 
-    def requested_codec(node: Any, cfg: Any, sum_id: int) -> FixedPoint:
-        return FixedPoint(max_abs=float(cfg["max-abs"]), frac_bits=int(cfg["frac-bits"]))
+    def requested_codec(node: Any, req: Any) -> FixedPoint:
+        return FixedPoint(max_abs=req.max_abs, frac_bits=req.frac_bits)
 
     monkeypatch.setattr(sums_node, "request_digest", unbound_digest)
     monkeypatch.setattr(secagg_node, "_codec", requested_codec)

@@ -24,9 +24,9 @@ from fedrec.secure.distributed_noise import (
     gaussian_epsilon,
     truncate_l2,
 )
+from fedrec.secure.secagg import SecAggError
 from fedrec.transport.messenger import Messenger, NodeError
 from fedrec.transport.secagg_server import SecureAggregator
-from fedrec.secure.secagg import SecAggError
 from tests.noise_handlers import ACTION
 
 N = 4

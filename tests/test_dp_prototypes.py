@@ -137,7 +137,7 @@ def sim() -> dict:
     """One Flower simulation (Ray) for everything that needs one: a full run (plain sums,
     the nodes opt in), a run whose dpp-k exceeds the silos' 40 users (the server refuses),
     and a deviating server's direct request for such a release (each silo refuses)."""
-    from flwr.app import ConfigRecord, Context, RecordDict
+    from flwr.app import Context
     from flwr.serverapp import Grid, ServerApp
 
     from fl_app.server_app import run_protocol
@@ -151,11 +151,10 @@ def sim() -> dict:
         try:
             box["record"] = run_protocol(grid, resolve_config({**TINY, "aggregator": "plain"}))
             messenger = Messenger(grid, timeout=60)
-            request = DPPrototypes.from_run_config(resolve_config({**TINY, "dpp-k": 41}))
+            request = DPPrototypes(resolve_config({**TINY, "dpp-k": 41}))
             try:
-                messenger.broadcast("dpp_prototypes", RecordDict(
-                    {"protocol": ConfigRecord(request.prototype_config())}),
-                    messenger.node_ids(NODES), phase="deviate")
+                messenger.broadcast("dpp_prototypes", request.prototype_request().to_records(),
+                                    messenger.node_ids(NODES), phase="deviate")
             except NodeError as exc:
                 box["silo_refusal"] = str(exc)
         except BaseException as exc:  # hand the failure back to the test
@@ -244,7 +243,7 @@ def _run(over: dict, policy: dict = POLICY, node_configs: dict | None = None,
     """Run the protocol (``deviate`` = 0) or, as a deviating server, send ``deviate``
     prototype requests right after the handshake without the server's own checks."""
     cfg = resolve_config({**TINY, "aggregator": "plain", **over})
-    strategy = DPPrototypes.from_run_config(cfg)
+    strategy = DPPrototypes(cfg)
     with LocalGrid(build_client_app(policy=policy), NODES,
                    node_configs=node_configs) as grid:
         messenger = Messenger(grid, timeout=30)
@@ -252,8 +251,7 @@ def _run(over: dict, policy: dict = POLICY, node_configs: dict | None = None,
             return messenger, strategy.execute(messenger)
         fed = strategy.federate(messenger)
         for i in range(deviate):
-            fed.broadcast("dpp_prototypes", config=strategy.prototype_config(),
-                          phase=f"ask{i}")
+            fed.send(strategy.prototype_request(), phase=f"ask{i}")
         return messenger, None
 
 

@@ -158,14 +158,14 @@ def test_fedmf_ceiling_is_early_stopped_on_validation_and_not_beaten() -> None:
     rounds), and on a small split the federated run does not beat it."""
     from fedrec.recsys.metrics import evaluate_ranking
     from fedrec.recsys.mf import fit_early_stopped, tune_early_stopped, validation_split
-    from fl_app.registry import resolve_config
     from fedrec.recsys.mf_ceiling import EDGE_PASSES, REFERENCE_GRID, REFERENCE_SPLIT_STEPS
+    from fl_app.registry import resolve_config
     from strategies.fedmf import FedMF
 
     cfg = resolve_config({**LOCAL, "rounds": 3, "aggregator": "plain",
                           "synthetic-users": 80, "synthetic-items": 100})
     data = load_dataset(DatasetSpec.from_config(cfg))
-    strategy = FedMF.from_run_config(cfg)
+    strategy = FedMF(cfg)
     tuned = fit_early_stopped(strategy._untrained, data.train, 12, patience=3,
                               seed=cfg["seed"])
     assert tuned.rounds == int(np.argmax(tuned.curve)) + 1
@@ -313,7 +313,7 @@ def test_tuned_ceiling_is_not_beaten_on_validation(tmp_path) -> None:  # type: i
                 if not k.startswith("synthetic-")}
     on_valid.update({"dataset": "fitvalid", "data-dir": str(tmp_path)})
     record = run_in_process(on_valid, num_nodes=8, quiet=True, node_policy=PLAIN_OK)
-    ceiling = FedMF.from_run_config(cfg).reference(data)
+    ceiling = FedMF(cfg).reference(data)
     assert record["metrics"]["ndcg@20"] <= ceiling["tuned-valid"], (
         record["metrics"]["ndcg@20"], ceiling)
 

@@ -13,7 +13,6 @@ from fedrec.recsys import mf_ceiling as mc
 from fedrec.recsys.halving import tune_halving
 from fedrec.recsys.mf import BPRMF, tune_early_stopped, validation_split
 
-
 #: The candidates planned before any edge walk (the budget's first term counts them).
 _PLANNED = len(mc.REFERENCE_GRID) + len(mc.REFERENCE_SPLIT_STEPS)
 
@@ -141,7 +140,7 @@ def test_the_ceiling_reads_validation_only_and_keeps_the_run_setting(small) -> N
 
     cfg = resolve_config({"protocol": "fedmf", "rounds": 3, "synthetic-users": 80,
                           "synthetic-items": 100, "mf-dim": 8, "mf-local-epochs": 1})
-    strategy = FedMF.from_run_config(cfg)
+    strategy = FedMF(cfg)
     tuned = strategy.tune(small.train)
     assert mc.label_of(strategy.lr, strategy.lr, strategy.reg) in tuned.tried
     lr, item_lr, reg = mc.parse_label(tuned.label)
@@ -152,6 +151,8 @@ def test_the_ceiling_reads_validation_only_and_keeps_the_run_setting(small) -> N
     keys = mc.ceiling_keys(tuned, strategy.lr, strategy.reg)
     assert 0 < keys["tuned-selection-rounds"] <= mc.halving_budget(strategy.rounds, _PLANNED)
     assert keys["tuned-valid"] == max(tuned.tried.values())
+    assert keys["tuned-halving"] == 1.0
+    assert mc.ceiling_keys(tuned, strategy.lr, strategy.reg, "full")["tuned-halving"] == 0.0
 
 
 def test_the_halving_ceiling_loses_when_its_best_setting_is_removed(small) -> None:
@@ -165,7 +166,7 @@ def test_the_halving_ceiling_loses_when_its_best_setting_is_removed(small) -> No
 
     cfg = resolve_config({"protocol": "fedmf", "rounds": 3, "mf-dim": 8,
                           "mf-local-epochs": 1})
-    strategy = FedMF.from_run_config(cfg)
+    strategy = FedMF(cfg)
     grid = ((0.3, 0.3, 0.1), (0.3, 0.3, 1.0), (0.3, 0.3, 10.0), (0.3, 0.3, 100.0))
 
     def tune(g, budget="halving"):  # type: ignore[no-untyped-def]

@@ -216,7 +216,7 @@ def test_privirec_p_past_the_budget_is_refused_before_omega_is_drawn(
                        rewrite=huge_p) as grid:
         messenger = Messenger(grid, timeout=20)
         with pytest.raises(NodeError) as err:
-            PriviRecK.from_run_config(cfg).execute(messenger)
+            PriviRecK(cfg).execute(messenger)
     text = str(err.value)
     assert "refuses PriviRec's oversampling p=1000000000" in text
     assert "memory-budget-mb=4096" in text
@@ -281,10 +281,12 @@ def test_fedmf_sizes_that_are_not_positive_integers_are_refused(key: str, bad: A
 
 def _mvmf(**over: Any) -> dict[str, Any]:
     from fedrec.recsys.multiview import MVMFConfig
-    from strategies.mvmf import node_config
+    from fedrec.wire.mvmf import TrainRequest
+    from strategies.mvmf import model_fields
 
-    cfg = node_config(MVMFConfig(), 0, {"mvmf-top-k": 10, "mvmf-threshold": 4.0})
-    return {"protocol": ConfigRecord({**cfg, **over}),
+    base = TrainRequest(Q=np.zeros((N_ITEMS, 6)), U=np.zeros((10, 6)),
+                        **model_fields(MVMFConfig(), 0, 10, 4.0))
+    return {"protocol": ConfigRecord({**base.to_config(), **over}),
             "arrays": to_array_record({"Q": np.zeros((N_ITEMS, 6)), "U": np.zeros((10, 6))})}
 
 

@@ -301,11 +301,14 @@ def test_a_node_refuses_a_delivery_the_protocol_does_not_send_it() -> None:
     """A part only nodes send (or an unknown name), a layer past the model's or a delivery of
     another shape than the node's held items, convolution items or requested negatives
     give it, is refused by name."""
+    from types import SimpleNamespace
+
     from clients.lpgcn import LosslessnessError, Session
 
     step = Session.__new__(Session)
     step.node, step.cur, step.flags = type("N", (), {"who": "node 7"})(), {}, {"step": 0}
-    step.hp, step.L, step.setup, step.conv_hpos = {"dim": 2}, 2, {"held": np.zeros(3)}, [0]
+    step.hp, step.L, step.setup, step.conv_hpos = (SimpleNamespace(dim=2), 2,
+                                                   {"held": np.zeros(3)}, [0])
     step.cur["negreal"] = np.zeros(1)
     for name in ["gn0", "negreq", "x1", "e3"]:
         with pytest.raises(LosslessnessError, match="node 7"):

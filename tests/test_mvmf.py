@@ -215,7 +215,7 @@ def test_implicit_data_is_refused() -> None:
 
     cls = load_strategy_class("fedmvmf")
     with pytest.raises(ConfigError, match="explicit ratings: set implicit = false"):
-        cls.from_run_config(resolve_config({"protocol": "fedmvmf"}))
+        cls(resolve_config({"protocol": "fedmvmf"}))
 
 
 # -- 2. the protocols -------------------------------------------------------------------------
@@ -280,7 +280,7 @@ def test_fedmvmf_equals_the_centralized_reference(fed_plain, data) -> None:
     from strategies.mvmf import FedMVMF
 
     cfg, record, _ = fed_plain
-    strategy = FedMVMF.from_run_config(cfg)
+    strategy = FedMVMF(cfg)
     ref = strategy.reference_model(data, _groups(data, cfg))
     # Same float64 terms summed in the same order (per node, then nodes in partition order);
     # only the server's Adam runs on one side: agreement to rounding (1e-12 relative).
@@ -307,7 +307,7 @@ def test_privmvmf_equals_fedmvmf_and_gives_the_same_top10(fed_plain, priv, data)
         a, b = fed["extra"][name], pr["extra"][name]
         # "within 1e-5 relative": Frobenius norm of the difference over the norm
         assert np.linalg.norm(a - b) / np.linalg.norm(a) < 1e-5, name
-    strategy = FedMVMF.from_run_config(cfg)
+    strategy = FedMVMF(cfg)
     tops = [_top10(data, strategy, r["extra"]["Q"], r["extra"]["U"], strategy.model)
             for r in (fed, pr)]
     np.testing.assert_array_equal(*tops)
@@ -393,7 +393,7 @@ def test_sgd_path_equals_the_reference(data) -> None:
 
     cfg, record, _ = _run("fedmvmf", "plain", {"mvmf-p-update": "sgd", "rounds": 3,
                                                "mvmf-weighting": "obsonly"})
-    strategy = FedMVMF.from_run_config(cfg)
+    strategy = FedMVMF(cfg)
     ref = strategy.reference_model(data, _groups(data, cfg))
     np.testing.assert_allclose(record["extra"]["Q"], ref.Q, rtol=1e-12, atol=1e-14)
     assert record["metrics"]["ndcg@10"] == pytest.approx(strategy.budget_metrics(data)["ndcg@10"],
@@ -452,7 +452,7 @@ def _ceiling_strategy(**over):
     from strategies.mvmf import FedMVMF
 
     cfg = resolve_config({**BASE, "protocol": "fedmvmf", "rounds": 4, **over})
-    return FedMVMF.from_run_config(cfg)
+    return FedMVMF(cfg)
 
 
 def test_mvmf_ceiling_is_tuned_on_validation_without_the_test_split(data) -> None:

@@ -59,7 +59,7 @@ def taste() -> tuple[sp.csr_matrix, sp.csr_matrix]:
 
 
 def _strategy(reg: float = 0.1) -> DPPrototypes:
-    return DPPrototypes.from_run_config(resolve_config(
+    return DPPrototypes(resolve_config(
         {"protocol": "dp-prototypes", "dataset": "synthetic", "seed": SEED, "dpp-rank": RANK,
          "dpp-reg": reg, "dpp-nmf-iters": ITERS}))
 

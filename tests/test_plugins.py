@@ -68,8 +68,24 @@ def test_protocol_strategy_start_returns_a_flower_result(monkeypatch) -> None:
         with pytest.raises(TypeError, match="goes to the constructor"):
             strategy.start(grid, train_config=ConfigRecord({"aggregator": "plain"}))
     assert 0.0 < result.evaluate_metrics_serverapp[1]["ndcg@20"] <= 1.0
-    with pytest.raises(TypeError, match="multi-phase"):
-        ItemPopularity().configure_train(1, None, None, None)
+    # not a Flower Strategy: Flower's wrappers that call the per-round hooks cannot take it,
+    # and none of those hooks exists to fail later
+    from flwr.serverapp.strategy import Strategy
+
+    assert not isinstance(strategy, Strategy)
+    assert not hasattr(strategy, "configure_train")
+
+
+def test_a_protocol_strategy_is_refused_where_a_flower_strategy_goes() -> None:
+    """The ``strategy`` key takes a Flower Strategy (it drives FedMF's nodes round by round);
+    a ProtocolStrategy there is refused before any message, naming the key to use."""
+    from fedrec.config import ConfigError
+    from fl_app.simulation import run_in_simulation
+
+    with pytest.raises(ConfigError, match="give it as 'protocol'"):
+        run_in_simulation({"protocol": "fedmf", "strategy": "privirec",
+                           "synthetic-users": 30, "synthetic-items": 20}, num_nodes=3,
+                          quiet=True, node_policy={"allow-plain": True})
 
 
 def _doc_files() -> dict[str, str]:
@@ -86,9 +102,9 @@ def test_the_documented_protocol_runs_from_two_files(tmp_path, monkeypatch) -> N
     ``clients`` registration; its typed key is read; the result equals the same filter
     computed centrally."""
     files = _doc_files()
-    assert set(files) == {"cooc_server.py", "cooc_client.py"}
+    assert set(files) == {"cooc_wire.py", "cooc_server.py", "cooc_client.py"}
     lines = sum(len(code.strip().splitlines()) for code in files.values())
-    assert lines < 40, f"the documented protocol takes {lines} lines"
+    assert lines < 80, f"the documented protocol takes {lines} lines"
     for name, code in files.items():
         (tmp_path / name).write_text(code)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -104,3 +120,13 @@ def test_the_documented_protocol_runs_from_two_files(tmp_path, monkeypatch) -> N
     assert record["metrics"]["ndcg@20"] == pytest.approx(want["ndcg@20"], abs=1e-12)
     with pytest.raises(Exception, match="did you mean 'cooc-min-count'"):
         run_in_simulation({**cfg, "cooc-min-cnt": 2}, num_nodes=3, quiet=True)
+    # the protocol's own node opt-in: set by the node's operator, read by its handler
+    with pytest.raises(Exception, match="holds fewer users than its cooc-min-users"):
+        run_in_simulation({**cfg, "run-name": "cooc-min-users"}, num_nodes=3, quiet=True,
+                          node_policy={"allow-plain": True, "cooc-min-users": 10**6})
+    from clients.policy import NodePolicy
+
+    assert NodePolicy.coerce({"cooc-min-users": 7}).cooc_min_users == 7
+    assert NodePolicy().cooc_min_users == 1  # the declared default
+    with pytest.raises(ValueError, match="unknown node policy key 'allow-cooc-min-users'"):
+        NodePolicy().merged({"allow-cooc-min-users": "true"}, "node config")

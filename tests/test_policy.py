@@ -45,7 +45,7 @@ def _run_privirec(cfg: dict[str, Any], policy: dict | None = None,
     with LocalGrid(app, 3, node_configs=node_configs) as grid:
         messenger = Messenger(grid, timeout=timeout)
         cls = PriviRec if cfg["protocol"] == "privirec" else PriviRecK
-        strategy = cls.from_run_config(cfg)
+        strategy = cls(cfg)
         outcome = strategy.execute(messenger)
         return {"outcome": outcome, "privacy": messenger.privacy_report()}
 
@@ -386,7 +386,7 @@ def test_privirec_stops_when_a_node_drops_between_sums_and_reveals_nothing(
         seen["grid"], seen["victim"] = grid, grid.ids[1]
         messenger = Messenger(grid, timeout=1.0)
         with pytest.raises(SecAggError) as err:
-            privirec.PriviRecK.from_run_config(cfg).execute(messenger)
+            privirec.PriviRecK(cfg).execute(messenger)
         unmasks = [m for m in grid.pushed if m.metadata.message_type == "query.secagg_unmask"]
     text = str(err.value)
     assert f"'power': node {grid.ids[1]} (partition 1) did not answer (no reply within" in text

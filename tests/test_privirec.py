@@ -122,7 +122,7 @@ def test_auto_ritz_turns_on_when_the_iteration_rank_oversamples() -> None:
     vecs, _ = top_eigvecs_exact(item_item_matrix(R_tilde), 6)
     np.testing.assert_allclose(_projector(record["extra"]["S"][:, :6]), _projector(vecs),
                                atol=1e-6)
-    same = PriviRec.from_run_config(resolve_config({**cfg, "privirec-rank": 0}))
+    same = PriviRec(resolve_config({**cfg, "privirec-rank": 0}))
     assert not same._use_ritz()  # p = the filters' one rank: nothing to pick from
 
 

@@ -53,7 +53,7 @@ TINY: dict[str, tuple[dict[str, Any], int]] = {
 def _strategy(name: str, **extra: Any) -> tuple[ProtocolStrategy, int]:
     over, nodes = TINY[name]
     cfg = resolve_config({**over, "protocol": name, "run-name": f"contract-{name}", **extra})
-    return load_strategy_class(name).from_run_config(cfg), nodes
+    return load_strategy_class(name)(cfg), nodes
 
 
 def test_every_builtin_registration_has_a_tiny_run() -> None:

@@ -39,9 +39,8 @@ def _node(nnz: int, budget_mb: float) -> NodeContext:
 def _fedmf_refused(nnz: int, negatives: int, budget_mb: float) -> bool:
     from clients.fedmf import _reserve_training
 
-    cfg = {"negatives": negatives, "batch-size": 10**6, "epochs": 1}
     try:
-        _reserve_training(_node(nnz, budget_mb), np.zeros((N_ITEMS, 2)), cfg, "exact")
+        _reserve_training(_node(nnz, budget_mb), 2, negatives, 10**6, 1, "exact")
     except PolicyError:
         return True
     return False
@@ -63,9 +62,8 @@ def test_twins_inside_one_power_of_two_are_refused_alike(negatives: int) -> None
 
 
 def test_the_hello_publishes_the_bound_the_estimates_use() -> None:
-    from tests.malicious import MaliciousGrid
-
     from fl_app.client_app import build_client_app
+    from tests.malicious import MaliciousGrid
 
     data = {"dataset": "synthetic", "synthetic-users": 30, "synthetic-items": 20}
     with MaliciousGrid(build_client_app(policy={}), 3, data=data) as grid:

@@ -115,6 +115,6 @@ def test_a_split_view_of_the_data_fails_the_honest_run() -> None:
                        run_id=next(_RUNS), rewrite=rewrite) as grid:
         victim = grid.ids[1]
         with pytest.raises(NodeError, match="cold-start-users=0.9"):
-            FedMF.from_run_config(cfg).execute(Messenger(grid, timeout=20))
+            FedMF(cfg).execute(Messenger(grid, timeout=20))
         sums = [m for m, _ in grid.log if m.metadata.message_type != "query.hello"]
     assert not sums  # the run stopped at the handshake

@@ -28,10 +28,10 @@ import scipy.sparse as sp
 
 from fedrec.recsys.halving import FIRST_RUNG, tune_halving
 from fedrec.recsys.mf import (
+    BPRMF,
     MAX_ROUND_FACTOR,
     PATIENCE,
     VALID_FRACTION,
-    BPRMF,
     EarlyStopped,
     steps_past_edges,
     tune_early_stopped,
@@ -105,17 +105,20 @@ def at_edge(label: str, tried: Iterable[str], lr: float, reg: float) -> bool:
                                  [_coords(t, lr, reg) for t in tried], dims=(0, 1)))
 
 
-def ceiling_keys(tuned: EarlyStopped, lr: float, reg: float) -> dict[str, float]:
+def ceiling_keys(tuned: EarlyStopped, lr: float, reg: float,
+                 budget: str = "halving") -> dict[str, float]:
     """What the reference reports of its tuning, beside its ranking metrics: the chosen
     rounds, steps, L2 weight and validation score, the candidates tried and selection rounds
-    spent, and two flags (1.0): still at an edge after the walk, the budget cut a candidate."""
+    spent, and three flags (1.0): still at an edge after the walk, the budget cut a
+    candidate, the search was ``halving`` (0.0: ``full``)."""
     chosen_lr, item_lr, chosen_reg = parse_label(tuned.label)
     return {"tuned-rounds": float(tuned.rounds), "tuned-lr": chosen_lr,
             "tuned-item-lr": item_lr, "tuned-reg": chosen_reg,
             "tuned-valid": max(tuned.curve), "tuned-candidates": float(len(tuned.tried)),
             "tuned-selection-rounds": float(sum(tuned.trained.values())),
             "tuned-at-edge": float(at_edge(tuned.label, tuned.tried, lr, reg)),
-            "tuned-budget-cut": float(tuned.exhausted)}
+            "tuned-budget-cut": float(tuned.exhausted),
+            "tuned-halving": float(budget == "halving")}
 
 
 #: Builds an untrained candidate: ``make(lr, reg, item_lr)``.

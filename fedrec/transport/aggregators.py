@@ -37,19 +37,23 @@ import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
 from fedrec.transport.messenger import Messenger
+from fedrec.wire.message import Message, WireError
 from fedrec.wire.sums import (
     CIPHER_KEY,
     CKKS_PURPOSE,
     CLIPPED_KEY,
     CONTRIB_KEY,
-    NODESET_KEY,
     NODESET_SIGNED_KEY,
     SIGNED_KEY,
-    SUM_KEY,
     VALUES_KEY,
     WIRE_DTYPES,
-    Action,
     AggregationError,
+    CkksContribution,
+    CkksSum,
+    DecryptRequest,
+    NodeSetRequest,
+    PlainSum,
+    SumRequest,
     layout_of,
     layout_size,
     node_set_signature,
@@ -58,7 +62,18 @@ from fedrec.wire.sums import (
 )
 
 T = TypeVar("T")
+M = TypeVar("M", bound=Message)
 Reply = Callable[[int, RecordDict], None]
+
+
+def read_reply(cls: type[M], reply: RecordDict, label: str,
+               error: type[Exception] = AggregationError) -> M:
+    """A node's reply read as ``cls``, every field checked; a reply that does not match is
+    ``error`` naming the node and the field (the caller's error type, as before typing)."""
+    try:
+        return cls.from_records(reply, label)
+    except WireError as exc:
+        raise error(str(exc)) from None
 
 
 @dataclass
@@ -137,11 +152,14 @@ class Aggregator(ABC):
 
     def _requests(self, content: RecordDict | Mapping[int, RecordDict], nodes: Iterable[int],
                   cfg: Mapping[str, Any]) -> dict[int, RecordDict]:
+        """Each node's request: the protocol's ``content`` with the sum record's fields
+        ``cfg`` (a :class:`~fedrec.wire.sums.SumRequest`'s ``to_config()``, by wire name: a
+        test's deviating server rewrites them here)."""
         out = {}
         for u in nodes:
             base = content if isinstance(content, RecordDict) else content[u]
             req = RecordDict(dict(base.items()))
-            req[SUM_KEY] = ConfigRecord(dict(cfg))
+            req[SumRequest.CONFIG] = ConfigRecord(dict(cfg))
             out[u] = req
         return out
 
@@ -204,8 +222,8 @@ class PlainAggregator(Aggregator):
             raise ValueError(f"wire_dtype must be one of {WIRE_DTYPES}, got {wire_dtype!r}")
         self.sum_id += 1
         phase = phase or action
-        requests = self._requests(content, self.nodes, {
-            "mode": "plain", "sum-id": self.sum_id, "wire-dtype": wire_dtype})
+        requests = self._requests(content, self.nodes,
+                                  PlainSum(sum_id=self.sum_id, wire_dtype=wire_dtype).to_config())
         total: np.ndarray | None = None
         for node, reply in self._ordered_replies(action, requests, phase, on_reply):
             assert self._layout is not None
@@ -269,8 +287,8 @@ class CkksAggregator(Aggregator):
         # every node commits to the run's node set and signs it; each sum and decrypt request
         # carries all the signatures, which each node checks before it encrypts or decrypts
         # (clients/nodeset.py), so no two nodes are shown different sets
-        request = RecordDict({NODESET_KEY: ConfigRecord({"members": sorted(self.nodes)})})
-        replies = self.messenger.broadcast(Action.NODESET, request, self.nodes,
+        request = NodeSetRequest(members=sorted(self.nodes))
+        replies = self.messenger.broadcast(request.ACTION, request.to_records(), self.nodes,
                                            phase="ckks:node-set")
         self.node_set_signatures = {
             str(node): node_set_signature(reply, self.messenger.label(node))
@@ -286,9 +304,8 @@ class CkksAggregator(Aggregator):
             raise AggregationError("CkksAggregator.setup() must run before the first sum")
         self.sum_id += 1
         phase = phase or action
-        requests = self._requests(content, self.nodes, {
-            "mode": "ckks", "sum-id": self.sum_id, "max-abs": float(max_abs),
-            "purpose": CKKS_PURPOSE})
+        requests = self._requests(content, self.nodes, CkksSum(
+            sum_id=self.sum_id, max_abs=float(max_abs), purpose=CKKS_PURPOSE).to_config())
         for req in requests.values():
             req[NODESET_SIGNED_KEY] = ConfigRecord(dict(self.node_set_signatures))
         total = EncryptedSum(self.public_context, "ckks")
@@ -296,25 +313,18 @@ class CkksAggregator(Aggregator):
         self._max_abs = float(max_abs)
         for node, reply in self._ordered_replies(action, requests, phase, on_reply):
             label = self.messenger.label(node)
-            if CIPHER_KEY not in reply.config_records or \
-                    "chunks" not in reply.config_records[CIPHER_KEY]:
-                raise AggregationError(f"{label} answered a CKKS sum without field "
-                                       f"'{CIPHER_KEY}.chunks'")
-            chunks = reply.config_records[CIPHER_KEY]["chunks"]
+            if CIPHER_KEY not in reply.config_records:
+                raise AggregationError(f"{label} answered a CKKS sum without record "
+                                       f"'{CIPHER_KEY}'")
+            contribution = read_reply(CkksContribution, reply, label)
+            chunks, signed = contribution.chunks, contribution.signed_digest
             assert self._layout is not None
             want = -(-layout_size(self._layout) // self.slots)
-            if not isinstance(chunks, list) or len(chunks) != want or \
-                    not all(isinstance(b, bytes) for b in chunks):
-                got = len(chunks) if isinstance(chunks, list) else "not a list of"
-                raise AggregationError(f"{label}: field '{CIPHER_KEY}.chunks' has {got} "
+            if len(chunks) != want:
+                raise AggregationError(f"{label}: field '{CIPHER_KEY}.chunks' has {len(chunks)} "
                                        f"ciphertext(s); its declared arrays "
                                        f"{dict(self._layout)} need {want} of {self.slots} "
                                        "slots")
-            signed = reply.config_records[CIPHER_KEY].get("signed-digest")
-            if not isinstance(signed, bytes):
-                raise AggregationError(f"{label} answered a CKKS sum without field "
-                                       f"'{CIPHER_KEY}.signed-digest' (its signature over "
-                                       "its ciphertexts)")
             self.contributions.setdefault(self.sum_id, {})[node] = (
                 [bytes(b) for b in chunks], signed)
             try:
@@ -337,12 +347,13 @@ class CkksAggregator(Aggregator):
         """
         n = sum(int(np.prod(s)) if s else 1 for _, s in layout)
         contributions = self.contributions.pop(self.sum_id, {})
-        req = RecordDict({SUM_KEY: ConfigRecord({
-            "mode": "ckks", "sum-id": self.sum_id, "n": n, "purpose": CKKS_PURPOSE}),
+        request = DecryptRequest(sum_id=self.sum_id, n=n, purpose=CKKS_PURPOSE)
+        req = request.to_records()
+        req.update(RecordDict({  # keyed by node id: every contribution, signed
             CONTRIB_KEY: ConfigRecord({str(u): c for u, (c, _) in contributions.items()}),
             SIGNED_KEY: ConfigRecord({str(u): sig for u, (_, sig) in contributions.items()}),
-            NODESET_SIGNED_KEY: ConfigRecord(dict(self.node_set_signatures))})
-        reply = self.messenger.send(Action.DECRYPT, {self.decrypter: req},
+            NODESET_SIGNED_KEY: ConfigRecord(dict(self.node_set_signatures))}))
+        reply = self.messenger.send(request.ACTION, {self.decrypter: req},
                                     phase=f"{phase}:decrypt")[self.decrypter]
         self.messenger.ledger.mark(f"{phase}:decrypt", VALUES_KEY, "decrypted sum")
         values = reply_values(reply, self.messenger.label(self.decrypter), layout, ("float64",))

@@ -15,9 +15,14 @@ from fedrec.wire.mail import (
     MAIL_IN,
     MAIL_KEY_REPLY,
     MAIL_OUT,
-    MAIL_ROUND,
     Action,
+    MailKey,
+    MailRound,
 )
+from fedrec.wire.message import WireError, field_names
+
+#: A mail key reply's one field, as a refusal names it (``relay-key.pk``).
+_KEY_FIELD = f"{MAIL_KEY_REPLY}.{field_names(MailKey)[0]}"
 
 
 @dataclass
@@ -85,7 +90,7 @@ class Mailroom:
         """``content`` for ``node`` plus its pending mail, the directory entries it has not
         been sent yet (its peers', or all) and the round."""
         out = RecordDict(dict(content.items()))
-        out[MAIL_ROUND] = ConfigRecord({"round": int(round_)})
+        out.update(MailRound(round=int(round_)).to_records())
         sent = self.sent.setdefault(node, {})
         wanted = self.peers.get(node)
         if wanted is None and not sent:  # the whole directory, as one shared record
@@ -142,12 +147,11 @@ def take_mail_keys(messenger, room: Mailroom, nodes: Iterable[int],  # noqa: ANN
     to the directory; a reply without one is an error naming the node."""
     keys: dict[int, bytes] = {}
     for n in nodes:
-        record = replies[n].get(MAIL_KEY_REPLY) if n in replies else None
-        pk = record.get("pk") if isinstance(record, ConfigRecord) else None
-        if not isinstance(pk, bytes):
+        try:
+            keys[n] = MailKey.from_records(replies[n], messenger.label(n)).pk
+        except (KeyError, WireError):
             raise RelayError(f"{messenger.label(n)} sent no mail key (field "
-                             f"'{MAIL_KEY_REPLY}.pk')")
-        keys[n] = pk
+                             f"'{_KEY_FIELD}')") from None
     room.add_keys(keys)
     room.nodes = sorted(set(room.nodes) | set(keys))
 

@@ -31,14 +31,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from flwr.app import ConfigRecord, RecordDict
-
 from fedrec.secure.relay import MAKES, secret_mail_purpose
 from fedrec.secure.sealed import RelayError
 from fedrec.transport.mailroom import open_mailroom
 from fedrec.transport.messenger import Messenger
-from fedrec.wire import keyrelay as relay_wire
-from fedrec.wire.keyrelay import RELAY_KEY, Action
+from fedrec.wire.keyrelay import Action, CreateSecret, ReceiveSecret, SecretAck, SecretCreated
 
 __all__ = ["RelayResult", "relay_secret"]
 
@@ -99,12 +96,14 @@ def relay_secret(messenger: Messenger, nodes: list[int], *, purpose: str,
     peers = [n for n in nodes if n != owner]
 
     # 2. the owner creates the secret and mails one sealed copy per peer
-    req = RecordDict({RELAY_KEY: ConfigRecord({"purpose": purpose, "make": make,
-                                               "peers": peers})})
-    created = messenger.send(Action.CREATE, {owner: req}, phase=phase)[owner]
-    cfg = created.config_records[relay_wire.CREATED]
-    fingerprint = bytes(cfg["fingerprint"])
-    public_ctx = bytes(cfg["public-context"]) if make == "ckks-context" else None
+    create = CreateSecret(purpose=purpose, make=make, peers=peers)
+    created = SecretCreated.from_records(
+        messenger.send(Action.CREATE, {owner: create.to_records()}, phase=phase)[owner],
+        messenger.label(owner))
+    fingerprint = created.fingerprint
+    public_ctx = created.public_context if make == "ckks-context" else None
+    if make == "ckks-context" and public_ctx is None:
+        raise RelayError(f"owner {messenger.label(owner)} sent no public CKKS context")
     room = messenger.mailroom
     sent = {r.recipient for r in (room.view if room else [])
             if r.sender == owner and r.purpose == secret_mail_purpose(purpose)}
@@ -115,11 +114,11 @@ def relay_secret(messenger: Messenger, nodes: list[int], *, purpose: str,
 
     # 3. every other node opens its mail and acknowledges with the fingerprint only
     if peers:
-        req = RecordDict({RELAY_KEY: ConfigRecord({"purpose": purpose, "make": make,
-                                                   "owner": owner})})
-        acks = messenger.broadcast(Action.RECEIVE, req, peers, phase=phase)
+        receive = ReceiveSecret(purpose=purpose, make=make, owner=owner)
+        acks = messenger.broadcast(Action.RECEIVE, receive.to_records(), peers, phase=phase)
         bad = sorted(n for n, reply in acks.items()
-                     if bytes(reply.config_records[relay_wire.ACK]["fingerprint"]) != fingerprint)
+                     if SecretAck.from_records(reply, messenger.label(n)).fingerprint
+                     != fingerprint)
         if bad:
             raise RelayError(
                 f"relayed secret '{purpose}': fingerprint of "

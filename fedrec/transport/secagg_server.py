@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
@@ -26,15 +25,24 @@ from fedrec.secure.secagg import (
     self_mask,
     threshold_for,
 )
-from fedrec.transport.aggregators import Aggregator, Reply
+from fedrec.transport.aggregators import Aggregator, Reply, read_reply
 from fedrec.transport.mailroom import prepare_mailroom, take_mail_keys
 from fedrec.transport.messenger import Messenger
 from fedrec.wire import secagg as secagg_wire
-from fedrec.wire.mail import MAIL_KEYGEN
-from fedrec.wire.secagg import BOUND_KEY, Action
+from fedrec.wire.mail import MailKeygen
+from fedrec.wire.secagg import (
+    BOUND_KEY,
+    AdvertiseRequest,
+    Confirmation,
+    ConfirmRequest,
+    MaskBound,
+    MaskedSum,
+    MaskKey,
+    ShareRequest,
+    UnmaskRequest,
+)
 from fedrec.wire.sums import (
     NODESET_SIGNED_KEY,
-    SUM_KEY,
     VALUES_KEY,
     layout_of,
     node_set_signature,
@@ -96,34 +104,32 @@ class SecureAggregator(Aggregator):
         self.graph = neighbour_graph(members, self.degree, self.seed)
         self.thresholds = {u: threshold_for(len(vs) + 1, self.threshold_fraction)
                            for u, vs in self.graph.items()}
-        common = {"run-tag": self.run_tag, "members-root": self.tree.root,
-                  "members-count": len(members),
-                  "degree": COMPLETE_GRAPH if self.degree is None else int(self.degree),
-                  "graph-seed": int(self.seed)}
+        degree = COMPLETE_GRAPH if self.degree is None else int(self.degree)
         requests = {}
         for u in members:
-            fields = {**common, "member-index": self.index[u],
-                      "member-path": self.tree.path(self.index[u])}
-            if self.messenger.report.identity_source(u) != "simulated":
-                fields["members"] = members  # a roster node asks for them
-            requests[u] = RecordDict({SUM_KEY: ConfigRecord(fields)})
+            roster = self.messenger.report.identity_source(u) != "simulated"
+            requests[u] = AdvertiseRequest(
+                run_tag=self.run_tag, members_root=self.tree.root, members_count=len(members),
+                member_index=self.index[u], member_path=self.tree.path(self.index[u]),
+                degree=degree, graph_seed=int(self.seed),
+                members=members if roster else None,  # a roster node asks for them
+            ).to_records()
             if u in keyless:
-                requests[u][MAIL_KEYGEN] = ConfigRecord({"make": True})
-        replies = self.messenger.send(Action.ADVERTISE, requests, phase="secagg_setup")
+                requests[u].update(MailKeygen().to_records())
+        replies = self.messenger.send(AdvertiseRequest.ACTION, requests, phase="secagg_setup")
         take_mail_keys(self.messenger, room, keyless, replies)
         room.need(self.graph)  # a node is sent the mail keys of its neighbours only
         self.s_pks = {}
         self.node_set_signatures = {}
         for node, reply in replies.items():
-            self.node_set_signatures[str(node)] = node_set_signature(
-                reply, self.messenger.label(node))
-            keys = reply.config_records.get(secagg_wire.KEYS)
-            pk = keys.get("s-pk") if keys is not None else None
-            if not isinstance(pk, bytes) or len(pk) != SIGNED_KEY_BYTES:
-                raise SecAggError(f"{self.messenger.label(node)}: field 'keys.s-pk' is missing "
-                                  f"or not a signed public key ({SIGNED_KEY_BYTES} bytes)")
-            self.s_pks[node] = pk
-            self.whole[node] = bool(keys.get("whole-set", True))
+            label = self.messenger.label(node)
+            self.node_set_signatures[str(node)] = node_set_signature(reply, label)
+            keys = read_reply(MaskKey, reply, label, SecAggError)
+            if len(keys.s_pk) != SIGNED_KEY_BYTES:
+                raise SecAggError(f"{label}: field '{secagg_wire.KEYS}.s-pk' is not a signed "
+                                  f"public key ({SIGNED_KEY_BYTES} bytes)")
+            self.s_pks[node] = keys.s_pk
+            self.whole[node] = keys.whole_set
         self._share_seeds(first_sum=1)
 
     def _whole_set(self, node: int) -> bool:
@@ -137,17 +143,17 @@ class SecureAggregator(Aggregator):
         requests = {}
         for u in sorted(self.alive):
             neighbours = self.graph[u]
-            requests[u] = RecordDict({SUM_KEY: ConfigRecord({
-                "threshold": self.thresholds[u],
-                "neighbours": [int(v) for v in neighbours],
-                "neighbour-paths": [self.tree.path(self.index[v]) for v in neighbours],
-                "s-pks": [self.s_pks[v] for v in neighbours],
-                "first-sum": first_sum,
-                "batch": self.seed_batch,
-            })})
+            requests[u] = ShareRequest(
+                threshold=self.thresholds[u],
+                neighbours=[int(v) for v in neighbours],
+                neighbour_paths=[self.tree.path(self.index[v]) for v in neighbours],
+                s_pks=[self.s_pks[v] for v in neighbours],
+                first_sum=first_sum,
+                batch=self.seed_batch,
+            ).to_records()
             if self._whole_set(u):
                 requests[u][NODESET_SIGNED_KEY] = ConfigRecord(dict(self.node_set_signatures))
-        self.messenger.send(Action.SHARE, requests, phase="secagg_setup")
+        self.messenger.send(ShareRequest.ACTION, requests, phase="secagg_setup")
         self.seeds_until = first_sum + self.seed_batch - 1
 
     # -- one sum --------------------------------------------------------------------------
@@ -169,10 +175,9 @@ class SecureAggregator(Aggregator):
         codec = FixedPoint.for_sum(max_abs, len(nodes))
         requests = {}
         for u in nodes:
-            requests.update(self._requests(content, [u], {
-                "mode": "secagg+", "sum-id": self.sum_id, "frac-bits": codec.frac_bits,
-                "max-abs": float(max_abs),
-                "alive": [int(v) for v in self.graph[u] if v in self.alive]}))
+            requests.update(self._requests(content, [u], MaskedSum(
+                sum_id=self.sum_id, frac_bits=codec.frac_bits, max_abs=float(max_abs),
+                alive=[int(v) for v in self.graph[u] if v in self.alive]).to_config()))
         total, layout, arrived = self._collect(action, requests, phase, on_reply)
         dropped = set(nodes) - set(arrived)
         discarded = dropped & self.drop
@@ -251,12 +256,9 @@ class SecureAggregator(Aggregator):
 
     @staticmethod
     def _bound_of(reply: RecordDict, label: str) -> bytes:
-        record = reply.config_records.get(BOUND_KEY)
-        digest = record.get("digest") if record is not None else None
-        if not isinstance(digest, bytes):
-            raise SecAggError(f"{label} answered a masked sum without field "
-                              f"'{BOUND_KEY}.digest'")
-        return digest
+        if BOUND_KEY not in reply.config_records:
+            raise SecAggError(f"{label} answered a masked sum without record '{BOUND_KEY}'")
+        return read_reply(MaskBound, reply, label, SecAggError).digest
 
     @property
     def allow_dropouts(self) -> bool:
@@ -274,17 +276,16 @@ class SecureAggregator(Aggregator):
         set) once; each survivor later unmasks only if it holds the signatures on the split it
         is shown of every survivor (a node with the whole set) or of its surviving
         neighbourhood (Bell et al.), so no two of them can be shown different splits."""
-        req = RecordDict({SUM_KEY: ConfigRecord({"sum-id": self.sum_id, "dropped": dropped})})
-        replies = self.messenger.send(Action.CONFIRM, {v: req for v in survivors},
+        req = ConfirmRequest(sum_id=self.sum_id, dropped=dropped)
+        replies = self.messenger.send(req.ACTION, dict.fromkeys(survivors, req.to_records()),
                                       phase=f"{phase}:confirm")
         out: dict[int, bytes] = {}
         for v in survivors:
-            record = replies[v].config_records.get(secagg_wire.CONFIRMATION)
-            signed = record.get("signed") if record is not None else None
-            if not isinstance(signed, bytes):
-                raise SecAggError(f"{self.messenger.label(v)} answered the consistency round "
-                                  "without field 'confirm.signed'")
-            out[v] = signed
+            label = self.messenger.label(v)
+            if secagg_wire.CONFIRMATION not in replies[v].config_records:
+                raise SecAggError(f"{label} answered the consistency round without record "
+                                  f"'{secagg_wire.CONFIRMATION}'")
+            out[v] = read_reply(Confirmation, replies[v], label, SecAggError).signed
         return out
 
     def _unmask(self, total: np.ndarray, survivors: set[int], dropped: set[int],
@@ -299,13 +300,14 @@ class SecureAggregator(Aggregator):
         askers = sorted(survivors)
         requests = {}
         for v in askers:
-            fields: dict[str, Any] = {"sum-id": self.sum_id, "dropped": sorted(dropped)}
+            signed = None
             if confirmations:
                 pool = askers if self._whole_set(v) else \
                     sorted(({v} | set(self.graph[v])) & survivors)
-                fields["confirmations"] = [confirmations[w] for w in pool]
-            requests[v] = RecordDict({SUM_KEY: ConfigRecord(fields)})
-        action, round_phase = Action.UNMASK, f"{phase}:unmask"
+                signed = [confirmations[w] for w in pool]
+            requests[v] = UnmaskRequest(sum_id=self.sum_id, dropped=sorted(dropped),
+                                        confirmations=signed).to_records()
+        action, round_phase = UnmaskRequest.ACTION, f"{phase}:unmask"
         replies = dict(self.messenger.iter_replies(
             action, requests, phase=round_phase, allow_missing=True))
         silent = set(askers) - set(replies)

@@ -6,12 +6,24 @@ array names say what each array is (:class:`Part`) and, for the per-layer parts,
 ``e2`` is item rows of layer 2; the reply adds the node's progress (:data:`STATUS`).
 :func:`parse` reads a name back exactly (the whole name, so ``gn1`` is never taken for a
 ``g`` part), and refuses a name that is no part of the protocol.
+
+Every request is a typed message (``fedrec/wire/message.py``) carrying the run's public
+hyperparameters (:class:`Hyper`, and :class:`RunHyper` once the batch count is known); a
+round's parts travel beside it, in the request's ``arrays`` record, under the names above
+(their layers are the run's, so no fixed message field can name them).
 """
 
 from __future__ import annotations
 
 import re
 from enum import StrEnum
+
+import numpy as np
+
+from fedrec.secure.pseudonyms import HOLDINGS
+from fedrec.wire.evaluation import RankingRequest
+from fedrec.wire.message import Message, message, per_round, reply, run_fixed
+from fedrec.wire.opt_in import OptIn, declare
 
 
 class Action(StrEnum):
@@ -76,3 +88,140 @@ def parse(array_name: str) -> tuple[Part, int | None]:
         if part is not None and (part in LAYERED) == bool(digits):
             return part, int(digits) if digits else None
     raise WireError(f"unknown LP-GCN array {array_name!r}")
+
+
+#: The relay purpose of the shared key S (``fedrec.transport.relay_server.relay_secret``).
+SECRET_PURPOSE = "lpgcn-S"
+#: The arithmetic precisions a run may choose.
+DTYPES = ("float64", "float32")
+#: The held set and the assignment's arrays: a node keeps them in its setup under these
+#: same names (what it sent, and what the server assigned).
+HELD, CONV_OF, HOLD_PTR, HOLD_NODES = "held", "conv_of", "hold_ptr", "hold_nodes"
+
+
+# -- messages ----------------------------------------------------------------------------------
+@message()
+class Hyper(Message):
+    """The public hyperparameters every LP-GCN request carries, fixed for the run: the
+    node's memory and cover checks read them on every request (``clients/lpgcn.py``)."""
+
+    backbone: str = run_fixed(doc="lightgcn or lightgcn+")
+    layers: int = run_fixed(min=0, doc="graph convolution layers L (a loop count too)")
+    dim: int = run_fixed(min=1, doc="embedding dimension")
+    lr: float = run_fixed(min=0.0, doc="Adam learning rate")
+    reg: float = run_fixed(min=0.0, doc="L2 weight on each triple's layer-0 rows")
+    batch_size: int = run_fixed(min=1, doc="nominal triples per step (the loss divides by it)")
+    seed: int = run_fixed()
+    alpha: float = run_fixed(min=0.0, doc="virtual items per user (sampled holdings)")
+    holdings: str = run_fixed(choices=HOLDINGS, doc="which virtual items a node holds")
+    mask_scale: float = run_fixed(min=0.0, doc="std of the cover values")
+    init_std: float = run_fixed(min=0.0, doc="std of the initial layer-0 rows")
+    dtype: str = run_fixed(choices=DTYPES, doc="arithmetic precision")
+    start_step: int = run_fixed(0, min=0, doc="first training step (a continued run)")
+
+
+@message(Action.COUNT)
+class CountRequest(Hyper):
+    """This node's training interactions, as a sum (sent before the batch count is known)."""
+
+
+@message()
+class CountSum(Message):
+    """A node's share of the interaction count."""
+
+    n: np.ndarray = reply(shape=(1,))
+
+
+@message()
+class RunHyper(Hyper):
+    """:class:`Hyper` and the batches per epoch (from the interaction count), which every
+    request after ``lpgcn_count`` carries."""
+
+    nbatches: int = run_fixed(min=1, doc="batches per epoch")
+
+
+@message(Action.HOLDINGS)
+class HoldingsRequest(RunHyper):
+    """Draw the virtual items and send the held set; the run's node set to commit to and
+    sign travels beside it (``fedrec.wire.sums.NodeSetRequest``)."""
+
+
+@message()
+class Holdings(Message):
+    """A node's held items (real and virtual) as sorted pseudonyms under S; its signature
+    on the node set travels beside them (``fedrec.wire.sums.NodeSetSignature``)."""
+
+    held: np.ndarray = reply(name=HELD, shape=("held",))
+
+
+@message(Action.ASSIGN)
+class AssignRequest(RunHyper):
+    """The convolution assignment: each held item's convolution node and, for a convolution
+    node, its items' holder lists (CSR: ``hold_ptr`` into ``hold_nodes``); the node-set
+    signatures travel beside it (``NODESET_SIGNED_KEY``)."""
+
+    conv_of: np.ndarray = per_round(name=CONV_OF, shape=("held",))
+    hold_ptr: np.ndarray | None = per_round(None, name=HOLD_PTR, shape=("lists",))
+    hold_nodes: np.ndarray | None = per_round(None, name=HOLD_NODES, shape=("slots",))
+
+
+@message(Action.VERIFY)
+class VerifyRequest(RunHyper):
+    """One of the verification's two rounds (counts, then degrees)."""
+
+
+@message(Action.ROUND)
+class RoundRequest(RunHyper):
+    """One synchronous round of a training step (``train``) or of a forward pass; the
+    deliveries travel beside it as :class:`Part` arrays."""
+
+    step: int = per_round(min=0)
+    train: bool = per_round()
+
+
+@message()
+class RoundStatus(Message):
+    """A round's reply besides its uploads: the step the node is at, whether its forward
+    pass is done (every layer of its users' rows formed)."""
+
+    CONFIG = STATUS
+
+    step: int = reply()
+    forward_done: bool = reply()
+
+
+@message(Action.EVALUATE)
+class EvaluateRequest(RankingRequest, RunHyper):
+    """Every item's final embedding, ascending pseudonym; nodes answer
+    ``fedrec.wire.evaluation.RankingSum``."""
+
+    V: np.ndarray = per_round(shape=("items", "dim"))
+
+
+@message(Action.LOSSES)
+class LossesRequest(RunHyper):
+    """The loss shares of the first ``steps`` steps."""
+
+    steps: int = per_round(min=0)
+
+
+@message()
+class LossSum(Message):
+    """A node's loss share of every step so far (zero where it did not train)."""
+
+    loss: np.ndarray = reply(shape=("steps",))
+
+
+# -- node opt-ins LP-GCN reads (fedrec/wire/opt_in.py; a node's operator sets them) ---------
+OPT_INS = declare(
+    OptIn("allow-sampled-holdings", False, "LP-GCN with the paper's sampled virtual items "
+          "(about lpgcn-alpha per user, drawn afresh every run) instead of the whole "
+          "catalogue: the server's per-pseudonym holder counts then name real holdings, and "
+          "linking runs intersects the fresh draws", "lpgcn"),
+    OptIn("lpgcn-min-alpha", 0.5, "the smallest virtual-item rate the node accepts on every "
+          "LP-GCN request (near 0 the server sees the real holdings; alpha = 0 is the plain "
+          "mode: allow-plain, or a minimum of 0)", "lpgcn"),
+    OptIn("lpgcn-min-mask-scale", 0.1, "the smallest cover scale the node accepts (covers "
+          "not far above the item-gradient partials, ~1e-6 to 1e-3, let row magnitudes show "
+          "the holdings; a float32 run needs a lower minimum)", "lpgcn"),
+)

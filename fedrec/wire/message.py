@@ -36,9 +36,9 @@ from functools import cache
 from typing import Any, ClassVar, Self, TypeVar
 
 import numpy as np
-from flwr.app import ConfigRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from fedrec.records import from_array_record, to_array_record
+from fedrec.records import to_array_record
 from fedrec.wire.request import ARRAYS, CONFIG
 
 #: Metadata key of a message field's declaration (:class:`Spec`).
@@ -84,6 +84,9 @@ def _field(fixed: Fixed, default: Any = dataclasses.MISSING, *, name: str | None
            choices: tuple[Any, ...] | None = None, doc: str = "") -> Any:
     spec = Spec(fixed, name, tuple(shape) if shape is not None else None, min,
                 tuple(choices) if choices is not None else None, doc)
+    if isinstance(default, list):  # a list default: each message gets its own copy
+        items = tuple(default)
+        return dataclasses.field(default_factory=lambda: list(items), metadata={_SPEC: spec})
     return dataclasses.field(default=default, metadata={_SPEC: spec})
 
 
@@ -236,7 +239,12 @@ class Message:
         """Read a message of this type from Flower records (see :meth:`from_parts`)."""
         arrays_record = content.get(cls.ARRAYS)
         config_record = content.get(cls.CONFIG)
-        arrays = from_array_record(arrays_record) if arrays_record is not None else {}
+        # only the arrays this message declares are unpacked (a sum record's message must not
+        # copy the request's model before the node has checked its size)
+        wanted = {f.name for f in wire_fields(cls) if f.is_array}
+        arrays = ({name: arrays_record[name].numpy() for name in arrays_record
+                   if name in wanted} if isinstance(arrays_record, ArrayRecord) and wanted
+                  else {})
         config = dict(config_record) if isinstance(config_record, ConfigRecord) else {}
         return cls.from_parts(arrays, config, who, dims)
 

@@ -15,6 +15,9 @@ from enum import StrEnum
 import numpy as np
 from flwr.app import RecordDict
 
+from fedrec.secure.distributed_noise import NOISE_KEY
+from fedrec.wire.message import Message, message, per_round, reply
+
 
 class Action(StrEnum):
     """The CKKS aggregator's node actions (``message_type = "query.<action>"``); a sum's own
@@ -57,6 +60,115 @@ NODESET_KEY = "nodeset"
 NODESET_SIGNED_KEY = "nodeset.signatures"
 #: What a node's signature on the node set is bound to (with run and node id).
 NODESET_PURPOSE = "node-set"
+
+
+# -- the records as typed messages (fedrec/wire/message.py) ---------------------------------
+# Every sum field is the server's choice per sum (or checked by the node against what it
+# derives, fedrec/wire/secagg.py): none is pinned for the run, since the node's own records
+# (spent sum ids, the committed node set) are what refuse a replayed or changed request.
+@message()
+class SumRequest(Message):
+    """A sum request's :data:`SUM_KEY` record as a node first reads it: the mode says
+    which aggregator's record it is (:class:`PlainSum`, :class:`CkksSum`,
+    ``fedrec.wire.secagg.MaskedSum``), whose fields the node then reads."""
+
+    CONFIG = SUM_KEY
+
+    mode: str = per_round(doc="the aggregator: secagg+, plain or ckks")
+
+
+@message()
+class PlainSum(SumRequest):
+    """A labelled plain sum (``allow-plain`` nodes only)."""
+
+    mode: str = per_round("plain", choices=("plain",))
+    sum_id: int | None = per_round(None, doc="absent in a protocol's own sparse plain sum")
+    wire_dtype: str | None = per_round(None, choices=WIRE_DTYPES,
+                                       doc="the precision replies travel in (absent: float64)")
+
+
+@message()
+class RangedSum(SumRequest):
+    """A sum whose values are clipped into a declared range (masked or CKKS): the range is
+    checked before anything else of the record."""
+
+    max_abs: float = per_round(doc="the declared range every value is clipped into")
+
+
+@message()
+class CkksSum(RangedSum):
+    """A CKKS sum: nodes encrypt under the run's shared context (relay ``purpose``)."""
+
+    mode: str = per_round("ckks", choices=("ckks",))
+    sum_id: int = per_round()
+    purpose: str = per_round(doc="the relay purpose of the CKKS secret context")
+
+
+@message(Action.DECRYPT)
+class DecryptRequest(SumRequest):
+    """The decrypter's request (its :data:`SUM_KEY` record): open sum ``sum-id`` of ``n``
+    values from the signed contributions (records :data:`CONTRIB_KEY`, :data:`SIGNED_KEY`
+    and :data:`NODESET_SIGNED_KEY`, keyed by node id, beside it)."""
+
+    mode: str = per_round("ckks", choices=("ckks",))
+    sum_id: int = per_round()
+    n: int = per_round(doc="how many values the sum holds")
+    purpose: str = per_round()
+
+
+@message()
+class SumValues(Message):
+    """A sum reply's values (masked ring elements, plain or decrypted numbers), flat in the
+    layout its :data:`SHAPES_KEY` record declares; read back by :func:`reply_values`."""
+
+    ARRAYS = VALUES_KEY
+
+    values: np.ndarray = reply(name="v", shape=("values",))
+
+
+@message()
+class CkksContribution(Message):
+    """A CKKS sum reply: the node's ciphertext chunks and its signature over them
+    (:func:`contribution_digest`)."""
+
+    CONFIG = CIPHER_KEY
+
+    chunks: list[bytes] = reply()
+    signed_digest: bytes = reply()
+
+
+@message(Action.NODESET)
+class NodeSetRequest(Message):
+    """Key setup of a CKKS run's node set: every member's id (each node commits to it)."""
+
+    CONFIG = NODESET_KEY
+
+    members: list[int] = per_round(doc="the run's node set (a node refuses another one)")
+
+
+@message()
+class NodeSetSignature(Message):
+    """A node's signature on the node set it committed to (:func:`node_set_digest`)."""
+
+    CONFIG = NODESET_KEY
+
+    signed: bytes = reply()
+
+
+@message()
+class NoiseRequest(Message):
+    """The record that opts a SecAgg+ sum into distributed noise
+    (``fedrec.secure.distributed_noise.NOISE_KEY``); the node checks every field against
+    its policy (``clients/noise_node.py``)."""
+
+    CONFIG = NOISE_KEY
+
+    mechanism: str = per_round(doc="the noise mechanism (ddg)")
+    sigma: float = per_round(doc="the total sigma the unmasked sum carries")
+    l2: float = per_round(doc="the L2 bound every contribution is clipped to")
+    rate: float = per_round(doc="the Poisson rate each node samples its participation with")
+    releases: int = per_round(doc="the noisy sums the run plans (the whole-run check)")
+    delta: float = per_round(doc="the delta the run reports at")
 
 
 def node_set_digest(members: Sequence[int]) -> bytes:
