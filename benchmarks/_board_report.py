@@ -58,9 +58,14 @@ CEILING = {
              "at the best L2 weight the item step at 1/3 or 1/10 of the user step (7 more: a "
              "federated round averages the nodes' item deltas, so its item factors move "
              "slower than its user factors), then one step past any edge of what was tried "
-             "that the best sits on in the user step or the ratio (2 passes at most), all on "
-             "the same validation split; the best retrained on all of train (`fedrec.recsys.mf.tune_early_stopped`; the "
-             "federated run on the same split: `results/fedmf/ceiling.md`)",
+             "that the best sits on (2 passes at most), all on the same validation split. "
+             "A cell records the search it used (`tuned-halving` 1; 0 or absent: full): "
+             "`halving` (the default) "
+             "trains every candidate a few rounds and continues the best third from its "
+             "state within a budget of selection rounds, `full` trains each to its early "
+             "stop; the best is retrained on all of train (`fedrec.recsys.mf_ceiling`; the "
+             "two searches against each other and the federated run: "
+             "`results/fedmf/ceiling_budget.md`)",
     "privirec": "the same filters computed exactly in one process (exact P~ and exact top-r "
                 "eigenvectors, published hyperparameters): nothing is trained, this is the "
                 "target the power method approximates (a different basis can score higher, "

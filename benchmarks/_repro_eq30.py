@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks._report import machine_info  # noqa: E402
-from benchmarks.lpgcn_comm import BYTES, D, PAPER, sweep  # noqa: E402
+from benchmarks.lpgcn_comm import BYTES, PAPER, D, sweep  # noqa: E402
 from datasets import DatasetSpec, load_dataset  # noqa: E402
 
 HOLDOUT = 0.10

@@ -162,7 +162,7 @@ def dp_prototypes_point(cfg: Mapping[str, Any], nodes: int) -> dict[str, float]:
     from fedrec.recsys.prototypes import metric_means, private_prototypes, silo_metric_sums
     from strategies.dp_prototypes import DPPrototypes
 
-    strategy = DPPrototypes.from_run_config(cfg)
+    strategy = DPPrototypes(cfg)
     data, parts = node_rows(cfg, nodes)
     seed = int(cfg["seed"])
     P = np.vstack([private_prototypes(data.train[u], strategy.params, seed=(seed, pid))[0]
@@ -255,7 +255,7 @@ def references(seed: int) -> dict[str, Any]:
     cfg, nodes = run_config("fedsvd-privacy", seed)
     data, _ = node_rows(cfg, nodes)
     out = {"popularity": popularity_sums(data.train, data.test).means()["ndcg@20"],
-           "exact-svd": FedSvdPrivacy.from_run_config(cfg).reference(data)["ndcg@20"]}
+           "exact-svd": FedSvdPrivacy(cfg).reference(data)["ndcg@20"]}
     return {**out, **full_nmf(seed), "seconds": time.perf_counter() - t0}
 
 
@@ -266,7 +266,7 @@ def full_nmf(seed: int) -> dict[str, float]:
 
     cfg, nodes = run_config("dp-prototypes", seed)
     data, _ = node_rows(cfg, nodes)
-    ref = DPPrototypes.from_run_config(cfg).reference(data)
+    ref = DPPrototypes(cfg).reference(data)
     return {"full-nmf": ref["ndcg@20"],
             **{f"full-nmf/{k}": v for k, v in ref.items() if k.startswith("tuned-")}}
 

@@ -172,7 +172,7 @@ def _fedmf(data, dataset: str) -> dict[str, Any]:
     from strategies.fedmf import FedMF
 
     t0 = time.process_time()
-    s = FedMF.from_run_config(resolve_config({"protocol": "fedmf", "dataset": dataset,
+    s = FedMF(resolve_config({"protocol": "fedmf", "dataset": dataset,
                                               "rounds": ROUNDS, "seed": 0}))
     model = s.reference_model(data.train)
     m = evaluate_ranking(model.score, data.train, data.test, k=K).means()

@@ -58,7 +58,7 @@ def measure(dataset: str, data_dir: str = "") -> dict[str, Any]:
     cell = next(c for c in cells([dataset], ["dp-prototypes"], data_dir))
     cfg = resolve_config(cell.config)
     data = load_dataset(DatasetSpec.from_config(cfg))
-    s = DPPrototypes.from_run_config(cfg)
+    s = DPPrototypes(cfg)
     fit, valid = validation_split(data.train, seed=s.seed)
 
     def ndcg_valid(model: NMFModel) -> float:

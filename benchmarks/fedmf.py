@@ -58,7 +58,7 @@ def same_budget(data: Any, cfg: dict[str, Any]) -> tuple[dict[str, float], float
     """The run's code and budget in one process (not a ceiling); returns metrics, last train
     loss, seconds."""
     t0 = time.perf_counter()
-    model = FedMF.from_run_config(cfg).reference_model(data.train)
+    model = FedMF(cfg).reference_model(data.train)
     seconds = time.perf_counter() - t0
     out = _metrics(evaluate_ranking(model.score, data.train, data.test, k=20).means())
     return out, model.losses[-1], seconds
@@ -68,7 +68,7 @@ def ceiling(data: Any, cfg: dict[str, Any]) -> tuple[dict[str, Any], float]:
     """The protocol's centralized ceiling (``FedMF.reference``, tuned on validation);
     returns metrics with the chosen settings (``tuned-*``), seconds."""
     t0 = time.perf_counter()
-    ref = FedMF.from_run_config(cfg).reference(data)
+    ref = FedMF(cfg).reference(data)
     seconds = time.perf_counter() - t0
     return {**_metrics(ref), **{k: v for k, v in ref.items() if k.startswith("tuned-")}}, seconds
 

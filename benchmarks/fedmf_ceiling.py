@@ -75,7 +75,7 @@ def measure(dataset: str, board: dict[str, Any], data_dir: str = "") -> dict[str
                          "(tuned-item-lr); rerun it: benchmarks/leaderboard.py --resume")
     cfg = resolve_config(cell.config)
     data = load_dataset(DatasetSpec.from_config(cfg))
-    strategy = FedMF.from_run_config(cfg)
+    strategy = FedMF(cfg)
     fit, valid = validation_split(data.train, seed=strategy.seed)
     out: dict[str, Any] = {"nodes": cell.nodes, "config": stored["config"],
                            "board": {"federated": stored["federated"]["ndcg@20"],
@@ -112,15 +112,15 @@ def measure(dataset: str, board: dict[str, Any], data_dir: str = "") -> dict[str
 def single_step(dataset: str, data_dir: str = "") -> dict[str, Any]:
     """The reference tuned with one Adam step for both factors (the first pass alone)."""
     from datasets import DatasetSpec, load_dataset
-    from fl_app.registry import resolve_config
     from fedrec.recsys.mf_ceiling import parse_label
+    from fl_app.registry import resolve_config
     from strategies.fedmf import FedMF
 
     cell = next(c for c in cells([dataset], ["fedmf"], data_dir))
     cfg = resolve_config(cell.config)
     data = load_dataset(DatasetSpec.from_config(cfg))
     t0 = time.perf_counter()
-    tuned = FedMF.from_run_config(cfg).tune(data.train, split_steps=False, budget="full")
+    tuned = FedMF(cfg).tune(data.train, split_steps=False, budget="full")
     assert tuned.model is not None
     lr, _, reg = parse_label(tuned.label)
     return {"lr": lr, "reg": reg, "rounds": tuned.rounds, "valid": max(tuned.curve),

@@ -109,7 +109,7 @@ def ceiling(dataset: str, budget: str, data_dir: str = "") -> dict[str, Any]:
                                                           "seed", "mode", "epochs",
                                                           "batch_size", "item_lr")})
 
-    strategy = Strategy.from_run_config(resolve_config(cell.config))
+    strategy = Strategy(resolve_config(cell.config))
     load0, t0 = _load(), time.perf_counter()
     tuned = strategy.tune(data.train, budget=budget)
     wall = time.perf_counter() - t0

@@ -83,7 +83,7 @@ def measure(dataset: str, board: dict[str, Any], data_dir: str = "") -> dict[str
     cell = next(c for c in cells([dataset], ["fedmvmf"], data_dir))
     cfg = resolve_config(cell.config)
     data = load_dataset(DatasetSpec.from_config(cfg))
-    strategy = FedMVMF.from_run_config(cfg)
+    strategy = FedMVMF(cfg)
     run = strategy.model
     stored = board["cells"].get(cell.key, {})
     out: dict[str, Any] = {
@@ -138,7 +138,7 @@ def beyond_cap(dataset: str, stored: dict[str, Any], data_dir: str = "") -> dict
     cell = next(c for c in cells([dataset], ["fedmvmf"], data_dir))
     cfg = resolve_config(cell.config)
     data = load_dataset(DatasetSpec.from_config(cfg))
-    strategy = FedMVMF.from_run_config(cfg)
+    strategy = FedMVMF(cfg)
     c = stored["ceiling"]
     chosen = replace(strategy.model, lr=c["lr"], lam1=c["lam1"], lam2=c["lam2"])
     per, cap = M.EPOCHS_PER_CHECK, stored["tuning"]["max_epochs"]
