@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 
 from .containers import RawData
 from .csr import last_wins_matrix
