@@ -110,12 +110,12 @@ class DPFedMF(ProtocolStrategy):
             raise ValueError("dp-fedmf adds its noise inside SecAgg+ sums: aggregator must be "
                              f"secagg+, got {cfg['aggregator']!r}")
         self.params = DPMFParams(
-            dim=int(cfg["dpmf-dim"]), lr=float(cfg["dpmf-lr"]), epochs=int(cfg["dpmf-epochs"]),
-            reg=float(cfg["dpmf-reg"]), negatives=int(cfg["dpmf-negatives"]),
-            clip=float(cfg["dpmf-clip"]), server_lr=float(cfg["dpmf-server-lr"]),
-            rate=float(cfg["dpmf-rate"]))
-        self.epsilon, self.delta = float(cfg["dpmf-epsilon"]), float(cfg["dpmf-delta"])
-        self.rounds, self.seed, self.top_k = int(cfg["rounds"]), int(cfg["seed"]), 20
+            dim=cfg["dpmf-dim"], lr=cfg["dpmf-lr"], epochs=cfg["dpmf-epochs"],
+            reg=cfg["dpmf-reg"], negatives=cfg["dpmf-negatives"],
+            clip=cfg["dpmf-clip"], server_lr=cfg["dpmf-server-lr"],
+            rate=cfg["dpmf-rate"])
+        self.epsilon, self.delta = cfg["dpmf-epsilon"], cfg["dpmf-delta"]
+        self.rounds, self.seed, self.top_k = cfg["rounds"], cfg["seed"], 20
         self._z: dict[int, float] = {}
 
     def noise_multiplier(self, shares: int) -> float:

@@ -103,13 +103,13 @@ class FedMF(ProtocolStrategy):
     def __init__(self, cfg: Mapping[str, Any] | None = None) -> None:
         super().__init__(cfg)
         cfg = self.cfg  # typed: mf-mode and mf-optimizer are checked against their choices
-        self.mode, self.rounds = str(cfg["mf-mode"]), int(cfg["rounds"])
-        self.dim = int(cfg["mf-dim"])
-        self.lr, self.reg = float(cfg["mf-lr"]), float(cfg["mf-reg"])
-        self.negatives, self.epochs = int(cfg["mf-negatives"]), int(cfg["mf-local-epochs"])
-        self.batch_size, self.optimizer = int(cfg["mf-batch-size"]), str(cfg["mf-optimizer"])
-        self.server_lr, self.clip = float(cfg["mf-server-lr"]), float(cfg["mf-clip"])
-        self.factor_bound, self.seed = float(cfg["mf-factor-bound"]), int(cfg["seed"])
+        self.mode, self.rounds = cfg["mf-mode"], cfg["rounds"]
+        self.dim = cfg["mf-dim"]
+        self.lr, self.reg = cfg["mf-lr"], cfg["mf-reg"]
+        self.negatives, self.epochs = cfg["mf-negatives"], cfg["mf-local-epochs"]
+        self.batch_size, self.optimizer = cfg["mf-batch-size"], cfg["mf-optimizer"]
+        self.server_lr, self.clip = cfg["mf-server-lr"], cfg["mf-clip"]
+        self.factor_bound, self.seed = cfg["mf-factor-bound"], cfg["seed"]
         self.top_k = 20
 
     def reference_model(self, train: Any, progress: bool = False) -> BPRMF:
@@ -229,7 +229,7 @@ class FedMF(ProtocolStrategy):
             grid=grid,
             initial_arrays=initial,
             num_rounds=self.rounds,
-            timeout=float(cfg["timeout"]),
+            timeout=cfg["timeout"],
             train_config=train_config,
             evaluate_config=ConfigRecord(dict(train_config)),
         )

@@ -128,19 +128,19 @@ class LPGCN(ProtocolStrategy):
     def __init__(self, cfg: Mapping[str, Any] | None = None) -> None:
         super().__init__(cfg)
         cfg = self.cfg
-        self.backbone = str(cfg["lpgcn-backbone"])
-        self.layers, self.dim = int(cfg["lpgcn-layers"]), int(cfg["lpgcn-dim"])
-        self.lr, self.reg = float(cfg["lpgcn-lr"]), float(cfg["lpgcn-reg"])
-        self.batch_size = int(cfg["lpgcn-batch-size"])
-        self.epochs, self.steps = int(cfg["lpgcn-epochs"]), int(cfg["lpgcn-steps"])
-        self.alpha, self.mask_scale = float(cfg["lpgcn-alpha"]), float(cfg["lpgcn-mask-scale"])
-        self.holdings = str(cfg["lpgcn-holdings"])
-        self.init_std, self.dtype = float(cfg["lpgcn-init-std"]), str(cfg["lpgcn-dtype"])
-        self.eval_every, self.top_k = int(cfg["lpgcn-eval-every"]), int(cfg["lpgcn-top-k"])
-        self.seed = int(cfg["seed"])
+        self.backbone = cfg["lpgcn-backbone"]
+        self.layers, self.dim = cfg["lpgcn-layers"], cfg["lpgcn-dim"]
+        self.lr, self.reg = cfg["lpgcn-lr"], cfg["lpgcn-reg"]
+        self.batch_size = cfg["lpgcn-batch-size"]
+        self.epochs, self.steps = cfg["lpgcn-epochs"], cfg["lpgcn-steps"]
+        self.alpha, self.mask_scale = cfg["lpgcn-alpha"], cfg["lpgcn-mask-scale"]
+        self.holdings = cfg["lpgcn-holdings"]
+        self.init_std, self.dtype = cfg["lpgcn-init-std"], cfg["lpgcn-dtype"]
+        self.eval_every, self.top_k = cfg["lpgcn-eval-every"], cfg["lpgcn-top-k"]
+        self.seed = cfg["seed"]
         #: The first training step (``lpgcn-start-step``; not ``start``, which is Flower's
         #: entry point :meth:`ProtocolStrategy.start`).
-        self.start_step = int(cfg["lpgcn-start-step"])
+        self.start_step = cfg["lpgcn-start-step"]
 
     def policy_needs(self) -> tuple[PolicyNeed, ...]:
         """The aggregator's needs and the cover every node checks (clients/lpgcn.py

@@ -116,3 +116,21 @@ def test_the_curve_verdicts_claim_nothing_a_seed_contradicts() -> None:
     assert any("item popularity (0.2000) at no epsilon" in line for line in tie), tie
     low = verdicts(result({1: [0.10, 0.12, 0.11], 5: [0.15, 0.16, 0.17]}))
     assert any("below item popularity at epsilon 1, 5" in line for line in low), low
+
+
+def test_the_dp_popularity_verdict_needs_every_seed_above_every_baseline_seed() -> None:
+    """Against DP popularity at the same epsilon: "beats" only where the curve's lowest seed
+    is above the baseline's highest; overlapping seeds (a tie) claim nothing."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.dp_fedmf import verdicts
+
+    curve = [{"epsilon": 1, "ndcg@20": [0.10, 0.11, 0.12], "dp-popularity": [0.15, 0.16, 0.17]},
+             {"epsilon": 5, "ndcg@20": [0.20, 0.21, 0.22], "dp-popularity": [0.18, 0.21, 0.19]},
+             {"epsilon": 10, "ndcg@20": [0.25, 0.26, 0.27], "dp-popularity": [0.19, 0.2, 0.2]}]
+    lines = verdicts({"popularity": 0.21, "random": [0.01], "curve": curve,
+                      "nonprivate": {"ndcg@20": [0.3, 0.3, 0.3]}})
+    line = next(x for x in lines if x.startswith("dp-fedmf beats DP popularity"))
+    assert "at epsilon 10; below it at 1." in line, line
