@@ -7,6 +7,7 @@ shares received from neighbours) live only in this node's ``context.state``.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from typing import TypeVar
 
@@ -55,7 +56,7 @@ from fedrec.secure.secagg import (
 )
 from fedrec.wire import secagg as secagg_wire
 from fedrec.wire.mail import MAIL_KEYGEN, MailKey
-from fedrec.wire.message import Message
+from fedrec.wire.message import Message, message, reply
 from fedrec.wire.secagg import (
     Action,
     AdvertiseRequest,
@@ -70,24 +71,56 @@ from fedrec.wire.sums import SUM_KEY, NodeSetSignature
 
 M = TypeVar("M", bound=Message)
 
-_STATE = "secagg.state"  # ConfigRecord with this node's secrets and bookkeeping
 _RECEIVED = "secagg.received"  # ConfigRecord: "<sum>:<owner>" -> my share of owner's seed
 _SEEDS = "secagg.seeds"  # ConfigRecord: "<sum>" -> my own self-mask seed for that sum
 _REVEALED = "secagg.revealed"  # ConfigRecord: sums this node has already unmasked
 _MASK_KEYS = "secagg.mask-keys"  # ConfigRecord: neighbour -> its signed mask key, as verified
-_COMMITTED = "secagg.committed"  # ConfigRecord: the run's set size and dropouts (whole run)
 _CONFIRMED = "secagg.confirmed"  # ConfigRecord: sums whose survivor set this node signed
 _BOUNDS = "secagg.bounds"  # ConfigRecord: sum -> digest of the request it masked for
-#: The fields of the :data:`_STATE` record (node-local names): the run tag, the mask key's
-#: private half, the last sum id answered, the commitment its mask key is signed under, the
-#: graph's degree and seed, and from the share round its neighbours, their mask keys, the
-#: threshold and the seed batch.
-_TAG, _S_SK, _LAST, _COMMIT, _DEGREE, _GRAPH_SEED = (
-    "run_tag", "s-sk", "last-sum", "commit", "degree", "graph_seed")
-_NEIGHBOURS, _S_PKS, _THRESHOLD, _BATCH = "neighbours", "s_pks", "threshold", "batch"
-#: The fields of the :data:`_COMMITTED` record: the set's size, the dropouts this node
-#: signed and the sum each dropped in.
-_SIZE, _DROPPED, _DROPPED_AT = "count", "dropped", "dropped-at"
+
+
+# Node-local state (``NodeContext.load_state`` / ``save_state``): declared here, beside the
+# handlers that own it, not in ``fedrec/wire``, because it never travels; each is checked
+# field by field when it is reloaded, so a corrupted or stale record is refused naming it.
+@message()
+class SecAggState(Message):
+    """This node's secrets and bookkeeping for the run's current key setup (node-state
+    record ``secagg.state``; wire names as the record has always spelled them)."""
+
+    CONFIG = "secagg.state"
+    ARRAYS = "secagg.state.arrays"  # none yet: a node state names its own records
+
+    run_tag: bytes = reply(name="run_tag", doc="the run tag the key setup was made for")
+    s_sk: bytes = reply(doc="the mask agreement key's private half")
+    last_sum: int = reply(min=0, doc="the last sum id answered (ids only increase)")
+    commit: str = reply(doc="the commitment its mask key is signed under")
+    degree: int = reply(doc="the neighbour graph's degree (COMPLETE_GRAPH: complete)")
+    graph_seed: int = reply(name="graph_seed", doc="the neighbour graph's seed")
+    # from the share round on (None until then)
+    neighbours: list[int] | None = reply(None, doc="its neighbours in the graph")
+    s_pks: list[bytes] | None = reply(None, name="s_pks",
+                                      doc="their mask keys, as verified, in that order")
+    threshold: int | None = reply(None, min=1, doc="shares to rebuild its self-mask seed")
+    batch: int | None = reply(None, min=1, doc="sums each share round draws seeds for")
+
+    def __repr__(self) -> str:  # a traceback or log line never shows the private key
+        return (f"SecAggState(last_sum={self.last_sum}, degree={self.degree}, "
+                f"neighbours={self.neighbours}, threshold={self.threshold}, "
+                f"batch={self.batch})")
+
+
+@message()
+class SecAggCommitted(Message):
+    """The run's committed node set as this node holds it for the whole run (node-state
+    record ``secagg.committed``): its size, the dropouts this node signed and the sum each
+    dropped in."""
+
+    CONFIG = "secagg.committed"
+    ARRAYS = "secagg.committed.arrays"  # none: a node state names its own records
+
+    count: int = reply(min=1)
+    dropped: list[int] = reply()
+    dropped_at: list[int] = reply()
 
 
 def _read(node: NodeContext, cls: type[M], what: str) -> M:
@@ -98,11 +131,18 @@ def _read(node: NodeContext, cls: type[M], what: str) -> M:
     return read_bounded(node, cls, what, SecAggError)
 
 
-def _state(state: RecordDict) -> ConfigRecord:
-    st = config_record(state, _STATE)
+def _state(node: NodeContext) -> SecAggState:
+    st = node.load_state(SecAggState)
     if st is None:
         raise SecAggError("secure aggregation used before key setup (secagg_advertise)")
     return st
+
+
+def _shared(node: NodeContext, st: SecAggState, what: str) -> None:
+    """Refuse ``what`` before a share round of this key setup set the neighbours."""
+    if st.neighbours is None or st.s_pks is None or st.threshold is None or st.batch is None:
+        raise SecAggError(f"{node.who} refuses to {what}: no share round of this key setup "
+                          "gave it neighbours")
 
 
 def _record(state: RecordDict, key: str) -> ConfigRecord:
@@ -128,17 +168,17 @@ def advertise(content: RecordDict, node: NodeContext) -> RecordDict:
     commit = commitment(run_tag, digest, req.degree, req.graph_seed)
     s_keys = NodeKeys()
     state = node.state
-    previous = config_record(state, _STATE)
-    state[_STATE] = ConfigRecord({
-        _TAG: run_tag,
-        _S_SK: s_keys.private_bytes(),
+    previous = node.load_state(SecAggState)
+    node.save_state(SecAggState(
+        run_tag=run_tag,
+        s_sk=s_keys.private_bytes(),
         # sum ids keep increasing across key setups of a run: a refused or abandoned id is
         # never answered again, whichever setup asks
-        _LAST: int(previous[_LAST]) if previous is not None else 0,
-        _COMMIT: commit,
-        _DEGREE: req.degree,
-        _GRAPH_SEED: req.graph_seed,
-    })
+        last_sum=previous.last_sum if previous is not None else 0,
+        commit=commit,
+        degree=req.degree,
+        graph_seed=req.graph_seed,
+    ))
     state[_RECEIVED] = ConfigRecord()
     state[_SEEDS] = ConfigRecord()
     state[_MASK_KEYS] = ConfigRecord()
@@ -190,22 +230,22 @@ def _commit_members(node: NodeContext, req: AdvertiseRequest) -> None:
         commit_node_set(node, req.members, "key setup")
     # the same set's root (a whole-set node: the ids it was given must have this root)
     count = commit_root(node, root, req.members_count, req.member_index, path, "key setup")
-    if config_record(node.state, _COMMITTED) is None:  # the dropouts this node has signed
-        node.state[_COMMITTED] = ConfigRecord({_SIZE: count, _DROPPED: [], _DROPPED_AT: []})
+    if node.load_state(SecAggCommitted) is None:  # the dropouts this node has signed
+        node.save_state(SecAggCommitted(count=count, dropped=[], dropped_at=[]))
 
 
 def _committed(node: NodeContext, before: int | None = None) -> tuple[int, set[int]]:
     """(the size of the run's committed node set, the nodes dropped from it by signed
     dropouts in sums before ``before``, or in any sum)."""
-    record = config_record(node.state, _COMMITTED)
+    record = node.load_state(SecAggCommitted)
     if record is None:
         raise SecAggError("secure aggregation used before key setup (secagg_advertise)")
-    gone = {int(v) for v, t in zip(record[_DROPPED], record[_DROPPED_AT])
-            if before is None or int(t) < before}
-    return int(record[_SIZE]), gone
+    gone = {v for v, t in zip(record.dropped, record.dropped_at, strict=False)
+            if before is None or t < before}
+    return record.count, gone
 
 
-def _neighbours(node: NodeContext, st: ConfigRecord, req: ShareRequest,
+def _neighbours(node: NodeContext, st: SecAggState, req: ShareRequest,
                 content: RecordDict) -> list[int]:
     """The server's neighbour list, checked to be this node's neighbours in the committed
     set's graph: by every member's id and signature on the set when the node holds the
@@ -213,8 +253,7 @@ def _neighbours(node: NodeContext, st: ConfigRecord, req: ShareRequest,
     refuse = f"{node.who} refuses the share round"
     record = committed(node, "the share round")
     count, index = int(record[COUNT]), int(record[INDEX])
-    places = neighbour_indices(count, index, graph_degree(int(st[_DEGREE])),
-                               int(st[_GRAPH_SEED]))
+    places = neighbour_indices(count, index, graph_degree(st.degree), st.graph_seed)
     listed = listed_nodes(node, req.neighbours, "the share round", SecAggError,
                           f"field '{SUM_KEY}.neighbours'")
     wrong = SecAggError(f"{refuse}: its neighbours are not the ones the committed node set, "
@@ -241,7 +280,7 @@ def _neighbours(node: NodeContext, st: ConfigRecord, req: ShareRequest,
 def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     """Round 2: draw one self-mask seed per upcoming sum, Shamir-share each, mail each holder
     its shares through the sealed relay."""
-    st = _state(node.state)
+    st = _state(node)
     req = _read(node, ShareRequest, Action.SHARE)
     me = node.context.node_id
     count, _ = _committed(node)
@@ -250,9 +289,9 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
         raise SecAggError(f"{node.who} refuses the share round: {len(neighbours)} neighbour(s), "
                           f"its node policy's min-neighbours is {node.policy.min_neighbours}")
     first, batch = req.first_sum, req.batch
-    if not (first > int(st[_LAST]) and 1 <= batch <= 4096):
+    if not (first > st.last_sum and 1 <= batch <= 4096):
         raise SecAggError(f"{node.who} refuses the share round: seeds must be for sums after "
-                          f"its last ({st[_LAST]}) in a batch of 1..4096, got first-sum "
+                          f"its last ({st.last_sum}) in a batch of 1..4096, got first-sum "
                           f"{first}, batch {batch}")
     holders = [me, *neighbours]
     minimum = node.policy.min_survivors
@@ -281,7 +320,7 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     # place would give the server the pairwise masks (each key is verified once per run)
     # ... and bind the same commitment (node set and graph): a neighbour shown another set
     # would have signed another purpose
-    s_pks = [_checked_mask_key(node, str(st[_COMMIT]), v, signed[v]) for v in neighbours]
+    s_pks = [_checked_mask_key(node, st.commit, v, signed[v]) for v in neighbours]
     if MEMBERS not in committed(node, "the share round"):
         confirm_by_neighbours(node)  # each neighbour signed a key bound to this set
     for v in neighbours:
@@ -291,10 +330,8 @@ def share_seeds(content: RecordDict, node: NodeContext) -> RecordDict:
     own_seeds = _record(node.state, _SEEDS)
     for t, seed in seeds.items():
         own_seeds[str(t)] = seed
-    st[_NEIGHBOURS] = neighbours
-    st[_S_PKS] = s_pks
-    st[_THRESHOLD] = threshold
-    st[_BATCH] = batch
+    node.save_state(dataclasses.replace(st, neighbours=neighbours, s_pks=s_pks,
+                                        threshold=threshold, batch=batch))
     for idx, holder in enumerate(holders):
         bundle = b"".join(shares[t][idx] for t in sorted(seeds))
         if holder == me:
@@ -331,22 +368,25 @@ def _store_bundle(state: RecordDict, sender: int, first: int, batch: int, bundle
 def _receive_shares(node: NodeContext, sum_id: int) -> None:
     """Open the shares neighbours mailed for sum ``sum_id``'s batch (the relay names the
     sender of a tampered one)."""
-    st = _state(node.state)
-    neighbours = {int(v) for v in st.get(_NEIGHBOURS, [])}
-    first = sum_id - (sum_id - 1) % int(st[_BATCH])
+    st = _state(node)
+    if st.batch is None:  # no share round yet: no shares to open (nor a seed for the sum)
+        return
+    neighbours = set(st.neighbours or [])
+    first = sum_id - (sum_id - 1) % st.batch
     for sender, bundle in node.mailbox.receive(f"{SHARES_PURPOSE}:{first}").items():
         if sender not in neighbours:
             raise SecAggError(f"received a share from node {sender}, which is not a neighbour")
-        _store_bundle(node.state, sender, first, int(st[_BATCH]), bundle)
+        _store_bundle(node.state, sender, first, st.batch, bundle)
 
 
-def _pairwise_keys(st: ConfigRecord, me: int, sum_id: int, bound: bytes) -> dict[int, bytes]:
-    """k_uv^(t) with every neighbour v, bound to the request answered in sum t."""
-    s_keys = NodeKeys.from_private_bytes(bytes(st[_S_SK]))
-    context = agreement_context(bytes(st[_TAG]), b"mask")
+def _pairwise_keys(st: SecAggState, me: int, sum_id: int, bound: bytes) -> dict[int, bytes]:
+    """k_uv^(t) with every neighbour v, bound to the request answered in sum t (after the
+    share round: :func:`_shared`)."""
+    s_keys = NodeKeys.from_private_bytes(st.s_sk)
+    context = agreement_context(st.run_tag, b"mask")
     return {
-        v: pairwise_sum_key(s_keys.shared_key(bytes(pk), context), sum_id, bound)
-        for v, pk in zip((int(x) for x in st[_NEIGHBOURS]), st[_S_PKS])
+        v: pairwise_sum_key(s_keys.shared_key(pk, context), sum_id, bound)
+        for v, pk in zip(st.neighbours or [], st.s_pks or [], strict=True)
     }
 
 
@@ -392,19 +432,21 @@ def begin_masked_sum(node: NodeContext, req: MaskedSum) -> None:
     state = node.state
     sum_id = req.sum_id
     _receive_shares(node, sum_id)
-    st = _state(state)
-    if sum_id <= int(st[_LAST]):
-        raise SecAggError(f"refusing sum id {sum_id}: ids must increase (last {st[_LAST]}); "
+    st = _state(node)
+    if sum_id <= st.last_sum:
+        raise SecAggError(f"refusing sum id {sum_id}: ids must increase (last {st.last_sum}); "
                           "reusing masks would reveal differences of inputs")
     # the id is spent before any other check: a refused request is never answered later
-    st[_LAST] = sum_id
+    st = dataclasses.replace(st, last_sum=sum_id)
+    node.save_state(st)
     seeds = _record(state, _SEEDS)
     if str(sum_id) not in seeds:
         raise SecAggError(f"no self-mask seed shared for sum {sum_id}")
     alive = set(listed_nodes(node, req.alive, f"sum {sum_id}", SecAggError,
                              f"field '{SUM_KEY}.alive'"))
+    _shared(node, st, f"sum {sum_id}")
     count, dropped = _committed(node)
-    expected = {int(v) for v in st[_NEIGHBOURS]} - dropped
+    expected = set(st.neighbours or []) - dropped
     if alive != expected:
         raise SecAggError(f"{node.who} refuses sum {sum_id}: the server's alive list is not its "
                           "neighbours in the run's committed node set (less the dropouts its "
@@ -414,11 +456,12 @@ def begin_masked_sum(node: NodeContext, req: MaskedSum) -> None:
                           f"{count - len(dropped)} node(s) left, its node policy's "
                           f"min-survivors is {node.policy.min_survivors}")
     _codec(node, req)
-    needed = masking_minimum(len(st[_NEIGHBOURS]), int(st[_THRESHOLD]))
+    neighbours = st.neighbours or []
+    needed = masking_minimum(len(neighbours), st.threshold or 0)
     if len(alive) < needed:
         raise SecAggError(
             f"{node.who} refuses sum {sum_id}: the server's alive list leaves "
-            f"{len(alive)} of its {len(st[_NEIGHBOURS])} neighbours to mask with; it "
+            f"{len(alive)} of its {len(neighbours)} neighbours to mask with; it "
             f"needs {needed} (with fewer, the neighbours asked for pairwise keys and those "
             "asked for self-mask shares could be disjoint and together unmask its input)")
 
@@ -431,12 +474,13 @@ def mask_values(node: NodeContext, req: MaskedSum, vec: np.ndarray, bound: bytes
     once. ``encode(codec, vec)``, if given, replaces ``codec.encode`` (a noisy sum's
     encoder, ``clients/noise_node.py``)."""
     state, me = node.state, node.context.node_id
-    st = _state(state)
+    st = _state(node)
     sum_id = req.sum_id
     seeds = _record(state, _SEEDS)
-    if sum_id != int(st[_LAST]) or str(sum_id) not in seeds:
+    if sum_id != st.last_sum or str(sum_id) not in seeds:
         raise SecAggError(f"{node.who} refuses to mask sum {sum_id}: it is not the sum its "
                           "request check began, or it was masked already")
+    _shared(node, st, f"mask sum {sum_id}")
     codec = _codec(node, req)
     try:
         # sum_reply clipped vec into the range first
@@ -485,7 +529,7 @@ def _split(node: NodeContext, req: ConfirmRequest, what: str) -> tuple[list[int]
     return dropped, left
 
 
-def confirmers(node: NodeContext, st: ConfigRecord, sum_id: int,
+def confirmers(node: NodeContext, st: SecAggState, sum_id: int,
                dropped: list[int]) -> list[int]:
     """Whose signatures on a split of sum ``sum_id`` this node needs before it unmasks: every
     survivor when it holds the whole set, else its surviving neighbourhood (the nodes whose
@@ -493,16 +537,16 @@ def confirmers(node: NodeContext, st: ConfigRecord, sum_id: int,
     _, gone = _committed(node, before=sum_id)
     record = committed(node, f"to unmask sum {sum_id}")
     pool = [int(v) for v in record[MEMBERS]] if MEMBERS in record else \
-        [node.context.node_id, *(int(v) for v in st[_NEIGHBOURS])]
+        [node.context.node_id, *(st.neighbours or [])]
     return sorted(set(pool) - gone - set(dropped))
 
 
 def _spend(node: NodeContext, record: str, sum_id: int, what: str) -> None:
     """Mark ``sum_id`` used for ``what`` before any other check (refused or not, once)."""
-    st = _state(node.state)
-    if sum_id != int(st[_LAST]):
+    st = _state(node)
+    if sum_id != st.last_sum:
         raise SecAggError(f"{node.who} refuses to {what} sum {sum_id}: its last sum is "
-                          f"{st[_LAST]}")
+                          f"{st.last_sum}")
     done = _record(node.state, record)
     if str(sum_id) in done:
         raise SecAggError(f"{node.who} refuses to {what} sum {sum_id} twice")
@@ -520,9 +564,12 @@ def confirm(content: RecordDict, node: NodeContext) -> RecordDict:
     dropped, left = _split(node, req, "confirm")
     if not dropped:
         raise SecAggError(f"{node.who} refuses to confirm sum {sum_id}: it has no dropouts")
-    record = config_record(node.state, _COMMITTED)
-    record[_DROPPED] = [*record[_DROPPED], *dropped]
-    record[_DROPPED_AT] = [*record[_DROPPED_AT], *[sum_id] * len(dropped)]
+    record = node.load_state(SecAggCommitted)
+    if record is None:
+        raise SecAggError("secure aggregation used before key setup (secagg_advertise)")
+    node.save_state(dataclasses.replace(
+        record, dropped=[*record.dropped, *dropped],
+        dropped_at=[*record.dropped_at, *[sum_id] * len(dropped)]))
     signed = node.identity.sign(SURVIVORS_PURPOSE, node.context.run_id, node.context.node_id,
                                 _split_digest(node, sum_id, dropped, left))
     return Confirmation(signed=signed).to_records()
@@ -533,7 +580,7 @@ def _split_digest(node: NodeContext, sum_id: int, dropped: list[int], left: int)
     return survivors_digest(sum_id, digest, dropped, left)
 
 
-def _check_confirmations(node: NodeContext, st: ConfigRecord, req: UnmaskRequest,
+def _check_confirmations(node: NodeContext, st: SecAggState, req: UnmaskRequest,
                          dropped: list[int], left: int) -> None:
     """The signature on exactly this split (checked against the roster, each from its own
     partition) of every node in :func:`confirmers`, in their order: then none of them was
@@ -567,11 +614,12 @@ def unmask(content: RecordDict, node: NodeContext) -> RecordDict:
     survive.
     """
     me = node.context.node_id
-    st = _state(node.state)
+    st = _state(node)
     req = _read(node, UnmaskRequest, Action.UNMASK)
     sum_id = req.sum_id
     _spend(node, _REVEALED, sum_id, "unmask")
     dropped, left = _split(node, req, "unmask")
+    _shared(node, st, f"unmask sum {sum_id}")
     if dropped:
         _check_confirmations(node, st, req, dropped, left)
         confirmed = config_record(node.state, _CONFIRMED)
@@ -579,13 +627,13 @@ def unmask(content: RecordDict, node: NodeContext) -> RecordDict:
             raise SecAggError(f"{node.who} refuses to unmask sum {sum_id}: it did not sign its "
                               "split itself")
     _, gone = _committed(node, before=sum_id)
-    neighbours = {int(v) for v in st[_NEIGHBOURS]}
+    neighbours = set(st.neighbours or [])
     neighbourhood = neighbours | {me}
     alive = neighbourhood - gone - set(dropped)
-    if len(alive) < int(st[_THRESHOLD]):
+    if len(alive) < (st.threshold or 0):
         raise SecAggError(f"{node.who} refuses to unmask: only {len(alive)} of its "
                           f"{len(neighbourhood)} neighbourhood survive, threshold is "
-                          f"{st[_THRESHOLD]}")
+                          f"{st.threshold}")
     # its neighbours' keys carry roster signatures it checked: these contributors are genuine
     if len(alive) < node.policy.min_survivors:
         raise SecAggError(f"{node.who} refuses to unmask sum {sum_id}: {len(alive)} node(s) "

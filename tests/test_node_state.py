@@ -1,0 +1,282 @@
+"""Typed node state (``NodeContext.load_state`` / ``save_state``): one frozen state per
+mechanism, every field checked when it is reloaded; SecAgg+ on it still sums exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from typing import Any
+
+import numpy as np
+import pytest
+from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
+
+import clients
+from clients.node import NodeContext
+from clients.secagg_node import SecAggCommitted, SecAggState
+from fedrec.wire.message import Message, WireError, message, reply, wire_fields
+
+#: A value no refusal may echo (a state holds secrets).
+SECRET = "do-not-echo-0x5eC12e7"
+
+
+def _node(state: RecordDict | None = None) -> NodeContext:
+    context = Context(run_id=1, node_id=7, node_config={"partition-id": 3},
+                      state=state if state is not None else RecordDict(), run_config={})
+    return NodeContext(context=context, request=RecordDict())
+
+
+def _setup_state(**kw: Any) -> SecAggState:
+    fields = {"run_tag": b"\x01" * 32, "s_sk": b"\x02" * 32, "last_sum": 4,
+              "commit": "ab" * 32, "degree": -1, "graph_seed": 2**40 + 3}
+    return SecAggState(**{**fields, **kw})
+
+
+SHARED = {"neighbours": [3, 9, 11], "s_pks": [b"k3", b"k9", b"k11"], "threshold": 3,
+          "batch": 16}
+
+
+# -- round trip ------------------------------------------------------------------------
+@pytest.mark.parametrize("state", [
+    _setup_state(),
+    _setup_state(**SHARED),
+    SecAggCommitted(count=6, dropped=[], dropped_at=[]),
+    SecAggCommitted(count=6, dropped=[1003, 1004], dropped_at=[2, 5]),
+], ids=["key-setup", "after-share-round", "committed", "committed-with-dropouts"])
+def test_a_state_round_trips(state: Message) -> None:
+    node = _node()
+    assert node.load_state(type(state)) is None  # nothing kept yet
+    node.save_state(state)
+    assert node.load_state(type(state)) == state
+    # a fresh NodeContext over the same Flower state (the next message) reads it back too
+    assert _node(node.state).load_state(type(state)) == state
+
+
+def test_a_save_replaces_the_old_records_and_leaves_other_state_alone() -> None:
+    node = _node()
+    node.state["secagg.received"] = ConfigRecord({"5:3": b"share"})
+    node.save_state(_setup_state(**SHARED))
+    node.save_state(_setup_state(last_sum=9))  # a new key setup: no neighbours yet
+    st = node.load_state(SecAggState)
+    assert st is not None and st.last_sum == 9 and st.neighbours is None and st.batch is None
+    assert set(node.state["secagg.state"]) == {
+        "run_tag", "s-sk", "last-sum", "commit", "degree", "graph_seed"}
+    assert bytes(node.state["secagg.received"]["5:3"]) == b"share"
+    # updates go through dataclasses.replace: the state is frozen
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        st.last_sum = 10  # type: ignore[misc]
+
+
+def test_the_records_keep_their_node_local_names() -> None:
+    """The record's field names are those it always had (a state kept across an upgrade
+    reloads)."""
+    assert [f.name for f in wire_fields(SecAggState)] == [
+        "run_tag", "s-sk", "last-sum", "commit", "degree", "graph_seed", "neighbours",
+        "s_pks", "threshold", "batch"]
+    assert [f.name for f in wire_fields(SecAggCommitted)] == ["count", "dropped", "dropped-at"]
+
+
+@message()
+class _Arrays(Message):
+    CONFIG = "test.arrays-state"
+    ARRAYS = "test.arrays-state.arrays"
+
+    step: int = reply(min=0)
+    u: np.ndarray | None = reply(None, shape=("users", "dim"))
+
+
+def test_a_state_with_arrays_round_trips_and_a_dropped_array_leaves_no_copy() -> None:
+    node = _node()
+    u = np.arange(6, dtype=np.float32).reshape(3, 2)
+    node.save_state(_Arrays(step=1, u=u))
+    got = node.load_state(_Arrays)
+    assert got is not None and got.step == 1
+    np.testing.assert_array_equal(got.u, u)
+    node.save_state(_Arrays(step=2))
+    assert "test.arrays-state.arrays" not in node.state
+    assert node.load_state(_Arrays) == _Arrays(step=2)
+
+
+# -- refusals on reload ----------------------------------------------------------------
+def _corrupt(cls: type[Message], state: Message, field: str, value: Any) -> NodeContext:
+    node = _node()
+    node.save_state(state)
+    record = node.state[cls.CONFIG]
+    if value is _MISSING:
+        del record[field]
+    else:
+        record[field] = value
+    return node
+
+
+_MISSING = object()
+
+CORRUPTIONS = [
+    # (state class, state, field, stored value, what the refusal says)
+    (SecAggState, _setup_state(), "last-sum", SECRET.encode(), "must be an integer"),
+    (SecAggState, _setup_state(), "last-sum", -7, "must be an integer >= 0"),
+    (SecAggState, _setup_state(), "last-sum", 2.5, "must be an integer"),
+    (SecAggState, _setup_state(), "s-sk", SECRET, "must be bytes"),
+    (SecAggState, _setup_state(), "run_tag", 12345, "must be bytes"),
+    (SecAggState, _setup_state(), "commit", SECRET.encode(), "must be str"),
+    (SecAggState, _setup_state(**SHARED), "neighbours", SECRET, "must be a list of int"),
+    (SecAggState, _setup_state(**SHARED), "s_pks", [SECRET], "must be list of bytes"),
+    (SecAggState, _setup_state(**SHARED), "threshold", 0, "must be an integer >= 1"),
+    (SecAggState, _setup_state(), "s-sk", _MISSING, "has no field"),
+    (SecAggState, _setup_state(), "last-sum", _MISSING, "has no field"),
+    (SecAggCommitted, SecAggCommitted(count=6, dropped=[1], dropped_at=[2]), "dropped",
+     [SECRET], "must be an integer"),
+    (SecAggCommitted, SecAggCommitted(count=6, dropped=[], dropped_at=[]), "count",
+     _MISSING, "has no field"),
+]
+
+
+@pytest.mark.parametrize(("cls", "state", "field", "value", "says"), CORRUPTIONS,
+                         ids=[f"{c[0].__name__}-{c[2]}-{i}" for i, c in enumerate(CORRUPTIONS)])
+def test_a_corrupted_or_stale_state_is_refused_naming_record_and_field_never_the_value(
+        cls: type[Message], state: Message, field: str, value: Any, says: str) -> None:
+    node = _corrupt(cls, state, field, value)
+    with pytest.raises(WireError) as info:
+        node.load_state(cls)
+    text = str(info.value)
+    assert f"'{cls.CONFIG}'" in text and f"'{field}'" in text and says in text, text
+    assert node.who in text and "corrupted or stale" in text, text
+    assert SECRET not in text and "-7" not in text and "2.5" not in text, text
+    assert "refuses the request" not in text, text  # a state is no request
+    assert info.value.__cause__ is None and info.value.__suppress_context__  # no echo chained
+
+
+def test_a_record_of_another_kind_under_the_state_name_is_refused() -> None:
+    node = _node()
+    node.state["secagg.state"] = ArrayRecord()  # where its ConfigRecord belongs
+    with pytest.raises(WireError, match=r"'secagg\.state'.*has no field 'run_tag'"):
+        node.load_state(SecAggState)
+
+
+def test_secagg_refuses_a_corrupted_state_before_using_it() -> None:
+    """A handler reading the SecAgg+ state refuses a corrupted one by name (it used to fail
+    deep in a handler, or take e.g. a text 'last-sum' as is)."""
+    from clients.secagg_node import _state
+
+    node = _corrupt(SecAggState, _setup_state(), "s-sk", SECRET)
+    with pytest.raises(WireError, match=r"'secagg\.state'.*'s-sk'"):
+        _state(node)
+
+
+# -- declarations ----------------------------------------------------------------------
+@message()
+class _OnTheWire(Message):  # forgot to name its own records
+    x: int = reply()
+
+
+@message()
+class _SameRecord(Message):
+    CONFIG = "test.same"
+    ARRAYS = "test.same"
+
+    x: int = reply()
+
+
+@pytest.mark.parametrize("cls", [_OnTheWire, _SameRecord])
+def test_a_state_must_name_its_own_records(cls: type[Message]) -> None:
+    node = _node()
+    with pytest.raises(TypeError, match="names its own records"):
+        node.save_state(cls(x=1))
+    with pytest.raises(TypeError, match="names its own records"):
+        node.load_state(cls)
+    assert not list(node.state)
+
+
+def _subclasses(cls: type) -> set[type]:
+    out = set()
+    for sub in cls.__subclasses__():
+        out |= {sub, *_subclasses(sub)}
+    return out
+
+
+def test_node_states_name_distinct_records_never_a_wire_one() -> None:
+    """Every state class of the clients package names records of its own: no two share
+    one, none is a record some wire message travels in."""
+    for info in pkgutil.iter_modules(clients.__path__, "clients."):
+        importlib.import_module(info.name)
+    import fedrec.wire
+
+    for info in pkgutil.iter_modules(fedrec.wire.__path__, "fedrec.wire."):
+        importlib.import_module(info.name)
+    every = _subclasses(Message)
+    states = [c for c in every if c.__module__.startswith("clients.")]
+    wire = {name for c in every if c.__module__.startswith("fedrec.wire.")
+            for name in (c.CONFIG, c.ARRAYS)} | {Message.CONFIG, Message.ARRAYS}
+    assert SecAggState in states and SecAggCommitted in states
+    names = [name for c in states for name in (c.CONFIG, c.ARRAYS)]
+    assert len(names) == len(set(names)), sorted(names)
+    assert not set(names) & wire, sorted(set(names) & wire)
+
+
+# -- SecAgg+ on the typed state ----------------------------------------------------------
+def test_secagg_still_sums_exactly_on_the_typed_state() -> None:
+    """A full sum equals, bit for bit, the decoded ring sum of every node's fixed-point
+    input; a second sum with a dropout (confirm and unmask) equals the plain sum of the
+    survivors; afterwards each node's state reloads, typed, as the rounds left it."""
+    from clients.diagnostics import diagnostic_vector
+    from clients.sums_node import clipped_into_range
+    from fedrec.secure.fixedpoint import FixedPoint
+    from fedrec.transport.secagg_server import SecureAggregator
+    from fedrec.wire.sums import flatten, unflatten
+    from tests.test_secagg import (
+        DROPOUTS,
+        MAX_ABS,
+        SEED,
+        SHAPES,
+        N,
+        _check,
+        _on_fresh_run,
+        _request,
+    )
+
+    out: dict[str, Any] = {}
+
+    def run(messenger: Any, nodes: list[int]) -> None:
+        contexts = messenger.grid.contexts
+        out["parts"] = {v: int(contexts[v].node_config["partition-id"]) for v in nodes}
+        agg = SecureAggregator(messenger, nodes, seed=2, allow_dropouts=True)
+        agg.setup()
+        out["full"] = agg.sum("diag_secure_sum", _request(), max_abs=MAX_ABS)
+        agg.drop = {nodes[0]}
+        out["drop"] = agg.sum("diag_secure_sum", _request(), max_abs=MAX_ABS)
+        out["nodes"] = nodes
+        out["states"] = {v: (NodeContext(context=contexts[v], request=RecordDict())
+                             .load_state(SecAggState),
+                             NodeContext(context=contexts[v], request=RecordDict())
+                             .load_state(SecAggCommitted)) for v in nodes}
+
+    _on_fresh_run(run, DROPOUTS)
+    nodes, parts = out["nodes"], out["parts"]
+
+    codec = FixedPoint.for_sum(MAX_ABS, N)
+    ring = np.zeros(0, dtype=np.uint64)
+    for p in parts.values():
+        arrays = {name: diagnostic_vector(SEED + i, p, shape)
+                  for i, (name, shape) in enumerate(sorted(SHAPES.items()))}
+        flat, layout = flatten(clipped_into_range(arrays, MAX_ABS))
+        encoded = codec.encode(flat)
+        ring = encoded if not ring.size else ring + encoded  # wraps mod 2^64
+    want = unflatten(codec.decode(ring), layout)  # with the nodes' clip flags, left out
+    for name in SHAPES:
+        np.testing.assert_array_equal(out["full"][name], want[name])
+    _check(out["full"], sorted(parts.values()))
+    _check(out["drop"], [p for v, p in parts.items() if v != nodes[0]])
+
+    for v in nodes:
+        st, committed = out["states"][v]
+        assert isinstance(st, SecAggState) and isinstance(committed, SecAggCommitted)
+        assert st.neighbours == sorted(set(nodes) - {v})  # the complete graph
+        assert len(st.s_pks or []) == N - 1 and st.threshold and st.batch
+        assert committed.count == N
+        assert st.last_sum == 2  # the dropped node masked too; its reply was discarded
+        if v == nodes[0]:  # never asked to confirm the split that dropped it
+            assert committed.dropped == []
+        else:
+            assert (committed.dropped, committed.dropped_at) == ([nodes[0]], [2])
+        assert "s_sk" not in repr(st) and repr(st.s_sk) not in repr(st)  # never printed
