@@ -89,7 +89,6 @@ def flower() -> None:
         acc.compose(GaussianPrivacyEvent(p["z"], p["sample"], p["users"]), p["rounds"])
         p["flower"] = acc.get_epsilon(p["delta"])
     data["flower_version"] = flwr.__version__
-    import dp_accounting  # noqa: F401  (its version, for the record)
     from importlib.metadata import version
 
     data["dp_accounting_version"] = version("dp-accounting")
