@@ -18,6 +18,7 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, RecordDict
 from numpy.lib.format import BUFFER_SIZE
 
+from clients.state import load_state, save_state
 from datasets import DatasetSpec, NodeData, PartitionSpec, load_item_server_data, load_node_data
 from datasets.synthetic import footprint_bytes as synthetic_bytes
 from fedrec.records import array_record, from_array_record, state_record, to_array_record
@@ -38,14 +39,6 @@ _RUN_FIXED = "fedrec.run-fixed"
 #: Roles a node can declare (node config ``role``): user rows (cross-device or shards), a silo
 #: (many users, cross-silo protocols), an item server (item features, no user rows).
 ROLES = ("user", "silo", "item-server")
-
-
-def _check_state_class(cls: type[Message]) -> None:
-    """A node-state class names its own records (``CONFIG``, ``ARRAYS``), distinct and
-    never the wire's (``NodeContext.load_state``)."""
-    if cls.CONFIG in (Message.CONFIG, cls.ARRAYS) or cls.ARRAYS == Message.ARRAYS:
-        raise TypeError(f"{cls.__qualname__}: a node state names its own records "
-                        "(CONFIG, ARRAYS), distinct and never the wire's")
 
 
 class DataConfigError(ValueError):
@@ -361,42 +354,13 @@ class NodeContext:
 
     # -- typed state kept in Flower's node state ---------------------------------------
     def load_state(self, cls: type[M]) -> M | None:
-        """This node's state of type ``cls`` as :meth:`save_state` kept it, or None before
-        the first save (no record ``cls.CONFIG`` in the node state).
-
-        A state class is a :class:`Message` declared with ``@message()`` whose ``CONFIG`` and
-        ``ARRAYS`` name its own node-state records (never the wire's), its fields declared
-        with ``reply(...)``; it lives beside the handlers that own it (it never travels, so
-        not in ``fedrec/wire``). Why typed: state records read field by field by hand failed
-        deep in a handler, or not at all, when one was corrupted or stale; here every field
-        is checked on reload against its declaration (type, minimum, choices, shape), as
-        Flower's SecAgg+ state dataclass and Opacus's ``state_dict`` are, and a mismatch is
-        refused naming the record and the field, never a value (a state holds secrets)."""
-        _check_state_class(cls)
-        if cls.CONFIG not in self.state:
-            return None
-        try:
-            return cls.from_records(self.state, self.who)
-        except WireError as exc:  # a reply field's refusal names its type, not its value
-            why = str(exc).removeprefix(f"{self.who} refuses the request: ")
-            raise WireError(f"{self.who}: its node state '{cls.CONFIG}' does not match "
-                            f"{cls.__qualname__} (corrupted or stale): {why}") from None
-        except (ValueError, TypeError) as exc:  # an array record that does not deserialise
-            raise WireError(f"{self.who}: its node state '{cls.ARRAYS}' of "
-                            f"{cls.__qualname__} does not deserialise "
-                            f"({type(exc).__name__})") from None
+        """This node's state of type ``cls``, every field checked on reload, or None before
+        the first save (``clients/state.py``)."""
+        return load_state(self.state, cls, self.who)
 
     def save_state(self, msg: Message) -> None:
-        """Keep the state ``msg`` (see :meth:`load_state`) in the node state, replacing the
-        records an earlier save of its class wrote (an optional array now None leaves no
-        stale copy). Its config record is written even when empty: it marks the state kept."""
-        cls = type(msg)
-        _check_state_class(cls)
-        records = msg.to_records()
-        self.state.pop(cls.ARRAYS, None)
-        self.state[cls.CONFIG] = records.get(cls.CONFIG, ConfigRecord())
-        if cls.ARRAYS in records:
-            self.state[cls.ARRAYS] = records[cls.ARRAYS]
+        """Keep the state ``msg`` in the node state (``clients/state.py``)."""
+        save_state(self.state, msg)
 
     # -- private arrays kept in Flower's node state ------------------------------------
     def load_arrays(self, key: str) -> dict[str, np.ndarray] | None:

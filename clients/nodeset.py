@@ -15,6 +15,7 @@ across runs, the set (as roster partitions) of its first run (:func:`_hold_acros
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -25,7 +26,7 @@ from clients.identity_node import signers_of
 from clients.node import NodeContext
 from fedrec.records import config_record
 from fedrec.secure.merkle import verify_path
-from fedrec.wire.message import Message, wire_fields
+from fedrec.wire.message import Message, message, reply, wire_fields
 from fedrec.wire.sums import (
     NODESET_PURPOSE,
     NODESET_SIGNED_KEY,
@@ -48,6 +49,26 @@ STATE = "nodeset.committed"
 #: ``clients/secagg_node.py`` too).
 DIGEST, COUNT, INDEX, MEMBERS, ROOT, CONFIRMED = (
     "digest", "count", "index", "members", "root", "confirmed")
+
+
+# Typed so a corrupted or stale record is refused on reload naming the field, never used.
+@message()
+class NodeSetCommitted(Message):
+    """This run's committed node set as this node keeps it (node-state record
+    :data:`STATE`; ``NodeContext.load_state``), field names as the record always had them
+    (:data:`DIGEST`, ...). Updated with ``dataclasses.replace`` and ``save_state``."""
+
+    CONFIG = STATE
+    ARRAYS = f"{STATE}.arrays"  # none: a node state names its own records
+
+    digest: bytes = reply(name=DIGEST, doc="node_set_commitment of the set")
+    count: int = reply(min=1, name=COUNT, doc="its size")
+    index: int = reply(min=0, name=INDEX, doc="this node's place in the sorted set")
+    confirmed: bool = reply(name=CONFIRMED, doc="every member's signature checked")
+    members: list[int] | None = reply(None, name=MEMBERS, doc="every id, when given them")
+    root: bytes | None = reply(None, name=ROOT, doc="its Merkle root, when given by it")
+
+
 #: Bytes one member of a server-chosen node set takes in the node's copies of it (the ids,
 #: the distinctness check's set, the sorted list, the state record), reserved before any.
 MEMBER_BYTES = 64
@@ -113,7 +134,7 @@ def commit_root(node: NodeContext, root: bytes, count: int, index: int, path: by
         raise AggregationError(f"{refuse}: the node set's Merkle path does not place this "
                                f"node at index {index} of the {count} committed")
     _keep(node, node_set_commitment(root, count), count, index, refuse)
-    committed(node, what)[ROOT] = bytes(root)
+    node.save_state(dataclasses.replace(committed_state(node, what), root=bytes(root)))
     return count
 
 
@@ -124,26 +145,34 @@ def _keep(node: NodeContext, digest: bytes, count: int, index: int, refuse: str,
     if count < node.policy.min_survivors:
         raise AggregationError(f"{refuse}: {count} node(s) in the run's set, its "
                                f"node policy's min-survivors is {node.policy.min_survivors}")
-    record = config_record(node.state, STATE)
-    if record is None:
-        node.state[STATE] = ConfigRecord({DIGEST: digest, COUNT: int(count),
-                                          INDEX: int(index), CONFIRMED: False,
-                                          **({MEMBERS: members} if members else {})})
-    elif bytes(record[DIGEST]) != digest:
+    st = node.load_state(NodeSetCommitted)
+    if st is None:
+        node.save_state(NodeSetCommitted(digest=digest, count=int(count), index=int(index),
+                                         confirmed=False, members=members or None))
+    elif st.digest != digest:
         raise AggregationError(f"{refuse}: the node set differs from the one it committed to "
                                "earlier in this run (sums over different sets could be "
                                "differenced)")
-    elif members and MEMBERS not in record:  # the whole set of the root it holds
-        record[MEMBERS] = members
+    elif members and st.members is None:  # the whole set of the root it holds
+        node.save_state(dataclasses.replace(st, members=members))
+
+
+def committed_state(node: NodeContext, what: str) -> NodeSetCommitted:
+    """This run's committed set (:class:`NodeSetCommitted`, every field checked), or a
+    refusal of ``what``."""
+    st = node.load_state(NodeSetCommitted)
+    if st is None:
+        raise AggregationError(f"{node.who} refuses {what}: it committed to no node set in "
+                               "this run (the server must run the node-set key setup first)")
+    return st
 
 
 def committed(node: NodeContext, what: str) -> ConfigRecord:
-    """This run's committed set record (:data:`STATE`), or a refusal of ``what``."""
-    record = config_record(node.state, STATE)
-    if record is None:
-        raise AggregationError(f"{node.who} refuses {what}: it committed to no node set in "
-                               "this run (the server must run the node-set key setup first)")
-    return record
+    """This run's committed set record (:data:`STATE`) as stored, for readers by field name
+    (``clients/secagg_node.py``), once :func:`committed_state` checked every field; or a
+    refusal of ``what``. Read only: a change goes through :class:`NodeSetCommitted`."""
+    committed_state(node, what)
+    return node.state[STATE]
 
 
 def confirm_by_neighbours(node: NodeContext) -> None:
@@ -151,11 +180,11 @@ def confirm_by_neighbours(node: NodeContext) -> None:
     neighbours: each signed a mask key bound to this set, and the share round checked every
     one (``clients/secagg_node.py``). A node given the whole set checks every member's
     signature instead (:func:`signed_set_digest`)."""
-    record = committed(node, "the share round")
-    if MEMBERS in record:
+    st = committed_state(node, "the share round")
+    if st.members is not None:
         raise AggregationError(f"{node.who}: it holds the whole node set, whose every "
                                "member's signature it checks itself")
-    record[CONFIRMED] = True
+    node.save_state(dataclasses.replace(st, confirmed=True))
 
 
 def needs_whole_set(node: NodeContext) -> bool:
@@ -181,7 +210,7 @@ def sign(node: NodeContext, members: list[int] | None = None) -> bytes:
     """This node's signature on the node set it committed to (:func:`commit`, or
     :func:`commit_root` when ``members`` is None: the same digest either way)."""
     digest = node_set_digest(members) if members is not None else \
-        bytes(committed(node, "to sign its node set")[DIGEST])
+        committed_state(node, "to sign its node set").digest
     return node.identity.sign(NODESET_PURPOSE, node.context.run_id, node.context.node_id,
                               digest)
 
@@ -192,15 +221,15 @@ def signed_set_digest(node: NodeContext, request: RecordDict, what: str) -> byte
     remembered for the rest of the run). A node that committed to no set, or whose set some
     member did not sign, refuses ``what``."""
     refuse = f"{node.who} refuses {what}"
-    record = committed(node, what)
-    digest = bytes(record[DIGEST])
-    if bool(record[CONFIRMED]):
+    st = committed_state(node, what)
+    digest = st.digest
+    if st.confirmed:
         return digest
-    if MEMBERS not in record:
+    if st.members is None:
         raise AggregationError(f"{refuse}: it holds its node set by its Merkle root only, "
                                "and its members' signatures are checked by its SecAgg+ "
                                "neighbours in the share round, which has not run")
-    members = [int(v) for v in record[MEMBERS]]
+    members = st.members
     signatures = config_record(request, NODESET_SIGNED_KEY) or ConfigRecord()
     # on its length, before any signature is verified (or kept as verified)
     node.identity.bound_nodes(len(signatures), refuse, f"field '{NODESET_SIGNED_KEY}'",
@@ -217,7 +246,7 @@ def signed_set_digest(node: NodeContext, request: RecordDict, what: str) -> byte
             node.state, NODESET_PURPOSE, node.context.run_id, v, blob),
         refuse, "the node set this node committed to", AggregationError)
     _hold_across_runs(node, sorted(partitions), refuse)
-    record[CONFIRMED] = True
+    node.save_state(dataclasses.replace(st, confirmed=True))
     return digest
 
 
@@ -251,11 +280,11 @@ def _hold_across_runs(node: NodeContext, partitions: list[int], refuse: str) -> 
 def committed_members(node: NodeContext) -> list[int]:
     """The run's committed node set, as ids (:func:`commit` must have run with the whole
     set: a set held by its root alone has none to give)."""
-    record = config_record(node.state, STATE)
-    if record is None:
+    st = node.load_state(NodeSetCommitted)
+    if st is None:
         raise AggregationError(f"{node.who}: it committed to no node set in this run")
-    if MEMBERS not in record:
+    if st.members is None:
         raise AggregationError(f"{node.who}: it holds the run's node set by its Merkle root "
                                "only (a cross-device SecAgg+ key setup); this step needs "
                                "every member's id")
-    return [int(v) for v in record[MEMBERS]]
+    return list(st.members)

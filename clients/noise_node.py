@@ -51,6 +51,7 @@ from fedrec.secure.distributed_noise import (
     truncate_l2,
 )
 from fedrec.secure.fixedpoint import FixedPoint
+from fedrec.wire.message import Message, WireError, message, reply
 from fedrec.wire.secagg import MaskedSum
 from fedrec.wire.sums import CLIPPED_KEY, AggregationError, NoiseRequest, SumRequest
 
@@ -61,6 +62,37 @@ _PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(NoisePlan))
 _RUN_DELTA, _RUN_EPSILON = "delta", "epsilon"
 #: The one mechanism this module implements.
 MECHANISM = "ddg"
+
+
+# Typed so a corrupted or stale record is refused on reload naming the field, never used:
+# a history cut short would under-account the run's epsilon.
+@message()
+class NoiseHistory(Message):
+    """This run's noisy sums as this node accounted them (node-state record
+    :data:`_HISTORY`): one list per :class:`NoisePlan` field, one entry per sum, and the
+    run's ``delta`` and composed ``epsilon`` so far (names as the record always had them)."""
+
+    CONFIG = _HISTORY
+    ARRAYS = f"{_HISTORY}.arrays"  # none: a node state names its own records
+
+    sigma: list[float] = reply(min=0.0, doc="per-node noise scale, grid units")
+    shares: list[int] = reply(min=1, doc="fewest shares the unmasked sum can hold")
+    l2: list[float] = reply(min=0.0, doc="L2 bound, grid units")
+    dim: list[int] = reply(min=0, doc="the contribution's dimension")
+    rate: list[float] = reply(min=0.0, doc="Poisson sampling rate")
+    delta: float = reply(min=0.0, name=_RUN_DELTA, doc="the run's delta")
+    epsilon: float = reply(min=0.0, name=_RUN_EPSILON, doc="the run's epsilon so far")
+
+    def __post_init__(self) -> None:
+        lengths = {f: len(getattr(self, f)) for f in _PLAN_FIELDS}
+        if len(set(lengths.values())) > 1:
+            raise WireError(f"NoiseHistory fields {', '.join(map(repr, _PLAN_FIELDS))} "
+                            "must list one entry per sum each")
+
+    @property
+    def plans(self) -> list[NoisePlan]:
+        return [NoisePlan(*p) for p in zip(*(getattr(self, f) for f in _PLAN_FIELDS),
+                                           strict=True)]
 
 
 class NoiseRefused(AggregationError):
@@ -175,30 +207,19 @@ def participates(node: NodeContext) -> bool:
     return bool(drawn)
 
 
-def _history(node: NodeContext) -> list[tuple[NoisePlan, int]]:
-    record = config_record(node.state, _HISTORY)
-    if record is None:
-        return []
-    plans = [NoisePlan(float(s), int(n), float(l2), int(d), float(q))
-             for s, n, l2, d, q in zip(*(record[f] for f in _PLAN_FIELDS))]
-    return [(p, 1) for p in plans]
-
-
 def _remember(node: NodeContext, plan: NoisePlan, delta: float, epsilon: float) -> None:
-    record = config_record(node.state, _HISTORY)
-    if record is None:
-        record = node.state[_HISTORY] = ConfigRecord({f: [] for f in _PLAN_FIELDS})
-    for f in _PLAN_FIELDS:
-        record[f] = [*record[f], getattr(plan, f)]
-    record[_RUN_DELTA], record[_RUN_EPSILON] = float(delta), float(epsilon)
+    kept = node.load_state(NoiseHistory)
+    lists = {f: [*(getattr(kept, f) if kept is not None else []), getattr(plan, f)]
+             for f in _PLAN_FIELDS}
+    node.save_state(NoiseHistory(**lists, delta=float(delta), epsilon=float(epsilon)))
 
 
 def run_epsilon(node: NodeContext) -> tuple[float, float]:
     """(epsilon, delta) this node has charged for the run's noisy sums so far."""
-    record = config_record(node.state, _HISTORY)
-    if record is None:
+    kept = node.load_state(NoiseHistory)
+    if kept is None:
         return 0.0, 0.0
-    return float(record[_RUN_EPSILON]), float(record[_RUN_DELTA])
+    return kept.epsilon, kept.delta
 
 
 def _charge(node: NodeContext, p: _Noise, plan: NoisePlan, sum_id: int) -> None:
@@ -206,11 +227,11 @@ def _charge(node: NodeContext, p: _Noise, plan: NoisePlan, sum_id: int) -> None:
     from clients.dp_ledger import Ledger, ledger_path
     from clients.policy import PolicyError
 
-    history = _history(node)
-    record = config_record(node.state, _HISTORY)
-    if record is not None and float(record[_RUN_DELTA]) != p.delta:
+    kept = node.load_state(NoiseHistory)
+    history = [(q, 1) for q in kept.plans] if kept is not None else []
+    if kept is not None and kept.delta != p.delta:
         raise NoiseRefused(f"{node.who} refuses the noisy sum: its delta {p.delta:g} is "
-                           f"not the run's {float(record[_RUN_DELTA]):g}")
+                           f"not the run's {kept.delta:g}")
     policy = node.policy
     if not history:
         planned = composed_epsilon([(plan, p.releases)], p.delta)

@@ -25,11 +25,13 @@ roster partition, and the inbox (with what it already holds) within the node's
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from flwr.app import ConfigRecord, RecordDict
 
+from clients.state import M, load_state, save_state
 from fedrec.records import config_record, state_record
 from fedrec.secure.identity import SIGNED_KEY_BYTES, SignedKey
 from fedrec.secure.keys import AuthenticationError, NodeKeys, open_sealed, seal
@@ -44,6 +46,7 @@ from fedrec.secure.sealed import (
 )
 from fedrec.secure.secagg import SHARES_PURPOSE
 from fedrec.wire.mail import MAIL_DIRECTORY, MAIL_IN, MAIL_OUT, MailRound
+from fedrec.wire.message import Message, WireError, message, reply
 
 if TYPE_CHECKING:
     from clients.identity_node import NodeIdentity
@@ -74,6 +77,53 @@ def keep_mail_for(prefix: str) -> None:
         KEPT_PURPOSES.append(prefix)
 
 
+# Typed so a corrupted or stale record is refused on reload naming the field, never used.
+@message()
+class MailKeyState(Message):
+    """This run's mail private key (node-state record :data:`KEY_STATE`, field ``sk`` as
+    it always was); made by :func:`new_mail_key`, read by the :class:`Mailbox`."""
+
+    CONFIG = KEY_STATE
+    ARRAYS = f"{KEY_STATE}.arrays"  # none: a node state names its own records
+
+    sk: bytes = reply(doc="the X25519 private key")
+
+    def __repr__(self) -> str:  # a traceback or log line never shows the private key
+        return "MailKeyState(sk=<hidden>)"
+
+
+# Typed so a corrupted or stale record is refused on reload naming the field, never used.
+@message()
+class MailDirectory(Message):
+    """The directory of peers' signed mail keys this node holds (node-state record
+    ``relay.known-keys``, field ``keys`` as it always was: :func:`_pack`'s blob)."""
+
+    CONFIG = _DIRECTORY
+    ARRAYS = f"{_DIRECTORY}.arrays"  # none: a node state names its own records
+
+    keys: bytes = reply(name="keys", doc="(node id | signed key) entries, by node id")
+
+    def __post_init__(self) -> None:  # a cut blob would unpack into shifted, wrong keys
+        if len(self.keys) % (_NODE_ID_BYTES + SIGNED_KEY_BYTES):
+            raise WireError("MailDirectory field 'keys' must be whole (node id, signed key) "
+                            "entries")
+
+
+@dataclass(frozen=True)
+class _State:
+    """The typed node state (``clients/state.py``) over a bare node state: the mailbox gets
+    the state, not the Context."""
+
+    state: RecordDict
+    who: str
+
+    def load_state(self, cls: type[M]) -> M | None:
+        return load_state(self.state, cls, self.who)
+
+    def save_state(self, msg: Message) -> None:
+        save_state(self.state, msg)
+
+
 def _kept(purpose: str) -> bool:
     return purpose.startswith(tuple(KEPT_PURPOSES))
 
@@ -99,7 +149,7 @@ def new_mail_key(state: RecordDict, identity: NodeIdentity, run_id: int, me: int
     What the node knew under its previous mail key, if any (mail seen, pairwise keys), is
     forgotten: the pairwise keys derive from the private key."""
     keys = NodeKeys()
-    state[KEY_STATE] = ConfigRecord({"sk": keys.private_bytes()})
+    _State(state, f"node {me}").save_state(MailKeyState(sk=keys.private_bytes()))
     state[SEEN_STATE] = ConfigRecord()
     state[_PAIRWISE] = ConfigRecord()
     return identity.sign(MAIL_PURPOSE, run_id, me, keys.public_bytes())
@@ -113,6 +163,7 @@ class Mailbox:
         self.state, self.request, self.me, self.run_id = state, request, int(me), int(run_id)
         self.identity = identity
         self.who = f"node {self.me}"  # in refusals
+        self._state = _State(state, self.who)
         self._pairwise: dict[int, bytes] = {}  # peer -> pairwise mail key, for this call
         self._passing: dict[str, bytes] = {}  # mail no handler keeps: this call's only
         self.outgoing: dict[str, bytes] = {}
@@ -122,8 +173,8 @@ class Mailbox:
     @cached_property
     def _directory(self) -> dict[int, bytes]:
         """The directory this node holds: node -> signed mail key (see :func:`_pack`)."""
-        record = config_record(self.state, _DIRECTORY)
-        return _unpack(bytes(record["keys"])) if record is not None else {}
+        kept = self._state.load_state(MailDirectory)
+        return _unpack(kept.keys) if kept is not None else {}
 
     def _absorb_directory(self) -> None:
         """Merge the directory the request carries into the one kept, refusing one longer
@@ -157,7 +208,7 @@ class Mailbox:
                                  "may not change during a run (a key substitution by the "
                                  "server?)")
             known[node] = signed
-        self.state[_DIRECTORY] = ConfigRecord({"keys": _pack(known)})
+        self._state.save_state(MailDirectory(keys=_pack(known)))
 
     def _absorb_mail(self) -> None:
         """Keep delivered mail in state until a handler opens it: mail rides on whatever
@@ -197,11 +248,11 @@ class Mailbox:
     @cached_property
     def _secret(self) -> bytes:
         """This node's private mail key (raw bytes, from its state)."""
-        record = config_record(self.state, KEY_STATE)
-        if record is None:
+        kept = self._state.load_state(MailKeyState)
+        if kept is None:
             raise RelayError(f"node {self.me} has no mail key: the server must run "
                              "fedrec.transport.mailroom.open_mailroom first")
-        return bytes(record["sk"])
+        return kept.sk
 
     @cached_property
     def _keys(self) -> NodeKeys:

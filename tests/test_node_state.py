@@ -14,7 +14,11 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
 
 import clients
 from clients.node import NodeContext
+from clients.nodeset import NodeSetCommitted
+from clients.noise_node import NoiseHistory
+from clients.sealed_node import MailDirectory, MailKeyState
 from clients.secagg_node import SecAggCommitted, SecAggState
+from fedrec.secure.identity import SIGNED_KEY_BYTES
 from fedrec.wire.message import Message, WireError, message, reply, wire_fields
 
 #: A value no refusal may echo (a state holds secrets).
@@ -36,6 +40,17 @@ def _setup_state(**kw: Any) -> SecAggState:
 SHARED = {"neighbours": [3, 9, 11], "s_pks": [b"k3", b"k9", b"k11"], "threshold": 3,
           "batch": 16}
 
+#: The committed node set held by its root (cross-device) and as its whole list.
+BY_ROOT = NodeSetCommitted(digest=b"\x03" * 32, count=5, index=2, confirmed=False,
+                           root=b"\x04" * 32)
+WHOLE_SET = NodeSetCommitted(digest=b"\x05" * 32, count=3, index=0, confirmed=True,
+                             members=[7, 8, 9], root=b"\x06" * 32)
+#: Two directory entries (node id, 9 bytes | signed key), as ``sealed_node._pack`` makes.
+DIRECTORY = MailDirectory(keys=b"".join(v.to_bytes(9, "big", signed=True)
+                                        + bytes([v]) * SIGNED_KEY_BYTES for v in (3, 9)))
+HISTORY = NoiseHistory(sigma=[1.5, 2.0], shares=[4, 4], l2=[8.0, 8.0], dim=[10, 10],
+                       rate=[1.0, 0.5], delta=1e-5, epsilon=0.75)
+
 
 # -- round trip ------------------------------------------------------------------------
 @pytest.mark.parametrize("state", [
@@ -43,7 +58,15 @@ SHARED = {"neighbours": [3, 9, 11], "s_pks": [b"k3", b"k9", b"k11"], "threshold"
     _setup_state(**SHARED),
     SecAggCommitted(count=6, dropped=[], dropped_at=[]),
     SecAggCommitted(count=6, dropped=[1003, 1004], dropped_at=[2, 5]),
-], ids=["key-setup", "after-share-round", "committed", "committed-with-dropouts"])
+    BY_ROOT,
+    WHOLE_SET,
+    MailKeyState(sk=b"\x07" * 32),
+    DIRECTORY,
+    MailDirectory(keys=b""),
+    HISTORY,
+], ids=["key-setup", "after-share-round", "committed", "committed-with-dropouts",
+        "nodeset-by-root", "nodeset-whole", "mail-key", "mail-directory", "empty-directory",
+        "noise-history"])
 def test_a_state_round_trips(state: Message) -> None:
     node = _node()
     assert node.load_state(type(state)) is None  # nothing kept yet
@@ -75,6 +98,36 @@ def test_the_records_keep_their_node_local_names() -> None:
         "run_tag", "s-sk", "last-sum", "commit", "degree", "graph_seed", "neighbours",
         "s_pks", "threshold", "batch"]
     assert [f.name for f in wire_fields(SecAggCommitted)] == ["count", "dropped", "dropped-at"]
+    assert [f.name for f in wire_fields(NodeSetCommitted)] == [
+        "digest", "count", "index", "confirmed", "members", "root"]
+    assert [f.name for f in wire_fields(MailKeyState)] == ["sk"]
+    assert [f.name for f in wire_fields(MailDirectory)] == ["keys"]
+    assert [f.name for f in wire_fields(NoiseHistory)] == [
+        "sigma", "shares", "l2", "dim", "rate", "delta", "epsilon"]
+    assert (NodeSetCommitted.CONFIG, MailKeyState.CONFIG, MailDirectory.CONFIG,
+            NoiseHistory.CONFIG) == ("nodeset.committed", "relay.key", "relay.known-keys",
+                                     "noise.history")
+
+
+def test_the_records_are_stored_as_they_were_written_by_hand() -> None:
+    """What ``save_state`` writes is, entry for entry and in order, the record the modules
+    used to build by hand (a record written before the change reloads; nothing else
+    changes)."""
+    node = _node()
+    for st in (WHOLE_SET, MailKeyState(sk=b"k" * 32), DIRECTORY, HISTORY):
+        node.save_state(st)
+    assert dict(node.state["nodeset.committed"]) == {
+        "digest": b"\x05" * 32, "count": 3, "index": 0, "confirmed": True,
+        "members": [7, 8, 9], "root": b"\x06" * 32}
+    node.save_state(BY_ROOT)
+    assert list(node.state["nodeset.committed"]) == [
+        "digest", "count", "index", "confirmed", "root"]
+    assert dict(node.state["relay.key"]) == {"sk": b"k" * 32}
+    assert dict(node.state["relay.known-keys"]) == {"keys": DIRECTORY.keys}
+    assert dict(node.state["noise.history"]) == {
+        "sigma": [1.5, 2.0], "shares": [4, 4], "l2": [8.0, 8.0], "dim": [10, 10],
+        "rate": [1.0, 0.5], "delta": 1e-5, "epsilon": 0.75}
+    assert SECRET not in repr(MailKeyState(sk=SECRET.encode()))  # never printed
 
 
 @message()
@@ -129,6 +182,16 @@ CORRUPTIONS = [
      [SECRET], "must be an integer"),
     (SecAggCommitted, SecAggCommitted(count=6, dropped=[], dropped_at=[]), "count",
      _MISSING, "has no field"),
+    (NodeSetCommitted, BY_ROOT, "digest", SECRET, "must be bytes"),
+    (NodeSetCommitted, WHOLE_SET, "members", [SECRET], "must be an integer"),
+    (NodeSetCommitted, BY_ROOT, "index", -7, "must be an integer >= 0"),
+    (NodeSetCommitted, BY_ROOT, "confirmed", SECRET, "must be bool"),
+    (MailKeyState, MailKeyState(sk=b"\x07" * 32), "sk", SECRET, "must be bytes"),
+    (MailKeyState, MailKeyState(sk=b"\x07" * 32), "sk", _MISSING, "has no field"),
+    (MailDirectory, DIRECTORY, "keys", DIRECTORY.keys[:-1], "must be whole"),
+    (NoiseHistory, HISTORY, "epsilon", SECRET, "must be float"),
+    (NoiseHistory, HISTORY, "sigma", [2.5], "one entry per sum"),
+    (NoiseHistory, HISTORY, "delta", -7.0, "must be >= 0"),
 ]
 
 
@@ -162,6 +225,32 @@ def test_secagg_refuses_a_corrupted_state_before_using_it() -> None:
     node = _corrupt(SecAggState, _setup_state(), "s-sk", SECRET)
     with pytest.raises(WireError, match=r"'secagg\.state'.*'s-sk'"):
         _state(node)
+
+
+def test_the_node_set_and_mail_refuse_a_corrupted_state_before_using_it() -> None:
+    """The committed node set (read by SecAgg+ by its field names too), the mail key and
+    the mail directory, the noise history: each read refuses a corrupted record by name."""
+    from clients.nodeset import committed, committed_members
+    from clients.noise_node import run_epsilon
+    from clients.sealed_node import Mailbox
+
+    node = _corrupt(NodeSetCommitted, WHOLE_SET, "count", SECRET)
+    for read in (lambda: committed(node, "the share round"),
+                 lambda: committed_members(node)):
+        with pytest.raises(WireError, match=r"'nodeset\.committed'.*'count'"):
+            read()
+    node = _corrupt(MailKeyState, MailKeyState(sk=b"\x07" * 32), "sk", SECRET)
+    box = Mailbox(node.state, RecordDict(), 7, 1, None)  # type: ignore[arg-type]
+    with pytest.raises(WireError, match=r"'relay\.key'.*'sk'") as info:
+        box._secret  # noqa: B018
+    assert SECRET not in str(info.value) and "node 7" in str(info.value)
+    node = _corrupt(MailDirectory, DIRECTORY, "keys", SECRET)
+    box = Mailbox(node.state, RecordDict(), 7, 1, None)  # type: ignore[arg-type]
+    with pytest.raises(WireError, match=r"'relay\.known-keys'.*'keys'"):
+        box._directory  # noqa: B018
+    node = _corrupt(NoiseHistory, HISTORY, "epsilon", SECRET)
+    with pytest.raises(WireError, match=r"'noise\.history'.*'epsilon'"):
+        run_epsilon(node)
 
 
 # -- declarations ----------------------------------------------------------------------
@@ -208,7 +297,8 @@ def test_node_states_name_distinct_records_never_a_wire_one() -> None:
     states = [c for c in every if c.__module__.startswith("clients.")]
     wire = {name for c in every if c.__module__.startswith("fedrec.wire.")
             for name in (c.CONFIG, c.ARRAYS)} | {Message.CONFIG, Message.ARRAYS}
-    assert SecAggState in states and SecAggCommitted in states
+    assert {SecAggState, SecAggCommitted, NodeSetCommitted, MailKeyState, MailDirectory,
+            NoiseHistory} <= set(states)
     names = [name for c in states for name in (c.CONFIG, c.ARRAYS)]
     assert len(names) == len(set(names)), sorted(names)
     assert not set(names) & wire, sorted(set(names) & wire)
