@@ -310,8 +310,9 @@ def markdown(result: dict[str, Any]) -> str:
             which = "largest" if chosen == {max(vals)} else "smallest"
             edges.append(f"{k} = {next(iter(chosen)):g}, the {which} value tried")
     out += ["",
-            f"- Chosen at every epsilon: {'; '.join(edges)} (the optimum may lie beyond the "
-            "grid)." if edges else "- No grid value is chosen at every epsilon.",
+            "- One setting for every epsilon (transferred, not chosen here)." if transferred
+            else f"- Chosen at every epsilon: {'; '.join(edges)} (the optimum may lie beyond "
+            "the grid)." if edges else "- No grid value is chosen at every epsilon.",
             f"- Non-private counterpart (the same algorithm, no clipping, no noise; q = "
             f"{np_['chosen']['rate']:g}, server step {np_['chosen']['server_lr']:g}"
             f"{', ML-1M' if transferred else ''} on validation): NDCG@20 {npm:.4f} ({min(np_['ndcg@20']):.4f} - "
