@@ -31,27 +31,49 @@ from fedrec.wire.fedmf import (
     StockConfig,
     TrainRequest,
 )
-from fedrec.wire.message import Message
+from fedrec.wire.message import Message, message, reply
 
-#: This node's private state record, and its arrays: user factors, Adam moments (names
-#: of node-local state, never sent).
 R = TypeVar("R", bound=Message)
 #: The metric of a stock train reply: the mean BPR loss (a stock strategy's history key).
 _STOCK_TRAIN_LOSS = "train-loss"
-_STATE = "fedmf.users"
+#: This node's private arrays (node-local names, never sent): user factors, and the Adam
+#: moments of its users' and its local item factors once local training ran.
 _U, _ADAM_U, _ADAM_V = "U", "adamU", "adamV"
+
+
+# typed so that a corrupted or stale state is refused on reload (clients/state.py)
+@message()
+class FedMFState(Message):
+    """This node's FedMF state: its users' factors and, in local mode, the Adam moments
+    (shapes checked against each other on reload: users and items by dimension)."""
+
+    CONFIG = "fedmf.state"
+    ARRAYS = "fedmf.users"
+
+    U: np.ndarray = reply(name=_U, shape=("users", "dim"))
+    user_m: np.ndarray | None = reply(None, name=f"{_ADAM_U}.m", shape=("users", "dim"))
+    user_v: np.ndarray | None = reply(None, name=f"{_ADAM_U}.v", shape=("users", "dim"))
+    user_t: np.ndarray | None = reply(None, name=f"{_ADAM_U}.t", shape=(1,))
+    item_m: np.ndarray | None = reply(None, name=f"{_ADAM_V}.m", shape=("items", "dim"))
+    item_v: np.ndarray | None = reply(None, name=f"{_ADAM_V}.v", shape=("items", "dim"))
+    item_t: np.ndarray | None = reply(None, name=f"{_ADAM_V}.t", shape=(1,))
 
 
 def _load_state(node: NodeContext, dim: int, seed: int) -> dict[str, np.ndarray]:
     """This node's private state: U (and Adam moments once local training ran)."""
-    stored = node.load_arrays(_STATE)
+    stored = node.load_state(FedMFState)
     if stored is None:
         return {_U: init_user_factors(node.data().user_ids, dim, seed)}
-    if stored[_U].shape[1] != dim:
+    if stored.U.shape[1] != dim:
         raise ValueError(f"partition {node.partition_id}: stored user factors have dimension "
-                         f"{stored[_U].shape[1]}, the request's item factors {dim} "
+                         f"{stored.U.shape[1]}, the request's item factors {dim} "
                          "(mf-dim changed within a run?)")
-    return dict(stored)
+    return stored.to_arrays()
+
+
+def _store_state(node: NodeContext, state: dict[str, np.ndarray]) -> None:
+    """Keep ``state`` (as :func:`_load_state` returns it, updated) as the typed state."""
+    node.save_state(FedMFState.from_parts(state, {}, node.who))
 
 
 def _train_exact(node: NodeContext, req: TrainRequest,
@@ -139,7 +161,7 @@ def fedmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
     state = _load_state(node, req.V.shape[1], req.seed)
     train = _train_exact if req.mode == "exact" else _train_local
     reply = sum_reply(node, train(node, req, state))
-    node.store_arrays(_STATE, state)  # kept only once the reply passed every check
+    _store_state(node, state)  # kept only once the reply passed every check
     return reply
 
 
@@ -170,7 +192,7 @@ def fedmf_stock_train(content: RecordDict, node: NodeContext) -> RecordDict:
     step = bpr_step(state[_U], V, data.train, data.user_ids, seed=cfg.seed,
                     round_=cfg.server_round, lr=cfg.mf_lr, reg=cfg.mf_reg,
                     negatives=cfg.mf_negatives)
-    node.store_arrays(_STATE, {_U: step.user_factors})
+    _store_state(node, {_U: step.user_factors})
     V_new = V - cfg.mf_lr * item_gradient(V, step.item_grad_sum, step.n_users, cfg.mf_reg)
     return RecordDict({
         request_wire.ARRAYS: ArrayRecord([V_new]),

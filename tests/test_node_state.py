@@ -370,3 +370,26 @@ def test_secagg_still_sums_exactly_on_the_typed_state() -> None:
         else:
             assert (committed.dropped, committed.dropped_at) == ([nodes[0]], [2])
         assert "s_sk" not in repr(st) and repr(st.s_sk) not in repr(st)  # never printed
+
+
+def test_fedmf_state_with_mismatched_moments_is_refused_on_reload() -> None:
+    """FedMF's typed state checks its arrays against each other: Adam moments of another
+    dimension than the user factors (a stale or corrupted state) are refused on reload,
+    naming the record and the field."""
+    import numpy as np
+    from flwr.app import Context, RecordDict
+
+    from clients.fedmf import FedMFState
+    from clients.node import NodeContext
+    from fedrec.wire.message import WireError
+
+    ctx = Context(run_id=1, node_id=7, node_config={}, state=RecordDict(), run_config={})
+    node = NodeContext(ctx, RecordDict())
+    good = FedMFState(U=np.ones((3, 4)), user_m=np.zeros((3, 4)), user_v=np.zeros((3, 4)),
+                      user_t=np.array([2]))
+    node.save_state(good)
+    back = node.load_state(FedMFState)
+    assert back is not None and np.array_equal(back.U, good.U) and back.item_m is None
+    node.save_state(FedMFState(U=np.ones((3, 4)), user_m=np.zeros((3, 5))))
+    with pytest.raises(WireError, match=r"'fedmf.state' does not match FedMFState.*adamU.m"):
+        node.load_state(FedMFState)
