@@ -24,18 +24,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 BASE = {"synthetic-users": 120, "synthetic-items": 60}
 EXTRA = {"privirec": {"privirec-omega": "seeded"},
          "privirec-k": {"privirec-omega": "seeded", "privirec-k": 32},
-         "lpgcn": {"lpgcn-epochs": 1}, "fedmvmf": {"implicit": False},
-         "privmvmf": {"implicit": False}}
+         "lpgcn": {"lpgcn-epochs": 1}, "fedmvmf": {"implicit": False, "item-servers": 1},
+         "privmvmf": {"implicit": False, "item-servers": 1}}
 POLICY = {"allow-seeded-omega": True, "dp-budget": 1e9, "allow-plain": True,
-          "allow-noise-removal": True}
+          "allow-noise-removal": True, "allow-ckks": True}
 
 
-def run(out: Path) -> None:
+def run(out: Path, only: list[str] | None = None) -> None:
     from fl_app.registry import load_strategy_class, protocols, resolve_config
     from fl_app.simulation import run_in_simulation
 
     result = {}
-    for name in sorted(protocols()):
+    for name in sorted(only or protocols()):
         cfg = {"protocol": name, **BASE, **EXTRA.get(name, {}), "run-name": f"seeded-{name}"}
         try:
             why = load_strategy_class(name)(resolve_config(cfg)).unseeded_randomness
@@ -69,12 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", nargs="?", type=Path)
     ap.add_argument("--compare", nargs=2, type=Path)
+    ap.add_argument("--protocols", nargs="+", help="only these (default: every registered)")
     args = ap.parse_args(argv)
     if args.compare:
         return compare(*args.compare)
     if args.out is None:
         ap.error("give OUT.json or --compare A.json B.json")
-    run(args.out)
+    run(args.out, args.protocols)
     return 0
 
 
