@@ -246,11 +246,12 @@ class Federation:
                 for n, content in self.send(request, nodes=nodes, phase=phase).items()}
 
     def sum_of(self, request: Message, reply: type[R], *, max_abs: float,
-               phase: str | None = None) -> R:
+               phase: str | None = None, wire_dtype: str = "float64") -> R:
         """Every node's ``reply`` to ``request`` (array fields only), summed by the run's
-        aggregator: the server learns the sum, typed as ``reply``."""
+        aggregator: the server learns the sum, typed as ``reply``. ``wire_dtype``: the
+        precision plain replies travel in (masked and encrypted sums ignore it)."""
         total = self.aggregator.sum(_action(request), request.to_records(), max_abs=max_abs,
-                                    phase=phase)
+                                    phase=phase, wire_dtype=wire_dtype)
         return reply.from_parts(total, {}, "the sum")
 
     def evaluate_ranking(self, request: RankingRequest, *,

@@ -203,15 +203,6 @@ def _sparse_gram(reply: RecordDict, label: str, n_items: int) -> sp.csr_matrix:
     return gram.matrix()
 
 
-def _typed_sum(fed: Federation, request: Message, reply: type[R], *, max_abs: float,
-               phase: str, wire_dtype: str) -> R:
-    """``fed.sum_of`` with the precision plain replies travel in (``privirec-wire-dtype``)."""
-    assert request.ACTION is not None
-    total = fed.aggregator.sum(request.ACTION, request.to_records(), max_abs=max_abs,
-                               phase=phase, wire_dtype=wire_dtype)
-    return reply.from_parts(total, {}, "the sum")
-
-
 class PriviRec(ProtocolStrategy):
     """PriviRec (paper 000, Section 3.3): exact P~ and the ideal low-pass filter.
 
@@ -396,7 +387,7 @@ class PriviRec(ProtocolStrategy):
             request = PowerRequest(item_deg=item_deg,
                                    X=None if X is None else X.astype(wire, copy=False),
                                    p=p, omega=self.omega, seed=self.seed, ritz=ritz)
-            return _typed_sum(fed, request, reply, max_abs=max_abs, phase=phase,
+            return fed.sum_of(request, reply, max_abs=max_abs, phase=phase,
                               wire_dtype=self.wire_dtype)
 
         omega_max = 8.0 * float(fed.max_users)  # |sum_u R~_ui Omega_ui| <= 8 * (users on a node)
