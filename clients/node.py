@@ -303,8 +303,7 @@ class NodeContext:
         wanted = [f.name for f in wire_fields(cls) if f.is_array]
         names = [name for name in record if name in wanted] if record is not None else []
         if names:  # only what the message unpacks (a sum record's message unpacks nothing)
-            self.reserve(sum(_array_bytes(record[n]) for n in names) + NPY_READ_BYTES,
-                         f"the request's arrays '{cls.ARRAYS}' ({', '.join(names)})")
+            self._reserve_arrays(record, cls.ARRAYS, names)
         msg = cls.from_records(self.request, self.who, dims)
         self._pin_run_fixed(msg)
         return msg
@@ -319,10 +318,15 @@ class NodeContext:
             return {}
         names = [name for name in record if name not in skip]
         if names:
-            self.reserve(sum(_array_bytes(record[n]) for n in names) + NPY_READ_BYTES,
-                         f"the request's arrays '{key}' ({', '.join(names[:8])}"
-                         f"{', ...' if len(names) > 8 else ''})")
+            self._reserve_arrays(record, key, names)
         return {name: record[name].numpy() for name in names}
+
+    def _reserve_arrays(self, record: Any, key: str, names: list[str]) -> None:
+        """Reserve what unpacking ``names`` of ``record`` takes, from their serialised sizes
+        and the reader's chunks, before any copy is made."""
+        shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+        self.reserve(sum(_array_bytes(record[n]) for n in names) + NPY_READ_BYTES,
+                     f"the request's arrays '{key}' ({shown})")
 
     def _pin_run_fixed(self, msg: Message) -> None:
         pinned = state_record(self.state, _RUN_FIXED)

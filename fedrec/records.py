@@ -10,7 +10,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 from datasets.csr import csr_from_arrays, csr_to_arrays
 from fedrec.wire.request import ARRAYS
 
-__all__ = ["to_array_record", "from_array_record", "arrays_of", "pop_arrays", "csr_to_arrays",
+__all__ = ["to_array_record", "from_array_record", "arrays_of", "csr_to_arrays",
            "csr_from_arrays", "config_record", "state_record"]
 
 
@@ -33,14 +33,6 @@ def arrays_of(content: RecordDict, key: str = ARRAYS) -> dict[str, np.ndarray]:
     return from_array_record(content.array_records[key])
 
 
-
-
-def pop_arrays(content: RecordDict, key: str = ARRAYS) -> dict[str, np.ndarray]:
-    """Like :func:`arrays_of`, and removes the record from ``content`` so its serialized bytes
-    can be freed while the handler works (a broadcast P~ is ~0.8 GB at Yelp2018 scale)."""
-    arrays = arrays_of(content, key)
-    del content[key]
-    return arrays
 
 
 def config_record(content: RecordDict, key: str) -> ConfigRecord | None:

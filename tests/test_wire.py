@@ -33,7 +33,7 @@ NODE = ("clients",)
 #: Flower's record views: a name read from one of these is a record name.
 RECORD_VIEWS = ("config_records", "array_records", "metric_records")
 #: The record helpers of ``fedrec/records.py`` that take a record name.
-RECORD_HELPERS = ("config_record", "array_record", "arrays_of", "pop_arrays")
+RECORD_HELPERS = ("config_record", "array_record", "arrays_of")
 #: Literals that spell a wire name but mean something else in that file, with what they are
 #: there (by file and string, so an edit elsewhere in the file keeps its place).
 SECOND_MEANINGS = {
