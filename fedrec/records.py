@@ -33,8 +33,6 @@ def arrays_of(content: RecordDict, key: str = ARRAYS) -> dict[str, np.ndarray]:
     return from_array_record(content.array_records[key])
 
 
-
-
 def config_record(content: RecordDict, key: str) -> ConfigRecord | None:
     """The ConfigRecord ``content[key]``, or None if there is none.
 
