@@ -11,11 +11,19 @@ from fedrec.wire import handshake as handshake_wire
 from fedrec.wire.handshake import HelloInfo
 from fedrec.wire.mail import Action as MailAction
 from fedrec.wire.mail import MailKey
+from fedrec.wire.message import Message, message, reply
 
-#: Node state record: this run's hello was answered (:func:`hello`).
-_HELLO_ANSWERED = "handshake.answered"
-#: Its field: the run it was answered in.
-_ANSWERED_RUN = "run"
+
+# Typed so a corrupted or stale record is refused on reload naming the field, never used.
+@message()
+class HelloAnswered(Message):
+    """This run's hello was answered (:func:`hello`; node-state record
+    ``handshake.answered``, its field as it always was)."""
+
+    CONFIG = "handshake.answered"
+    ARRAYS = "handshake.answered.arrays"  # none: a node state names its own records
+
+    run: int = reply(min=0, doc="the run it was answered in")
 
 
 @handler(handshake_wire.Action.HELLO)
@@ -31,10 +39,10 @@ def hello(content: RecordDict, node: NodeContext) -> RecordDict:
     description it reports is the operator's and so the same every time, and a second
     answer would only be a second chance to read a count.
     """
-    if node.state.get(_HELLO_ANSWERED) is not None:
+    if node.load_state(HelloAnswered) is not None:
         raise RuntimeError(f"{node.who} refuses a second hello in run {node.context.run_id}: "
                            "it answers the handshake once per run")
-    node.state[_HELLO_ANSWERED] = ConfigRecord({_ANSWERED_RUN: int(node.context.run_id)})
+    node.save_state(HelloAnswered(run=int(node.context.run_id)))
     role = node.role
     partition = _reported_partition(node, role)
     data = node.data()

@@ -62,7 +62,7 @@ def diag_secure_sum(content: RecordDict, node: NodeContext) -> RecordDict:
 def prove(content: RecordDict, node: NodeContext) -> RecordDict:
     """HMAC-SHA256(secret, challenge): equal across nodes iff they hold the same secret."""
     req = node.read(ProveRequest)
-    secret = get_shared_secret(node.state, req.purpose)
+    secret = get_shared_secret(node.state, req.purpose, node.who)
     return Proof(mac=hmac.new(secret, req.challenge, hashlib.sha256).digest()).to_records()
 
 
@@ -72,7 +72,7 @@ def ckks_selftest(content: RecordDict, node: NodeContext) -> RecordDict:
     from fedrec.secure.he import decrypt_packed, encrypt_packed
 
     req = node.read(CkksSelftest)
-    ctx = get_shared_context(node.state, req.purpose)
+    ctx = get_shared_context(node.state, req.purpose, node.who)
     if req.mode == "encrypt" and req.values is not None:
         chunks = encrypt_packed(ctx, np.asarray(req.values, dtype=np.float64))
         return CkksResult(chunks=chunks).to_records()

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from flwr.app import ConfigRecord, RecordDict
+from flwr.app import RecordDict
 
 from clients.handlers import handler
 from clients.node import NodeContext
+from clients.state import save_state
 from clients.sums_node import ranking_reply, sum_reply
-from fedrec.records import config_record
 from fedrec.recsys import power_svd as svd
 from fedrec.wire.fedsvd import (
     Action,
@@ -42,15 +42,49 @@ from fedrec.wire.fedsvd import (
     SyncRequest,
     SyncSum,
 )
+from fedrec.wire.message import Message, WireError, message, reply
 from fedrec.wire.sums import SumRequest
 
-_NOISE = "fedsvd.noise"  # arrays in node state: this node's weighted noise of the last sync
-_N = "N"  # ... its one array
-_NOISE_INFO = "fedsvd.noise-info"  # ConfigRecord: its iteration t, the sum's mode, w_i, std
-_INFO_T, _INFO_MODE, _INFO_WEIGHT, _INFO_STD = "t", "mode", "weight", "std"
 #: A noise must fit the selection's range within this many standard deviations (exceeded
 #: with probability < 1e-32; the node then clips it rather than refuse on its value).
 _RANGE_STDS = 12.0
+
+
+# Typed so a corrupted or stale record is refused on reload naming the field, never used.
+@message()
+class SyncNoise(Message):
+    """fedsvd-utility's noise of this node's last synchronization, kept for the one noise
+    product that may remove it (node-state records ``fedsvd.noise-info`` and
+    ``fedsvd.noise``, fields as they always were); dropped once that product is answered."""
+
+    CONFIG = "fedsvd.noise-info"
+    ARRAYS = "fedsvd.noise"
+
+    t: int = reply(min=0, doc="the synchronization")
+    mode: str = reply(doc="the sum its update went into (secagg+, plain or ckks)")
+    weight: float = reply(min=0.0, doc="w_i, this node's weight")
+    std: float = reply(0.0, min=0.0, doc="the noise's standard deviation")
+    N: np.ndarray = reply(shape=("cols", "rank"), doc="w_i N_i, its weighted noise")
+
+    def __repr__(self) -> str:  # a traceback or log line never shows the noise
+        return f"SyncNoise(t={self.t}, mode={self.mode!r}, N=<hidden>)"
+
+
+# Typed so a corrupted or stale record is refused on reload naming the field, never used.
+@message()
+class CheckedSelectionContext(Message):
+    """The public selection context this node last checked (node-state record
+    ``fedsvd.he-context``): its SHA-256, as ``fedrec.secure.selection.context_hash_of``
+    gives it."""
+
+    CONFIG = "fedsvd.he-context"
+    ARRAYS = "fedsvd.he-context.arrays"  # none: a node state names its own records
+
+    sha256: str = reply(doc="hex SHA-256 of the serialized context")
+
+    def __post_init__(self) -> None:
+        if len(self.sha256) != 64 or self.sha256.strip("0123456789abcdef"):
+            raise WireError("CheckedSelectionContext field 'sha256' must be a hex SHA-256")
 
 
 @dataclass(frozen=True)
@@ -205,10 +239,8 @@ def sync(content: RecordDict, node: NodeContext) -> RecordDict:
         raise ValueError(f"{node.who} refuses {Action.SYNC}: t-to = {block.t_to} is not a "
                          f"synchronization (the output rule is '{Action.OUTPUT}')")
     if out.noise is not None:
-        node.store_arrays(_NOISE, {_N: out.noise})
-        node.state[_NOISE_INFO] = ConfigRecord({_INFO_T: block.t_to, _INFO_MODE: block.mode,
-                                                _INFO_WEIGHT: block.weight,
-                                                _INFO_STD: block.sigma})
+        node.save_state(SyncNoise(t=block.t_to, mode=block.mode, weight=block.weight,
+                                  std=block.sigma, N=out.noise))
     return sum_reply(node, SyncSum(Y=out.update))
 
 
@@ -226,23 +258,22 @@ def noise_product(content: RecordDict, node: NodeContext) -> RecordDict:
     node.policy.require("allow-noise-removal", "fedsvd-utility's noise removal (the server "
                         "learns this node's noise unless the node is the one kept)", node.who)
     req = node.read(NoiseProductRequest)
-    info = config_record(node.state, _NOISE_INFO)
-    stored = node.load_arrays(_NOISE)
-    if info is None or stored is None or int(info[_INFO_T]) != req.t:
+    kept = node.load_state(SyncNoise)
+    if kept is None or kept.t != req.t:
         raise ValueError(f"{node.who} refuses noise removal for t = {req.t}: it holds "
                          "no noise of that synchronization (each noise is used once)")
-    if str(info[_INFO_MODE]) not in ("secagg+", "ckks"):
+    if kept.mode not in ("secagg+", "ckks"):
         raise ValueError(f"{node.who} refuses noise removal: its update of t = {req.t} "
-                         f"went into a '{info[_INFO_MODE]}' sum, which the server saw unmasked")
-    del node.state[_NOISE_INFO]  # one answer per synchronization
-    std, weight = float(info.get(_INFO_STD, 0.0)), float(info[_INFO_WEIGHT])
+                         f"went into a '{kept.mode}' sum, which the server saw unmasked")
+    node.drop_state(SyncNoise)  # one answer per synchronization
+    std, weight = kept.std, kept.weight
     if _RANGE_STDS * std > VALUE_BOUND:  # public parameters only: never the noise drawn
         raise ValueError(f"{node.who} refuses noise removal: noise of standard deviation "
                          f"{std:g} does not fit the CKKS selection's range +-{VALUE_BOUND:g} "
                          f"({_RANGE_STDS:g} standard deviations; lower fedsvd-sigma)")
     # the products' padded ciphertexts and the padded noise (its size is the rank the server
     # chose at the synchronization), before the first is made
-    noise = stored[_N]
+    noise = kept.N
     node.reserve(chunks_for(noise.size) * (padded_size(PARAMS.poly_modulus_degree)
                                            + 8.0 * REALS),
                  f"the encrypted products of its noise ({noise.size} values)")
@@ -257,8 +288,6 @@ def noise_product(content: RecordDict, node: NodeContext) -> RecordDict:
 #: nodes simulated in one process may share an entry.
 _SELECTION_CONTEXTS: dict[tuple[int, str], object] = {}
 _SELECTION_CACHE_SIZE = 4
-_HE_CONTEXT = "fedsvd.he-context"  # ConfigRecord in node state: the hash this node checked
-_HE_CONTEXT_HASH = "sha256"  # ... its one field
 
 
 def _selection_context(node: NodeContext, public: bytes):
@@ -276,7 +305,7 @@ def _selection_context(node: NodeContext, public: bytes):
         while len(_SELECTION_CONTEXTS) >= _SELECTION_CACHE_SIZE:
             _SELECTION_CONTEXTS.pop(next(iter(_SELECTION_CONTEXTS)))
         _SELECTION_CONTEXTS[key] = hit
-    node.state[_HE_CONTEXT] = ConfigRecord({_HE_CONTEXT_HASH: key[1]})
+    save_state(node.state, CheckedSelectionContext(sha256=key[1]))
     return hit
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, RecordDict
 from numpy.lib.format import BUFFER_SIZE
 
-from clients.state import load_state, save_state
+from clients.state import drop_state, load_state, save_state
 from datasets import DatasetSpec, NodeData, PartitionSpec, load_item_server_data, load_node_data
 from datasets.synthetic import footprint_bytes as synthetic_bytes
 from fedrec.records import array_record, from_array_record, state_record, to_array_record
@@ -357,14 +357,18 @@ class NodeContext:
         self.policy.check_iterations(int(count) * max(int(times), 1), name, self.who)
 
     # -- typed state kept in Flower's node state ---------------------------------------
-    def load_state(self, cls: type[M]) -> M | None:
-        """This node's state of type ``cls``, every field checked on reload, or None before
-        the first save (``clients/state.py``)."""
-        return load_state(self.state, cls, self.who)
+    def load_state(self, cls: type[M], key: str | None = None) -> M | None:
+        """This node's state of type ``cls`` (the one kept under ``key``, if given), every
+        field checked on reload, or None before the first save (``clients/state.py``)."""
+        return load_state(self.state, cls, self.who, key)
 
-    def save_state(self, msg: Message) -> None:
-        """Keep the state ``msg`` in the node state (``clients/state.py``)."""
-        save_state(self.state, msg)
+    def save_state(self, msg: Message, key: str | None = None) -> None:
+        """Keep the state ``msg`` (under ``key``) in the node state (``clients/state.py``)."""
+        save_state(self.state, msg, key)
+
+    def drop_state(self, cls: type[Message], key: str | None = None) -> None:
+        """Forget this node's state of type ``cls`` (under ``key``)."""
+        drop_state(self.state, cls, key)
 
     # -- private arrays kept in Flower's node state ------------------------------------
     def load_arrays(self, key: str) -> dict[str, np.ndarray] | None:

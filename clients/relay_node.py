@@ -1,9 +1,8 @@
 """Client side of the shared-secret relay (see ``fedrec/secure/relay.py`` for the protocol).
 
-State kept in this node's ``context.state`` (never sent anywhere):
-
-- ``secret.<purpose>`` ConfigRecord: the shared secret (``secret``), what kind it is
-  (``make``), who created it (``owner``) and its SHA-256 ``fingerprint``.
+State kept in this node's ``context.state`` (never sent anywhere): one typed
+:class:`SharedSecret` per purpose (``clients/state.py``, keyed by the purpose: record
+``secret.<purpose>``), checked field by field whenever it is read back.
 
 Protocol handlers read the secret with :func:`get_shared_secret` (bytes) or, for a relayed
 CKKS context, :func:`get_shared_context` (a TenSEAL context holding the secret key).
@@ -19,10 +18,11 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-from flwr.app import ConfigRecord, RecordDict
+from flwr.app import RecordDict
 
 from clients.handlers import handler
 from clients.node import NodeContext
+from clients.state import NodeState, state_keys
 from fedrec.records import config_record
 from fedrec.secure.relay import MAKES, RelayError, secret_mail_purpose
 from fedrec.wire.keyrelay import (
@@ -34,9 +34,9 @@ from fedrec.wire.keyrelay import (
     SecretAck,
     SecretCreated,
 )
-from fedrec.wire.message import Message, wire_fields
+from fedrec.wire.message import Message, message, reply, wire_fields
 
-__all__ = ["get_shared_secret", "get_shared_context", "secret_fingerprint"]
+__all__ = ["SharedSecret", "get_shared_secret", "get_shared_context", "secret_fingerprint"]
 
 #: fingerprint -> loaded TenSEAL context (this process), oldest dropped first: each context is
 #: about 10 MiB native, so the cache is bounded whatever the server relays.
@@ -46,8 +46,24 @@ _CONTEXT_CACHE_SIZE = 2
 #: (a CKKS context: 0.7 MB, about 10 MiB once loaded) outlives the request that brought it.
 #: A run of this project relays at most two (LP-GCN's key, the CKKS sums' context).
 MAX_SECRETS = 4
-#: Fields of a kept secret's node-state record (never sent).
-_SECRET, _MAKE, _OWNER, _FINGERPRINT = "secret", "make", "owner", "fingerprint"
+
+
+# Typed so a corrupted or stale record is refused on reload naming the field, never used.
+@message()
+class SharedSecret(Message):
+    """A relayed secret this node keeps, one per purpose (node-state record
+    ``secret.<purpose>``: the state keyed by its purpose, fields as they always were)."""
+
+    CONFIG = "secret"  # kept under "secret.<purpose>"
+    ARRAYS = "secret-arrays"  # none: a node state names its own records
+
+    secret: bytes = reply(doc="the secret: a random key or a serialized CKKS secret context")
+    make: str = reply(doc="what kind it is (fedrec.secure.relay.MAKES)")
+    owner: int = reply(doc="the node that created it")
+    fingerprint: bytes = reply(doc="its SHA-256, what the node reports instead")
+
+    def __repr__(self) -> str:  # a traceback or log line never shows the secret
+        return f"SharedSecret(make={self.make!r}, owner={self.owner}, secret=<hidden>)"
 
 
 def _wire_name(cls: type[Message], attr: str) -> str:
@@ -62,41 +78,42 @@ _PURPOSE_FIELD = f"{RELAY_KEY}.{_wire_name(RelayRequest, 'purpose')}"
 _PEERS_FIELD = f"{RELAY_KEY}.{_PEERS}"
 
 
-def _secret_key(purpose: str) -> str:
-    return f"secret.{purpose}"
-
-
 def secret_fingerprint(secret: bytes) -> bytes:
     """SHA-256 of the secret: what a node reports instead of the secret itself."""
     return hashlib.sha256(bytes(secret)).digest()
 
 
-def get_shared_secret(state: RecordDict, purpose: str) -> bytes:
-    """The secret relayed for ``purpose`` (raw bytes), from this node's state.
-
-    Raises :class:`fedrec.secure.relay.RelayError` if the relay for ``purpose`` has not run
-    on this node (the server must call ``relay_secret(..., purpose=...)`` first).
-    """
-    key = _secret_key(purpose)
-    record = config_record(state, key)
-    if record is None:
-        held = sorted(k.removeprefix("secret.") for k in state
-                      if k.startswith("secret.") and config_record(state, k) is not None)
+def _held(state: RecordDict, purpose: str, who: str) -> SharedSecret:
+    """The secret kept for ``purpose``, checked; :class:`RelayError` if the relay for
+    ``purpose`` has not run on this node."""
+    kept = NodeState(state, who).load_state(SharedSecret, purpose)
+    if kept is None:
+        held = sorted(state_keys(state, SharedSecret))
         raise RelayError(
             f"no shared secret '{purpose}' on this node (holds: {held or 'none'}); the server "
             f"must run fedrec.secure.relay.relay_secret(purpose={purpose!r}) first"
         )
-    return bytes(record[_SECRET])
+    return kept
 
 
-def get_shared_context(state: RecordDict, purpose: str):
+def get_shared_secret(state: RecordDict, purpose: str, who: str = "this node") -> bytes:
+    """The secret relayed for ``purpose`` (raw bytes), from this node's state (``who``
+    names the node if its record is refused as corrupted).
+
+    Raises :class:`fedrec.secure.relay.RelayError` if the relay for ``purpose`` has not run
+    on this node (the server must call ``relay_secret(..., purpose=...)`` first).
+    """
+    return _held(state, purpose, who).secret
+
+
+def get_shared_context(state: RecordDict, purpose: str, who: str = "this node"):
     """The relayed CKKS secret context for ``purpose`` as a TenSEAL context (cached)."""
     from fedrec.secure.he import load_context
 
-    record = config_record(state, _secret_key(purpose))
-    if record is not None and str(record[_MAKE]) != "ckks-context":
-        raise RelayError(f"shared secret '{purpose}' is a {record[_MAKE]}, not a CKKS context")
-    secret = get_shared_secret(state, purpose)
+    kept = _held(state, purpose, who)
+    if kept.make != "ckks-context":
+        raise RelayError(f"shared secret '{purpose}' is a {kept.make}, not a CKKS context")
+    secret = kept.secret
     fp = secret_fingerprint(secret)
     if fp not in _CONTEXT_CACHE:
         while len(_CONTEXT_CACHE) >= _CONTEXT_CACHE_SIZE:
@@ -107,17 +124,16 @@ def get_shared_context(state: RecordDict, purpose: str):
 
 def _room_for(node: NodeContext, purpose: str) -> None:
     """Refuse a new purpose past :data:`MAX_SECRETS` (checked before any secret is made)."""
-    held = [k for k in node.state if k.startswith("secret.")]
-    if _secret_key(purpose) not in held and len(held) >= MAX_SECRETS:
+    held = state_keys(node.state, SharedSecret)
+    if purpose not in held and len(held) >= MAX_SECRETS:
         raise RelayError(f"{node.who} refuses a secret for field '{_PURPOSE_FIELD}': it "
                          f"keeps at most {MAX_SECRETS} relayed secrets per run")
 
 
 def _store_secret(node: NodeContext, purpose: str, make: str, owner: int, secret: bytes) -> bytes:
     fp = secret_fingerprint(secret)
-    node.state[_secret_key(purpose)] = ConfigRecord({
-        _SECRET: secret, _MAKE: make, _OWNER: int(owner), _FINGERPRINT: fp,
-    })
+    node.save_state(SharedSecret(secret=secret, make=make, owner=int(owner), fingerprint=fp),
+                    purpose)
     return fp
 
 

@@ -25,13 +25,12 @@ roster partition, and the inbox (with what it already holds) within the node's
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from flwr.app import ConfigRecord, RecordDict
 
-from clients.state import M, load_state, save_state
+from clients.state import NodeState
 from fedrec.records import config_record, state_record
 from fedrec.secure.identity import SIGNED_KEY_BYTES, SignedKey
 from fedrec.secure.keys import AuthenticationError, NodeKeys, open_sealed, seal
@@ -109,19 +108,37 @@ class MailDirectory(Message):
                             "entries")
 
 
-@dataclass(frozen=True)
-class _State:
-    """The typed node state (``clients/state.py``) over a bare node state: the mailbox gets
-    the state, not the Context."""
+# Typed so a corrupted or stale record is refused on reload naming the field, never used.
+@message()
+class MailInbox(Message):
+    """Mail delivered for a purpose some handler reads, not opened yet (node-state record
+    ``relay.inbox``): each entry's ``<sender>|<round>|<purpose>`` key and sealed payload, in
+    the order delivered. Two lists, not a record entry per mail: a key is the server's
+    text, never a record's field name."""
 
-    state: RecordDict
-    who: str
+    CONFIG = _INBOX
+    ARRAYS = f"{_INBOX}.arrays"  # none: a node state names its own records
 
-    def load_state(self, cls: type[M]) -> M | None:
-        return load_state(self.state, cls, self.who)
+    keys: list[str] = reply(doc="each mail's '<sender>|<round>|<purpose>'")
+    mail: list[bytes] = reply(doc="each mail's sealed payload, in the order of keys")
 
-    def save_state(self, msg: Message) -> None:
-        save_state(self.state, msg)
+    def __post_init__(self) -> None:  # a cut or shifted list would open the wrong mail
+        if len(self.keys) != len(self.mail) or len(set(self.keys)) != len(self.keys):
+            raise WireError("MailInbox fields 'keys' and 'mail' must pair distinct keys "
+                            "with payloads, one each")
+        try:
+            for key in self.keys:
+                parse_in_key(key)
+        except ValueError:
+            raise WireError("MailInbox field 'keys' must be '<sender>|<round>|<purpose>' "
+                            "entries") from None
+
+    @classmethod
+    def of(cls, inbox: dict[str, bytes]) -> MailInbox:
+        return cls(keys=list(inbox), mail=list(inbox.values()))
+
+    def entries(self) -> dict[str, bytes]:
+        return dict(zip(self.keys, self.mail, strict=True))
 
 
 def _kept(purpose: str) -> bool:
@@ -149,7 +166,7 @@ def new_mail_key(state: RecordDict, identity: NodeIdentity, run_id: int, me: int
     What the node knew under its previous mail key, if any (mail seen, pairwise keys), is
     forgotten: the pairwise keys derive from the private key."""
     keys = NodeKeys()
-    _State(state, f"node {me}").save_state(MailKeyState(sk=keys.private_bytes()))
+    NodeState(state, f"node {me}").save_state(MailKeyState(sk=keys.private_bytes()))
     state[SEEN_STATE] = ConfigRecord()
     state[_PAIRWISE] = ConfigRecord()
     return identity.sign(MAIL_PURPOSE, run_id, me, keys.public_bytes())
@@ -163,7 +180,7 @@ class Mailbox:
         self.state, self.request, self.me, self.run_id = state, request, int(me), int(run_id)
         self.identity = identity
         self.who = f"node {self.me}"  # in refusals
-        self._state = _State(state, self.who)
+        self._state = NodeState(state, self.who)
         self._pairwise: dict[int, bytes] = {}  # peer -> pairwise mail key, for this call
         self._passing: dict[str, bytes] = {}  # mail no handler keeps: this call's only
         self.outgoing: dict[str, bytes] = {}
@@ -232,18 +249,29 @@ class Mailbox:
             (kept if _kept(purpose) else self._passing)[key] = bytes(blob)
         if not kept:
             return
-        inbox = config_record(self.state, _INBOX) or ConfigRecord()
+        inbox = self._inbox()
         entries = len(set(inbox) | set(kept))
         most = MAIL_PER_PARTITION * len(self.identity.roster.keys)
         if entries > most:
             raise RelayError(f"{refuse}: its inbox would hold {entries:,} mails, more than "
                              f"{MAIL_PER_PARTITION} per partition of its roster ({most})")
         size = sum(len(k) + len(v) + _ENTRY_BYTES  # bytes values: no copy to measure
-                   for k, v in {**dict(inbox), **kept}.items())
+                   for k, v in {**inbox, **kept}.items())
         self.identity.policy.check_size(size, f"mail (field '{MAIL_IN}') for its inbox, kept "
                                         "across messages", self.who)
         inbox.update(kept)
-        self.state[_INBOX] = inbox
+        self._keep_inbox(inbox)
+
+    def _inbox(self) -> dict[str, bytes]:
+        """The mail kept for a handler: in-key -> sealed payload, as delivered."""
+        kept = self._state.load_state(MailInbox)
+        return kept.entries() if kept is not None else {}
+
+    def _keep_inbox(self, inbox: dict[str, bytes]) -> None:
+        if inbox:
+            self._state.save_state(MailInbox.of(inbox))
+        else:
+            self._state.drop_state(MailInbox)
 
     @cached_property
     def _secret(self) -> bytes:
@@ -298,25 +326,32 @@ class Mailbox:
         round or purpose) or that was opened before raises :class:`RelayError` naming the
         sender.
         """
-        boxes = [box for box in (config_record(self.state, _INBOX), self._passing) if box]
+        inbox = self._inbox()
+        boxes = [box for box in (inbox, self._passing) if box]
         if not boxes:
             return {}
         seen = state_record(self.state, SEEN_STATE)
         out: dict[int, bytes] = {}
-        for box, key in [(b, k) for b in boxes for k in b if parse_in_key(k)[2] == purpose]:
-            sender, round_, what = parse_in_key(key)
-            blob = box.pop(key)
-            if key in seen:
-                raise RelayError(f"node {self.me} received mail '{purpose}' from node {sender} "
-                                 f"(round {round_}) twice: replay refused")
-            aad = mail_aad(self.run_id, sender, self.me, round_, purpose)
-            try:
-                out[sender] = open_sealed(self._peer_key(sender), bytes(blob), aad)
-            except AuthenticationError:
-                raise RelayError(f"mail '{purpose}' from node {sender} to node {self.me} failed "
-                                 "authentication: altered, misrouted or not sealed by "
-                                 f"node {sender}") from None
-            seen[key] = True
+        held = len(inbox)
+        try:
+            for box, key in [(b, k) for b in boxes for k in b
+                             if parse_in_key(k)[2] == purpose]:
+                sender, round_, what = parse_in_key(key)
+                blob = box.pop(key)
+                if key in seen:
+                    raise RelayError(f"node {self.me} received mail '{purpose}' from node "
+                                     f"{sender} (round {round_}) twice: replay refused")
+                aad = mail_aad(self.run_id, sender, self.me, round_, purpose)
+                try:
+                    out[sender] = open_sealed(self._peer_key(sender), bytes(blob), aad)
+                except AuthenticationError:
+                    raise RelayError(f"mail '{purpose}' from node {sender} to node {self.me} "
+                                     "failed authentication: altered, misrouted or not sealed "
+                                     f"by node {sender}") from None
+                seen[key] = True
+        finally:  # what was taken out is gone, opened or refused
+            if len(inbox) != held:
+                self._keep_inbox(inbox)
         return out
 
     def send(self, recipient: int, purpose: str, payload: bytes) -> None:

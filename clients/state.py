@@ -8,10 +8,15 @@ declared with ``reply(...)`` (whose refusals never echo a value: a state holds s
 lives beside the handlers that own it; it never travels, so it is not in ``fedrec/wire``.
 Every field is checked on reload against its declaration (type, minimum, choices, shape),
 as Flower's SecAgg+ state dataclass and Opacus's ``state_dict`` are.
+
+A mechanism that keeps one state per name the server chooses (the key relay's secret per
+purpose) passes that name as ``key``: the state then lives in records ``CONFIG.<key>`` and
+``ARRAYS.<key>`` (:func:`state_keys` lists the keys held), each instance checked alike.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TypeVar
 
 from flwr.app import ConfigRecord, RecordDict
@@ -29,32 +34,89 @@ def _check_state_class(cls: type[Message]) -> None:
                         "(CONFIG, ARRAYS), distinct and never the wire's")
 
 
-def load_state(state: RecordDict, cls: type[M], who: str) -> M | None:
-    """The state of type ``cls`` as :func:`save_state` kept it in ``state``, or None before
-    the first save (no record ``cls.CONFIG``); a record off its declaration is refused
-    naming the record and the field, never a value."""
+def _names(cls: type[Message], key: str | None) -> tuple[str, str]:
+    """The records (config, arrays) of the state ``cls`` kept under ``key`` (None: the one
+    state of its class). Keyed, neither record name may extend the other's: a key chosen
+    by the server must never name another key's record (``ARRAYS = CONFIG + '.arrays'``
+    would make key ``arrays.x``'s config record key ``x``'s arrays)."""
     _check_state_class(cls)
-    if cls.CONFIG not in state:
+    if key is None:
+        return cls.CONFIG, cls.ARRAYS
+    if cls.ARRAYS.startswith(f"{cls.CONFIG}.") or cls.CONFIG.startswith(f"{cls.ARRAYS}."):
+        raise TypeError(f"{cls.__qualname__}: a keyed node state's records (CONFIG, ARRAYS) "
+                        "may not extend one another")
+    return f"{cls.CONFIG}.{key}", f"{cls.ARRAYS}.{key}"
+
+
+def load_state(state: RecordDict, cls: type[M], who: str, key: str | None = None) -> M | None:
+    """The state of type ``cls`` (under ``key``) as :func:`save_state` kept it in ``state``,
+    or None before the first save (no config record); a record off its declaration is
+    refused naming the record and the field, never a value."""
+    config, arrays = _names(cls, key)
+    if config not in state:
         return None
+    view = state
+    if key is not None:  # the keyed records under the names the class reads
+        view = RecordDict({cls.CONFIG: state[config]})
+        if arrays in state:
+            view[cls.ARRAYS] = state[arrays]
     try:
-        return cls.from_records(state, who)
+        return cls.from_records(view, who)
     except WireError as exc:  # a reply field's refusal names its type, not its value
         why = str(exc).removeprefix(f"{who} refuses the request: ")
-        raise WireError(f"{who}: its node state '{cls.CONFIG}' does not match "
+        raise WireError(f"{who}: its node state '{config}' does not match "
                         f"{cls.__qualname__} (corrupted or stale): {why}") from None
     except (ValueError, TypeError) as exc:  # an array record that does not deserialise
-        raise WireError(f"{who}: its node state '{cls.ARRAYS}' of {cls.__qualname__} does "
+        raise WireError(f"{who}: its node state '{arrays}' of {cls.__qualname__} does "
                         f"not deserialise ({type(exc).__name__})") from None
 
 
-def save_state(state: RecordDict, msg: Message) -> None:
-    """Keep ``msg`` in ``state``, replacing the records an earlier save of its class wrote
-    (an optional array now None leaves no stale copy). Its config record is written even
-    when empty: it marks the state kept."""
+def save_state(state: RecordDict, msg: Message, key: str | None = None) -> None:
+    """Keep ``msg`` in ``state`` (under ``key``), replacing the records an earlier save of
+    its class (and key) wrote (an optional array now None leaves no stale copy). Its config
+    record is written even when empty: it marks the state kept."""
     cls = type(msg)
-    _check_state_class(cls)
+    config, arrays = _names(cls, key)
     records = msg.to_records()
-    state.pop(cls.ARRAYS, None)
-    state[cls.CONFIG] = records.get(cls.CONFIG, ConfigRecord())
+    state.pop(arrays, None)
+    state[config] = records.get(cls.CONFIG, ConfigRecord())
     if cls.ARRAYS in records:
-        state[cls.ARRAYS] = records[cls.ARRAYS]
+        state[arrays] = records[cls.ARRAYS]
+
+
+def drop_state(state: RecordDict, cls: type[Message], key: str | None = None) -> None:
+    """Forget the state of type ``cls`` (under ``key``): a later load finds none."""
+    for name in _names(cls, key):
+        state.pop(name, None)
+
+
+def state_keys(state: RecordDict, cls: type[Message]) -> list[str]:
+    """The keys under which ``state`` holds a state of type ``cls``, in the order kept."""
+    prefix = _names(cls, "")[0]  # "CONFIG."
+    return [name.removeprefix(prefix) for name in state if name.startswith(prefix)]
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """The typed state over a bare Flower node state, for code that holds the state and
+    not the handler's ``NodeContext`` (the mailbox, a node's identity, the relay's readers);
+    ``who`` names the node in refusals."""
+
+    state: RecordDict
+    who: str
+
+    def load_state(self, cls: type[M], key: str | None = None) -> M | None:
+        """:func:`load_state` on this node's state."""
+        return load_state(self.state, cls, self.who, key)
+
+    def save_state(self, msg: Message, key: str | None = None) -> None:
+        """:func:`save_state` on this node's state."""
+        save_state(self.state, msg, key)
+
+    def drop_state(self, cls: type[Message], key: str | None = None) -> None:
+        """:func:`drop_state` on this node's state."""
+        drop_state(self.state, cls, key)
+
+    def state_keys(self, cls: type[Message]) -> list[str]:
+        """:func:`state_keys` on this node's state."""
+        return state_keys(self.state, cls)

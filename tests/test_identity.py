@@ -194,7 +194,7 @@ def test_a_substituted_mask_key_aborts_key_setup(tmp_path: Path) -> None:
 # -- keys are verified once per run; the cache of verified keys cannot be fooled ------------
 def test_a_verified_key_is_remembered_only_for_its_exact_bytes_node_run_and_roster(
         tmp_path: Path) -> None:
-    from clients.identity_node import VERIFIED_STATE, NodeIdentity
+    from clients.identity_node import NodeIdentity, VerifiedKeys
 
     roster = keygen(3, tmp_path)
     me = NodeIdentity(SigningIdentity.load(tmp_path / "node-0.key"), roster, 0, simulated=False)
@@ -203,9 +203,9 @@ def test_a_verified_key_is_remembered_only_for_its_exact_bytes_node_run_and_rost
     genuine = peer.sign_key(MAIL_PURPOSE, 7, 1002, 1, pk).to_bytes()
     state = RecordDict()
     assert me.check_once(state, MAIL_PURPOSE, 7, 1002, genuine) == (1, pk)
-    assert len(state[VERIFIED_STATE]) == 1
+    assert len(VerifiedKeys.from_records(state).digests) == 32  # one digest
     assert me.check_once(state, MAIL_PURPOSE, 7, 1002, genuine) == (1, pk)  # remembered
-    assert len(state[VERIFIED_STATE]) == 1
+    assert len(VerifiedKeys.from_records(state).digests) == 32  # one digest
     # another key for the same node, the same key claimed for another node, run or purpose:
     # each is checked in full, and refused
     forged = SigningIdentity.generate().sign_key(MAIL_PURPOSE, 7, 1002, 1, pk).to_bytes()
@@ -219,7 +219,7 @@ def test_a_verified_key_is_remembered_only_for_its_exact_bytes_node_run_and_rost
     other = NodeIdentity(me.signer, keygen(3, tmp_path / "other"), 0, simulated=False)
     with pytest.raises(IdentityError, match="substituted or forged"):
         other.check_once(state, MAIL_PURPOSE, 7, 1002, genuine)
-    assert len(state[VERIFIED_STATE]) == 1
+    assert len(VerifiedKeys.from_records(state).digests) == 32  # one digest
 
 
 def test_a_peer_mail_key_changed_mid_run_aborts_naming_the_node(tmp_path: Path) -> None:

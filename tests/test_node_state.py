@@ -13,11 +13,16 @@ import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
 
 import clients
+from clients.common import HelloAnswered
+from clients.fedsvd import CheckedSelectionContext, SyncNoise
+from clients.identity_node import VerifiedKeys
 from clients.node import NodeContext
 from clients.nodeset import NodeSetCommitted
 from clients.noise_node import NoiseHistory
-from clients.sealed_node import MailDirectory, MailKeyState
+from clients.relay_node import SharedSecret
+from clients.sealed_node import MailDirectory, MailInbox, MailKeyState
 from clients.secagg_node import SecAggCommitted, SecAggState
+from clients.state import state_keys
 from fedrec.secure.identity import SIGNED_KEY_BYTES
 from fedrec.wire.message import Message, WireError, message, reply, wire_fields
 
@@ -50,6 +55,17 @@ DIRECTORY = MailDirectory(keys=b"".join(v.to_bytes(9, "big", signed=True)
                                         + bytes([v]) * SIGNED_KEY_BYTES for v in (3, 9)))
 HISTORY = NoiseHistory(sigma=[1.5, 2.0], shares=[4, 4], l2=[8.0, 8.0], dim=[10, 10],
                        rate=[1.0, 0.5], delta=1e-5, epsilon=0.75)
+#: Two verified keys' digests; two mails waiting in the inbox (``<sender>|<round>|<purpose>``).
+VERIFIED = VerifiedKeys(digests=b"\x01" * 32 + b"\x02" * 32)
+INBOX = MailInbox(keys=["1003|2|secret:lpgcn-S", "1004|2|secagg-share:0"],
+                  mail=[b"sealed-1", b"sealed-2"])
+HELLO = HelloAnswered(run=12)
+CHECKED = CheckedSelectionContext(sha256="ab" * 32)
+NOISE = SyncNoise(t=4, mode="secagg+", weight=0.25, std=0.5,
+                  N=np.arange(6, dtype=np.float64).reshape(3, 2))
+#: A relayed secret, kept per purpose.
+RELAYED = SharedSecret(secret=b"\x09" * 32, make="random-key", owner=1003,
+                       fingerprint=b"\x0a" * 32)
 
 
 # -- round trip ------------------------------------------------------------------------
@@ -64,9 +80,15 @@ HISTORY = NoiseHistory(sigma=[1.5, 2.0], shares=[4, 4], l2=[8.0, 8.0], dim=[10, 
     DIRECTORY,
     MailDirectory(keys=b""),
     HISTORY,
+    VERIFIED,
+    VerifiedKeys(digests=b""),
+    INBOX,
+    HELLO,
+    CHECKED,
 ], ids=["key-setup", "after-share-round", "committed", "committed-with-dropouts",
         "nodeset-by-root", "nodeset-whole", "mail-key", "mail-directory", "empty-directory",
-        "noise-history"])
+        "noise-history", "verified-keys", "none-verified", "mail-inbox", "hello-answered",
+        "checked-selection-context"])
 def test_a_state_round_trips(state: Message) -> None:
     node = _node()
     assert node.load_state(type(state)) is None  # nothing kept yet
@@ -107,6 +129,18 @@ def test_the_records_keep_their_node_local_names() -> None:
     assert (NodeSetCommitted.CONFIG, MailKeyState.CONFIG, MailDirectory.CONFIG,
             NoiseHistory.CONFIG) == ("nodeset.committed", "relay.key", "relay.known-keys",
                                      "noise.history")
+    assert [f.name for f in wire_fields(SharedSecret)] == [
+        "secret", "make", "owner", "fingerprint"]
+    assert [f.name for f in wire_fields(HelloAnswered)] == ["run"]
+    assert [f.name for f in wire_fields(SyncNoise)] == ["t", "mode", "weight", "std", "N"]
+    assert [f.name for f in wire_fields(CheckedSelectionContext)] == ["sha256"]
+    assert (HelloAnswered.CONFIG, SyncNoise.CONFIG, SyncNoise.ARRAYS,
+            CheckedSelectionContext.CONFIG) == ("handshake.answered", "fedsvd.noise-info",
+                                                "fedsvd.noise", "fedsvd.he-context")
+    # packed (a record entry per key or mail is type-checked at each write): new layouts
+    assert [f.name for f in wire_fields(VerifiedKeys)] == ["digests"]
+    assert [f.name for f in wire_fields(MailInbox)] == ["keys", "mail"]
+    assert (VerifiedKeys.CONFIG, MailInbox.CONFIG) == ("identity.verified", "relay.inbox")
 
 
 def test_the_records_are_stored_as_they_were_written_by_hand() -> None:
@@ -128,6 +162,22 @@ def test_the_records_are_stored_as_they_were_written_by_hand() -> None:
         "sigma": [1.5, 2.0], "shares": [4, 4], "l2": [8.0, 8.0], "dim": [10, 10],
         "rate": [1.0, 0.5], "delta": 1e-5, "epsilon": 0.75}
     assert SECRET not in repr(MailKeyState(sk=SECRET.encode()))  # never printed
+    for st in (HELLO, CHECKED, NOISE):
+        node.save_state(st)
+    node.save_state(RELAYED, "lpgcn-S")
+    assert dict(node.state["handshake.answered"]) == {"run": 12}
+    assert dict(node.state["fedsvd.he-context"]) == {"sha256": "ab" * 32}
+    assert dict(node.state["fedsvd.noise-info"]) == {
+        "t": 4, "mode": "secagg+", "weight": 0.25, "std": 0.5}
+    assert list(node.state["fedsvd.noise"]) == ["N"]
+    assert dict(node.state["secret.lpgcn-S"]) == {
+        "secret": b"\x09" * 32, "make": "random-key", "owner": 1003,
+        "fingerprint": b"\x0a" * 32}
+    assert not [k for k in node.state if k.startswith("secret-arrays")]  # no arrays record
+    for st in (SharedSecret(secret=SECRET.encode(), make="random-key", owner=1,
+                            fingerprint=b""),
+               SyncNoise(t=1, mode="ckks", weight=1.0, N=np.full((1, 1), 7.25))):
+        assert SECRET not in repr(st) and "7.25" not in repr(st)  # never printed
 
 
 @message()
@@ -192,6 +242,22 @@ CORRUPTIONS = [
     (NoiseHistory, HISTORY, "epsilon", SECRET, "must be float"),
     (NoiseHistory, HISTORY, "sigma", [2.5], "one entry per sum"),
     (NoiseHistory, HISTORY, "delta", -7.0, "must be >= 0"),
+    (VerifiedKeys, VERIFIED, "digests", SECRET, "must be bytes"),
+    (VerifiedKeys, VERIFIED, "digests", VERIFIED.digests[:-1], "must be whole"),
+    (VerifiedKeys, VERIFIED, "digests", _MISSING, "has no field"),
+    (MailInbox, INBOX, "keys", [SECRET, "1004|2|secagg-share:0"], "'<sender>|<round>|"),
+    (MailInbox, INBOX, "keys", SECRET, "must be a list of str"),
+    (MailInbox, INBOX, "mail", [SECRET, SECRET], "must be list of bytes"),
+    (MailInbox, INBOX, "mail", [b"sealed-1"], "must pair"),
+    (MailInbox, INBOX, "keys", ["1003|2|secret:lpgcn-S"] * 2, "must pair distinct keys"),
+    (HelloAnswered, HELLO, "run", -7, "must be an integer >= 0"),
+    (HelloAnswered, HELLO, "run", SECRET, "must be an integer"),
+    (CheckedSelectionContext, CHECKED, "sha256", SECRET, "must be a hex SHA-256"),
+    (CheckedSelectionContext, CHECKED, "sha256", 12345, "must be str"),
+    (SyncNoise, NOISE, "mode", SECRET.encode(), "must be str"),
+    (SyncNoise, NOISE, "weight", -7.0, "must be >= 0"),
+    (SyncNoise, NOISE, "std", SECRET, "must be float"),
+    (SyncNoise, NOISE, "t", _MISSING, "has no field"),
 ]
 
 
@@ -253,6 +319,169 @@ def test_the_node_set_and_mail_refuse_a_corrupted_state_before_using_it() -> Non
         run_epsilon(node)
 
 
+def test_the_noise_arrays_are_checked_on_reload_and_round_trip() -> None:
+    """fedsvd's noise is kept with its synchronization: a missing or reshaped noise array
+    is refused on reload naming the field; the kept one reloads bit for bit."""
+    node = _node()
+    node.save_state(NOISE)
+    back = node.load_state(SyncNoise)
+    assert back is not None and (back.t, back.mode, back.weight, back.std) == (4, "secagg+",
+                                                                              0.25, 0.5)
+    np.testing.assert_array_equal(back.N, NOISE.N)
+    node.drop_state(SyncNoise)  # answered once: both records go
+    assert "fedsvd.noise-info" not in node.state and "fedsvd.noise" not in node.state
+    assert node.load_state(SyncNoise) is None
+    from fedrec.records import to_array_record
+
+    for noise, says in ((None, "has no field 'N'"),
+                        (np.full(5, 7.25), "array 'N' must have 2 dimension(s)")):
+        node.save_state(NOISE)
+        if noise is None:
+            del node.state["fedsvd.noise"]
+        else:
+            node.state["fedsvd.noise"] = to_array_record({"N": noise})
+        with pytest.raises(WireError, match=r"'fedsvd\.noise-info' does not match") as info:
+            node.load_state(SyncNoise)
+        assert says in str(info.value) and "7.25" not in str(info.value), str(info.value)
+
+
+# -- a state kept per key (the relay's secret per purpose) -------------------------------
+def test_a_keyed_state_keeps_one_instance_per_key() -> None:
+    """``save_state(msg, key)`` keeps one state per key, in records ``CONFIG.<key>``; each
+    reloads on its own, ``state_keys`` lists them, ``drop_state`` forgets one."""
+    node = _node()
+    other = dataclasses.replace(RELAYED, make="ckks-context", owner=1004)
+    assert node.load_state(SharedSecret, "lpgcn-S") is None
+    node.save_state(RELAYED, "lpgcn-S")
+    node.save_state(other, "ckks.sums")  # a purpose may hold dots
+    assert node.load_state(SharedSecret, "lpgcn-S") == RELAYED
+    assert _node(node.state).load_state(SharedSecret, "ckks.sums") == other
+    assert node.load_state(SharedSecret) is None  # no unkeyed instance
+    assert state_keys(node.state, SharedSecret) == ["lpgcn-S", "ckks.sums"]
+    node.drop_state(SharedSecret, "lpgcn-S")
+    assert state_keys(node.state, SharedSecret) == ["ckks.sums"]
+    assert node.load_state(SharedSecret, "lpgcn-S") is None
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("secret", SECRET, "must be bytes"),
+    ("owner", SECRET.encode(), "must be an integer"),
+    ("make", SECRET.encode(), "must be str"),
+    ("fingerprint", _MISSING, "has no field"),
+])
+def test_a_corrupted_keyed_state_is_refused_naming_its_record_and_field(
+        field: str, value: Any, says: str) -> None:
+    """A kept secret off its declaration is refused, by the relay's readers too, naming the
+    record of its purpose and the field, never the value."""
+    from clients.relay_node import get_shared_context, get_shared_secret
+
+    node = _node()
+    node.save_state(RELAYED, "lpgcn-S")
+    node.save_state(RELAYED, "other")
+    record = node.state["secret.lpgcn-S"]
+    if value is _MISSING:
+        del record[field]
+    else:
+        record[field] = value
+    assert node.load_state(SharedSecret, "other") == RELAYED  # the other purpose is intact
+    for read in (lambda: node.load_state(SharedSecret, "lpgcn-S"),
+                 lambda: get_shared_secret(node.state, "lpgcn-S", node.who),
+                 lambda: get_shared_context(node.state, "lpgcn-S", node.who)):
+        with pytest.raises(WireError) as info:
+            read()
+        text = str(info.value)
+        assert "'secret.lpgcn-S'" in text and f"'{field}'" in text and says in text, text
+        assert node.who in text and "corrupted or stale" in text, text
+        assert SECRET not in text and info.value.__cause__ is None, text
+
+
+def test_the_relay_reads_its_secret_and_names_what_it_holds() -> None:
+    from clients.relay_node import get_shared_context, get_shared_secret
+    from fedrec.secure.relay import RelayError
+
+    node = _node()
+    node.save_state(RELAYED, "lpgcn-S")
+    assert get_shared_secret(node.state, "lpgcn-S") == RELAYED.secret
+    with pytest.raises(RelayError, match=r"no shared secret 'x'.*holds: \['lpgcn-S'\]"):
+        get_shared_secret(node.state, "x")
+    with pytest.raises(RelayError, match="is a random-key, not a CKKS context"):
+        get_shared_context(node.state, "lpgcn-S")
+
+
+@message()
+class _Overlapping(Message):  # key "arrays.x"'s config record would be key "x"'s arrays
+    CONFIG = "test.overlap"
+    ARRAYS = "test.overlap.arrays"
+
+    x: int = reply()
+
+
+def test_a_keyed_state_whose_records_extend_one_another_is_refused() -> None:
+    node = _node()
+    node.save_state(_Overlapping(x=1))  # unkeyed: one record each, no clash
+    assert node.load_state(_Overlapping) == _Overlapping(x=1)
+    with pytest.raises(TypeError, match="may not extend one another"):
+        node.save_state(_Overlapping(x=1), "x")
+    with pytest.raises(TypeError, match="may not extend one another"):
+        node.load_state(_Overlapping, "x")
+
+
+# -- the readers of the converted states refuse a corrupted one before using it ------------
+def test_hello_refuses_a_corrupted_answered_record() -> None:
+    from clients.common import hello
+
+    node = _corrupt(HelloAnswered, HELLO, "run", SECRET)
+    with pytest.raises(WireError, match=r"'handshake\.answered'.*'run'") as info:
+        hello(RecordDict(), node)
+    assert SECRET not in str(info.value)
+    with pytest.raises(RuntimeError, match="refuses a second hello"):
+        hello(RecordDict(), _node(_corrupt(HelloAnswered, HELLO, "run", 13).state))
+
+
+def test_a_verified_key_is_found_only_at_a_digest_boundary() -> None:
+    """The packed digests hold a digest only where one starts: bytes straddling two are
+    not a verified key."""
+    a, b = bytes(range(32)), bytes(range(32, 64))
+    kept = VerifiedKeys(digests=a + b)
+    assert kept.holds(a) and kept.holds(b)
+    assert not kept.holds(a[16:] + b[:16]) and not VerifiedKeys(digests=b"").holds(a)
+
+
+def test_the_identity_refuses_a_corrupted_verified_record() -> None:
+    from clients.identity_node import NodeIdentity
+    from fedrec.secure.identity import SigningIdentity, simulated_roster_of
+
+    node = _corrupt(VerifiedKeys, VERIFIED, "digests", VERIFIED.digests[:-1])
+    me = NodeIdentity(SigningIdentity.simulated(0), simulated_roster_of(2), 0,
+                      simulated=True, who=node.who)
+    with pytest.raises(WireError, match=r"'identity\.verified'.*'digests'") as info:
+        me.check_once(node.state, "mail", 1, 8, b"\x00" * 8)
+    assert node.who in str(info.value)
+
+
+def test_the_mailbox_refuses_a_corrupted_inbox_and_empties_it_as_it_reads() -> None:
+    """The inbox reloads checked; mail read is taken out, and an inbox read empty is no
+    longer kept."""
+    from clients.sealed_node import Mailbox
+
+    node = _corrupt(MailInbox, INBOX, "mail", [b"sealed-1"])
+    box = Mailbox(node.state, RecordDict(), 7, 1, None)  # type: ignore[arg-type]
+    with pytest.raises(WireError, match=r"'relay\.inbox'.*'mail'"):
+        box.receive("secret:lpgcn-S")
+    node = _node()
+    node.save_state(INBOX)
+    box = Mailbox(node.state, RecordDict(), 7, 1, None)  # type: ignore[arg-type]
+    assert box.receive("nobody-sent-this") == {}
+    assert node.load_state(MailInbox) == INBOX
+    box._peer_key = lambda peer: b"\x00" * 32  # type: ignore[method-assign]
+    with pytest.raises(Exception, match="failed authentication"):  # not sealed for real
+        box.receive("secret:lpgcn-S")
+    assert node.load_state(MailInbox) == MailInbox(keys=INBOX.keys[1:], mail=INBOX.mail[1:])
+    with pytest.raises(Exception, match="failed authentication"):
+        box.receive("secagg-share:0")
+    assert "relay.inbox" not in node.state  # read empty: no longer kept
+
+
 # -- declarations ----------------------------------------------------------------------
 @message()
 class _OnTheWire(Message):  # forgot to name its own records
@@ -298,7 +527,8 @@ def test_node_states_name_distinct_records_never_a_wire_one() -> None:
     wire = {name for c in every if c.__module__.startswith("fedrec.wire.")
             for name in (c.CONFIG, c.ARRAYS)} | {Message.CONFIG, Message.ARRAYS}
     assert {SecAggState, SecAggCommitted, NodeSetCommitted, MailKeyState, MailDirectory,
-            NoiseHistory} <= set(states)
+            NoiseHistory, SharedSecret, VerifiedKeys, MailInbox, HelloAnswered, SyncNoise,
+            CheckedSelectionContext} <= set(states)
     names = [name for c in states for name in (c.CONFIG, c.ARRAYS)]
     assert len(names) == len(set(names)), sorted(names)
     assert not set(names) & wire, sorted(set(names) & wire)

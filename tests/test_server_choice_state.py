@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from flwr.app import ConfigRecord, RecordDict
 
+from clients.sealed_node import MailInbox
 from fedrec.secure.identity import keygen
 from fedrec.secure.merkle import MerkleTree
 from fedrec.secure.sealed import MAIL_DIRECTORY, MAIL_IN, in_key
@@ -95,8 +96,8 @@ def test_the_inbox_keeps_a_bounded_number_of_entries(tmp_path: Path) -> None:
         refusals = []
         for content in requests:
             refusals += _ask_all(grid, node, [content])
-            inbox = grid.contexts[node].state.get(INBOX)
-            counts.append(len(inbox) if inbox is not None else 0)
+            state = grid.contexts[node].state
+            counts.append(len(MailInbox.from_records(state).keys) if INBOX in state else 0)
     assert refusals and all("mail" in r for r in refusals), refusals
     assert counts[-1] == counts[-2] < 6 * 40, counts
 
