@@ -14,16 +14,13 @@ The node's own policy (``clients/policy.py``) decides whether it answers the wea
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import scipy.sparse as sp
-from flwr.app import Array, ArrayRecord, RecordDict
+from flwr.app import RecordDict
 
 from clients.handlers import handler
 from clients.node import NodeContext
 from clients.sums_node import ranking_bytes, sum_reply
-from fedrec.records import array_record, config_record, csr_from_arrays
 from fedrec.recsys.graph_filters import SparseItemItem, make_filter
 from fedrec.recsys.linalg import (
     normalize_rows,
@@ -32,19 +29,17 @@ from fedrec.recsys.linalg import (
     user_gram_weight,
 )
 from fedrec.recsys.metrics import evaluate_ranking
-from fedrec.wire import privirec as privirec_wire
 from fedrec.wire.privirec import (
-    TRIANGLE,
     Action,
     DegreesSum,
     EvaluateRequest,
+    FilterRankings,
     GramRequest,
     GramSum,
     PowerRequest,
     PowerSum,
     RitzSum,
     SparseGram,
-    triangle_prefix,
 )
 
 #: Gaussian start rows are clipped to +-OMEGA_CLIP so their secure sum has a declared range
@@ -182,59 +177,6 @@ def _checked_X(node: NodeContext, X: np.ndarray, n_items: int, n_users: int) -> 
     return X
 
 
-#: The CSR parts of one broadcast upper triangle (``datasets.csr.csr_to_arrays``).
-_CSR_PARTS = ("data", "indices", "indptr", "shape")
-_VALUES, _INDICES, _POINTERS, _SHAPE = _CSR_PARTS
-
-
-def _take_triangles(node: NodeContext, content: RecordDict,
-                    n_items: int) -> tuple[dict[str, dict[str, Array]], int]:
-    """The broadcast upper triangles of P~ (arrays named :data:`TRIANGLE` ``<alpha>.<part>``),
-    moved out of the request's arrays still serialised, by name prefix, each checked as
-    declared: every CSR part, one index per value and a row pointer per item, so its values
-    bound its memory. Returns them and their total declared values."""
-    record = array_record(content, EvaluateRequest.ARRAYS)
-    if record is None:
-        return {}, 0
-    triangles: dict[str, dict[str, Array]] = {}
-    for name, array in record.items():
-        if name.startswith(TRIANGLE):
-            stem, _, part = name.rpartition(".")
-            triangles.setdefault(stem, {})[part] = array
-    # this node's request without them (a new record: the grid may share the old one)
-    content[EvaluateRequest.ARRAYS] = ArrayRecord(
-        {name: array for name, array in record.items() if not name.startswith(TRIANGLE)})
-    values = 0
-    for stem, parts in triangles.items():
-        declared = {part: math.prod(a.shape) for part, a in parts.items()}
-        if set(declared) != set(_CSR_PARTS) or declared[_INDICES] != declared[_VALUES] or \
-                declared[_POINTERS] != n_items + 1 or declared[_SHAPE] != 2:
-            raise ValueError(f"{node.who}: the request's '{stem}' is not an upper triangle of "
-                             f"{n_items} items (one index per value, {n_items + 1} row "
-                             "pointers, a shape of 2 numbers)")
-        values += declared[_VALUES]
-    return triangles, values
-
-
-def _item_item(node: NodeContext, triangles: dict[str, dict[str, Array]],
-               dtype: str) -> dict[str, SparseItemItem]:
-    """One symmetric operator per alpha (keyed by its triangle's name prefix) from its upper
-    triangle, each triangle's serialised parts dropped once read (at Yelp2018 scale each P~
-    is ~0.8 GB on a node)."""
-    P: dict[str, SparseItemItem] = {}
-    for stem in list(triangles):
-        parts = triangles.pop(stem)
-        arrays = {f"{stem}.{part}": a.numpy() for part, a in parts.items()}
-        if any(arrays[f"{stem}.{part}"].size != math.prod(a.shape)
-               for part, a in parts.items()):
-            raise ValueError(f"{node.who}: the request's arrays hold other sizes than their "
-                             "declared shapes")
-        del parts
-        P[stem] = SparseItemItem(
-            symmetric_from_upper(csr_from_arrays(arrays, stem)), dtype=dtype)
-    return P
-
-
 @handler(Action.EVALUATE, sums=True)
 def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """Build every requested filter from the broadcast pieces and score this node's users.
@@ -244,29 +186,31 @@ def evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     """
     data = node.data()
     train = _binary_rows(node)
-    # the triangles leave the arrays before the typed read, so only the declared arrays are
-    # copied there; their expansion is reserved from their declared sizes before any copy
-    triangles, triangle_values = _take_triangles(node, content, data.n_items)
-    req = node.read(EvaluateRequest, items=data.n_items)
-    filters = config_record(content, privirec_wire.FILTERS)
-    if filters is None:
-        raise ValueError(f"{node.who}: the evaluation request has no record "
-                         f"'{privirec_wire.FILTERS}'")
+    n = data.n_items
+    # the read reserves the arrays' copies (the stacked triangles' values and indices among
+    # them) before making them
+    req = node.read(EvaluateRequest, items=n, pointers=n + 1)
+    if not req.filters or len(set(req.filters)) != len(req.filters):
+        raise ValueError(f"{node.who} refuses the request: its filters must be distinct and "
+                         "at least one")
+    triangles = req.triangles(n, node.who)
     k = req.top_k
     # each broadcast upper triangle expanded to the symmetric operator (values and indices,
-    # twice), then one batch of scores and its ranking at a time
-    node.reserve(36.0 * triangle_values + ranking_bytes(data.n_items, 512, k),
+    # twice: with the copy the read reserved, 36 bytes a value), then one batch of scores
+    # and its ranking at a time
+    node.reserve(24.0 * req.P_data.size + ranking_bytes(n, 512, k),
                  f"PriviRec's evaluation (top-k={k})")
     del content[EvaluateRequest.ARRAYS]  # the serialised copies, freed while the node works
     # One operator per alpha, shared by every filter that uses it (BSPM-LM and -EM then share
     # the blocked kernel).
-    P = _item_item(node, triangles, req.score_dtype)
-    out: dict[str, np.ndarray] = {}
-    for name in sorted(filters):
+    P = {alpha: SparseItemItem(symmetric_from_upper(upper), dtype=req.score_dtype)
+         for alpha, upper in triangles.items()}
+    ranked = []
+    for name in req.filters:
         flt = make_filter(name, req.dataset, req.filter_rank, req.max_filter_rank)
-        P_tilde = P.get(triangle_prefix(flt.alpha)) if flt.needs_P else None
+        P_tilde = P.get(flt.alpha) if flt.needs_P else None
         flt.fit(req.item_deg, P_tilde, req.S, req.eigvals)
         sums = evaluate_ranking(lambda rows, f=flt: f.score(train[rows]), train, data.test,
                                 k=k, batch_size=512)
-        out[name] = sums.to_vector()
-    return sum_reply(node, out)
+        ranked.append(sums.to_vector())
+    return sum_reply(node, FilterRankings(ranking=np.stack(ranked)))

@@ -4,7 +4,7 @@ and :class:`ProtocolStrategy`, the base of multi-phase protocols."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -14,13 +14,14 @@ from flwr.serverapp.strategy import Strategy
 
 from fedrec.config import CORE_KEYS, ConfigError, Key, RunConfig, key_table, merge_config
 from fedrec.recsys.metrics import RankingSums
-from fedrec.transport.aggregators import Aggregator
+from fedrec.transport.aggregators import Aggregator, in_node_order
 from fedrec.transport.factory import make_aggregator
 from fedrec.transport.messenger import Messenger
 from fedrec.wire import handshake as handshake_wire
 from fedrec.wire.evaluation import RankingRequest, RankingSum
 from fedrec.wire.handshake import HelloInfo
 from fedrec.wire.message import Message
+from fedrec.wire.sums import PlainSum
 from strategies.policy_needs import PolicyNeed, aggregator_needs, check_node_policies
 
 R = TypeVar("R", bound=Message)
@@ -204,9 +205,9 @@ class Federation:
     """What a protocol works with after the handshake: the nodes in their fixed order, the
     aggregator the run config names, and one-line helpers for the usual rounds.
 
-    ``send``, ``ask``, ``sum_of`` and ``evaluate_ranking`` take a typed request
-    (``fedrec/wire/message.py``), which encodes itself into Flower records, so a protocol
-    states only its own logic and never spells a field.
+    ``send``, ``ask``, ``sum_of``, ``plain_replies`` and ``evaluate_ranking`` take a typed
+    request (``fedrec/wire/message.py``), which encodes itself into Flower records, so a
+    protocol states only its own logic and never spells a field.
     """
 
     messenger: Messenger
@@ -253,6 +254,25 @@ class Federation:
         total = self.aggregator.sum(_action(request), request.to_records(), max_abs=max_abs,
                                     phase=phase, wire_dtype=wire_dtype)
         return reply.from_parts(total, {}, "the sum")
+
+    def plain_replies(self, request: Message, reply: type[R], *, phase: str,
+                      layout: Sequence[tuple[str, tuple[int, ...]]]
+                      ) -> Iterator[tuple[int, R]]:
+        """Every sum node's ``reply`` to ``request`` sent as a labelled plain sum, each read
+        as it arrives (its fields checked, naming the node) and yielded in the fixed node
+        order, for a sum the server forms itself because its replies are no flat arrays (a
+        sparse matrix): only replies ahead of their turn are held. Nodes check the plain-sum
+        record (their ``allow-plain``) before any work; once every node answered, the run's
+        results list the sum as plain, of ``layout`` (array name and shape, as the sum's
+        total)."""
+        agg, messenger = self.aggregator, self.messenger
+        content = request.to_records()
+        content.update(PlainSum().to_records())
+        replies = messenger.iter_replies(_action(request), dict.fromkeys(agg.nodes, content),
+                                         phase=phase)
+        for node, answer in in_node_order(replies, agg.nodes):
+            yield node, reply.from_records(answer, messenger.label(node))
+        agg.record_sum(phase, _action(request), list(layout), len(agg.nodes), form="plain")
 
     def evaluate_ranking(self, request: RankingRequest, *,
                          phase: str = "evaluate") -> dict[str, float]:

@@ -33,10 +33,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
-from flwr.app import ConfigRecord, RecordDict
 
 from fedrec.config import ConfigError, Key
-from fedrec.records import array_record, csr_to_arrays, to_array_record
 from fedrec.recsys.graph_filters import (
     SCORE_DTYPES,
     default_hyperparams,
@@ -51,7 +49,7 @@ from fedrec.recsys.linalg import (
     upper_triangle,
 )
 from fedrec.recsys.metrics import RankingSums
-from fedrec.transport.aggregators import Aggregator, in_node_order
+from fedrec.transport.aggregators import Aggregator
 from fedrec.transport.factory import make_aggregator
 from fedrec.transport.messenger import Messenger
 from fedrec.wire import privirec as privirec_wire
@@ -61,15 +59,16 @@ from fedrec.wire.privirec import (
     DegreesRequest,
     DegreesSum,
     EvaluateRequest,
+    FilterRankings,
     GramRequest,
     GramSum,
     PowerRequest,
     PowerSum,
     RitzSum,
     SparseGram,
-    triangle_prefix,
+    triangle_fields,
 )
-from fedrec.wire.sums import WIRE_DTYPES, PlainSum
+from fedrec.wire.sums import WIRE_DTYPES
 from strategies.base import Federation, ProtocolStrategy, RunOutcome, data_config
 from strategies.policy_needs import PolicyNeed
 from strategies.refusals import SettingRefused
@@ -193,9 +192,8 @@ def check_fixed_node_set(agg: Aggregator) -> None:
                 "sets could be differenced to one node's contribution)")
 
 
-def _sparse_gram(reply: RecordDict, label: str, n_items: int) -> sp.csr_matrix:
-    """A node's sparse item-item contribution, checked (its parts, then its shape)."""
-    gram = SparseGram.from_records(reply, label)
+def _sparse_gram(gram: SparseGram, label: str, n_items: int) -> sp.csr_matrix:
+    """A node's sparse item-item contribution, its shape checked."""
     shape = tuple(int(x) for x in gram.shape)
     if shape != (n_items, n_items):
         raise ValueError(f"{label}: its sparse item-item reply has shape {shape}, expected "
@@ -362,19 +360,11 @@ class PriviRec(ProtocolStrategy):
     @staticmethod
     def _sparse_gram_sum(fed: Federation, request: GramRequest, phase: str) -> sp.csr_matrix:
         """Every node's sparse triangle, added in node order; recorded as a plain sum."""
-        agg, messenger, n_items = fed.aggregator, fed.messenger, fed.n_items
-        assert request.ACTION is not None
-        content = request.to_records()
-        # a plain sum the nodes check as one (their policy's allow-plain) before any work
-        for name, record in PlainSum().to_records().items():
-            content[name] = record
+        n_items = fed.n_items
         total = sp.csr_matrix((n_items, n_items))
-        replies = messenger.iter_replies(request.ACTION, dict.fromkeys(agg.nodes, content),
-                                         phase=phase)
-        for node, reply in in_node_order(replies, agg.nodes):
-            total = total + _sparse_gram(reply, messenger.label(node), n_items)
-        agg.record_sum(phase, request.ACTION, [(privirec_wire.GRAM, (n_items, n_items))],
-                       len(agg.nodes), form="plain")  # labelled in the results like every plain sum
+        layout = [(privirec_wire.GRAM, (n_items, n_items))]
+        for node, gram in fed.plain_replies(request, SparseGram, phase=phase, layout=layout):
+            total = total + _sparse_gram(gram, fed.messenger.label(node), n_items)
         return total
 
     def power_method(self, fed: Federation, item_deg: np.ndarray, p: int,
@@ -411,23 +401,17 @@ class PriviRec(ProtocolStrategy):
                  eigvals: np.ndarray | None,
                  P: Mapping[float, sp.csr_matrix]) -> dict[str, RankingSums]:
         """Broadcast the pieces; nodes score their users; secure sum of the metric sums."""
+        filters = sorted(set(self.filters))  # the reply's rows, in this order
+        triangles = {alpha: upper_triangle(Pt) for alpha, Pt in P.items()}
         request = EvaluateRequest(
-            top_k=self.top_k, dataset=self.dataset, filter_rank=self.filter_rank,
-            max_filter_rank=self.max_filter_rank, score_dtype=self.score_dtype,
-            item_deg=item_deg, S=None if S is None else S.astype(self.wire_dtype, copy=False),
-            eigvals=eigvals)
-        assert request.ACTION is not None
-        content = request.to_records()
-        triangles: dict[str, np.ndarray] = {}
-        for alpha, Pt in P.items():  # one triangle per alpha: beside the declared arrays
-            triangles.update(csr_to_arrays(upper_triangle(Pt), triangle_prefix(alpha)))
-        arrays = array_record(content, request.ARRAYS)
-        assert arrays is not None  # item_deg always travels
-        arrays.update(to_array_record(triangles))
-        content[privirec_wire.FILTERS] = ConfigRecord(dict.fromkeys(self.filters, True))
-        sums = fed.aggregator.sum(request.ACTION, content, max_abs=float(fed.max_users) + 1.0,
-                                  phase="evaluate")
-        return {name: RankingSums.from_vector(self.top_k, vec) for name, vec in sums.items()}
+            **triangle_fields(triangles, fed.n_items), top_k=self.top_k, dataset=self.dataset,
+            filter_rank=self.filter_rank, max_filter_rank=self.max_filter_rank,
+            score_dtype=self.score_dtype, filters=filters, item_deg=item_deg,
+            S=None if S is None else S.astype(self.wire_dtype, copy=False), eigvals=eigvals)
+        total = fed.sum_of(request, FilterRankings, max_abs=float(fed.max_users) + 1.0,
+                           phase="evaluate")
+        return {name: RankingSums.from_vector(self.top_k, row)
+                for name, row in zip(filters, total.ranking, strict=True)}
 
     # -- the centralized reference -----------------------------------------------------------
     def reference(self, data: Any) -> dict[str, float]:
