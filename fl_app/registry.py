@@ -66,6 +66,8 @@ BUILTIN: tuple[Registration, ...] = (
                  "PrivMVMF (paper 004): FedMVMF with CKKS-encrypted gradient sums"),
     Registration("dp-fedmf", "strategies.dp_fedmf:DPFedMF", "clients.dp_fedmf",
                  "user-level DP federated MF: distributed discrete Gaussian noise in SecAgg+ sums"),
+    Registration("dp-svd", "strategies.dp_svd:DPSVD", "clients.dp_svd",
+                 "user-level DP low-rank filter: noisy power method, noise inside SecAgg+ sums"),
 )
 
 #: Node-side modules every protocol may use (handshake, secure sums, relay).

@@ -21,7 +21,7 @@ from fedrec.wire import handshake as handshake_wire
 from fedrec.wire.evaluation import RankingRequest, RankingSum
 from fedrec.wire.handshake import HelloInfo
 from fedrec.wire.message import Message
-from fedrec.wire.sums import PlainSum
+from fedrec.wire.sums import NoiseRequest, PlainSum
 from strategies.policy_needs import PolicyNeed, aggregator_needs, check_node_policies
 
 R = TypeVar("R", bound=Message)
@@ -247,11 +247,17 @@ class Federation:
                 for n, content in self.send(request, nodes=nodes, phase=phase).items()}
 
     def sum_of(self, request: Message, reply: type[R], *, max_abs: float,
-               phase: str | None = None, wire_dtype: str = "float64") -> R:
+               phase: str | None = None, wire_dtype: str = "float64",
+               noise: NoiseRequest | None = None) -> R:
         """Every node's ``reply`` to ``request`` (array fields only), summed by the run's
         aggregator: the server learns the sum, typed as ``reply``. ``wire_dtype``: the
-        precision plain replies travel in (masked and encrypted sums ignore it)."""
-        total = self.aggregator.sum(_action(request), request.to_records(), max_abs=max_abs,
+        precision plain replies travel in (masked and encrypted sums ignore it); ``noise``:
+        the record that asks every node for its share of distributed noise
+        (``clients/noise_node.py`` checks it; SecAgg+ only)."""
+        content = request.to_records()
+        if noise is not None:
+            content.update(noise.to_records())
+        total = self.aggregator.sum(_action(request), content, max_abs=max_abs,
                                     phase=phase, wire_dtype=wire_dtype)
         return reply.from_parts(total, {}, "the sum")
 

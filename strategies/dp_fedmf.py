@@ -18,7 +18,6 @@ against its ``dp-budget`` before its first release and charges its ledger every 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,13 +27,14 @@ from fedrec.config import ROUNDS, Key
 from fedrec.recsys.dp_mf import DPMFParams, server_step
 from fedrec.recsys.mf import init_item_factors
 from fedrec.secure.distributed_noise import (
-    TAIL_SIGMAS,
-    NoisePlan,
+    calibrate,
     composed_epsilon,
     ddg_epsilon,
     gaussian_epsilon,
+    multiplier_plan,
+    noisy_range,
 )
-from fedrec.wire.dp_fedmf import Action, EvaluateRequest, TrainRequest, TrainSum
+from fedrec.wire.dp_fedmf import EvaluateRequest, TrainRequest, TrainSum
 from fedrec.wire.sums import NoiseRequest
 from strategies.base import Federation, ProtocolStrategy, RunOutcome
 from strategies.policy_needs import PolicyNeed
@@ -64,34 +64,8 @@ DPFEDMF_KEYS: tuple[Key, ...] = (
 
 #: Key of a history row (the server's own record, not the wire's).
 _ROUND = "round"
-#: Grid units the server's calibration uses (the noise multiplier does not depend on them).
-_UNIT = 2.0 ** 40
-
-
-def calibrate(epsilon: float, delta: float, rate: float, rounds: int, shares: int,
-              tol: float = 1e-4) -> float:
-    """The smallest noise multiplier z (to ``tol`` relative, rounded up) whose ``rounds``
-    noisy sums cost at most ``epsilon`` at ``delta`` by
-    :func:`~fedrec.secure.distributed_noise.composed_epsilon`, with ``shares`` noise
-    shares (one per node)."""
-    def eps(z: float) -> float:
-        plan = NoisePlan(z * _UNIT / math.sqrt(shares), shares, _UNIT, 1, rate)
-        return composed_epsilon([(plan, rounds)], delta)
-
-    lo, hi = 1e-3, 1.0
-    while eps(hi) > epsilon:
-        lo, hi = hi, hi * 2
-        if hi > 1e6:
-            raise ValueError(f"no noise multiplier below 1e6 reaches epsilon {epsilon:g}")
-    while hi - lo > tol * hi:
-        mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if eps(mid) <= epsilon else (mid, hi)
-    return hi
-
-
-def plan_of(z: float, rate: float, shares: int) -> NoisePlan:
-    """The plan a node accounts for one sum (grid-free: the multiplier is what counts)."""
-    return NoisePlan(z * _UNIT / math.sqrt(shares), shares, _UNIT, 1, rate)
+#: The accounting a server and its nodes share, under the names this module has given it.
+plan_of = multiplier_plan
 
 
 class DPFedMF(ProtocolStrategy):
@@ -152,8 +126,7 @@ class DPFedMF(ProtocolStrategy):
         """The sum's declared range: the clip norm (every coordinate of a clipped update
         lies within it), widened so the ring keeps TAIL_SIGMAS noise sigmas of room
         (``clients/noise_node.py`` refuses less)."""
-        p = self.params
-        return p.clip * max(1.0, 1.01 * TAIL_SIGMAS * z / shares)
+        return noisy_range(self.params.clip, z, shares)
 
     def privacy_report(self, z: float, shares: int) -> dict[str, Any]:
         plan = [(plan_of(z, self.params.rate, shares), self.rounds)]
@@ -179,11 +152,8 @@ class DPFedMF(ProtocolStrategy):
         history = self.new_history()
         max_abs = self.max_abs(z, shares)
         for r in range(1, self.rounds + 1):
-            req = self.train_request(V, r).to_records()
-            req.update(self.noise_request(z).to_records())  # its own record
-            total = TrainSum.from_parts(
-                fed.aggregator.sum(Action.TRAIN, req, max_abs=max_abs, phase="train"), {},
-                "the sum")
+            total = fed.sum_of(self.train_request(V, r), TrainSum, max_abs=max_abs,
+                               phase="train", noise=self.noise_request(z))
             V = server_step(V, total.update, self.params, n_users)
             history.append({_ROUND: r})
         metrics = fed.evaluate_ranking(EvaluateRequest(V=V, seed=self.seed, top_k=self.top_k))

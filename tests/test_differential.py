@@ -77,6 +77,8 @@ CASES: dict[str, Case] = {
     "privmvmf": Case(_MVMF, {"allow-ckks": True}, nodes=NODES + 1),
     "dp-fedmf": Case({"rounds": 2, "dpmf-dim": 3, "dpmf-rate": 0.5, "dpmf-epsilon": 4.0},
                      {"dp-budget": 1e9}),
+    "dp-svd": Case({"dpsvd-rank": 2, "dpsvd-items": 12, "dpsvd-iterations": 2,
+                    "dpsvd-epsilon": 4.0}, {"dp-budget": 1e9}),
 }
 
 

@@ -47,6 +47,8 @@ TINY: dict[str, tuple[dict[str, Any], int]] = {
     # noise is shared inside SecAgg+ sums only (a plain sum with noise is refused)
     "dp-fedmf": ({**_SMALL, "aggregator": "secagg+", "rounds": 2, "dpmf-dim": 3,
                   "dpmf-rate": 0.5, "dpmf-epsilon": 4.0}, 3),
+    "dp-svd": ({**_SMALL, "aggregator": "secagg+", "dpsvd-rank": 2, "dpsvd-items": 12,
+                "dpsvd-iterations": 2, "dpsvd-epsilon": 4.0}, 3),
 }
 
 

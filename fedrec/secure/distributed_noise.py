@@ -257,6 +257,43 @@ def composed_epsilon(plans: Sequence[tuple[NoisePlan, int]], delta: float) -> fl
     return _quiet_epsilon(gauss + correction, delta)
 
 
+
+#: Grid units of :func:`multiplier_plan` (the noise multiplier does not depend on them).
+_PLAN_UNIT = 2.0 ** 40
+
+
+def multiplier_plan(z: float, rate: float, shares: int) -> NoisePlan:
+    """The plan a node accounts for one sum of noise multiplier ``z`` over ``shares``
+    shares at Poisson rate ``rate`` (grid-free: the multiplier is what counts)."""
+    return NoisePlan(z * _PLAN_UNIT / math.sqrt(shares), shares, _PLAN_UNIT, 1, rate)
+
+
+def calibrate(epsilon: float, delta: float, rate: float, releases: int, shares: int,
+              tol: float = 1e-4) -> float:
+    """The smallest noise multiplier z (to ``tol`` relative, rounded up) whose ``releases``
+    noisy sums cost at most ``epsilon`` at ``delta`` by :func:`composed_epsilon`, with
+    ``shares`` noise shares (one per node): what a server asks of its nodes, who account
+    the same plans themselves."""
+    def eps(z: float) -> float:
+        return composed_epsilon([(multiplier_plan(z, rate, shares), releases)], delta)
+
+    lo, hi = 1e-3, 1.0
+    while eps(hi) > epsilon:
+        lo, hi = hi, hi * 2
+        if hi > 1e6:
+            raise ValueError(f"no noise multiplier below 1e6 reaches epsilon {epsilon:g}")
+    while hi - lo > tol * hi:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if eps(mid) <= epsilon else (mid, hi)
+    return hi
+
+
+def noisy_range(l2: float, z: float, shares: int) -> float:
+    """A noisy sum's declared range: the L2 bound (every coordinate of a clipped reply
+    lies within it), widened so the ring keeps :data:`TAIL_SIGMAS` noise sigmas of room
+    (``clients/noise_node.py`` refuses less)."""
+    return l2 * max(1.0, 1.01 * TAIL_SIGMAS * z / shares)
+
 def noise_bits(sigma_share: float, frac_bits: int) -> int:
     """The noise grid 2^-bits of a sum whose codec has ``frac_bits``: the coarser of the
     codec's grid and the one on which ``sigma_share`` is 2^GRID to 2^(GRID+1) steps (the
