@@ -231,37 +231,38 @@ def _fedmf(data, dataset: str) -> dict[str, Any]:
                     "hyperparameters, mf-mode local), seed 0"}
 
 
-def verdicts(result: dict[str, Any]) -> list[str]:
+def verdicts(result: dict[str, Any], protocol: str = "dp-fedmf") -> list[str]:
     """Lines computed from the numbers: beats a baseline at an epsilon only if every seed
-    does (beyond the seeds' spread), below it only if every seed is below."""
+    does (beyond the seeds' spread), below it only if every seed is below (``protocol``:
+    the one the lines speak of)."""
     pop, rand = result["popularity"], max(result["random"])
     lines = []
-    for name, level in (("item popularity", pop), ("random ranking", rand)):
+    for base, level in (("item popularity", pop), ("random ranking", rand)):
         above = [r["epsilon"] for r in result["curve"] if min(r["ndcg@20"]) > level]
         below = [r["epsilon"] for r in result["curve"] if max(r["ndcg@20"]) < level]
         from_ = next((e for e in sorted(above) if all(x in above for x in
                       [r["epsilon"] for r in result["curve"] if r["epsilon"] >= e])), None)
         if from_ is None:
-            lines.append(f"dp-fedmf beats {name} ({level:.4f}) at no epsilon of the grid "
+            lines.append(f"{protocol} beats {base} ({level:.4f}) at no epsilon of the grid "
                          "beyond the seeds' spread.")
         else:
-            lines.append(f"dp-fedmf beats {name} ({level:.4f}) at every epsilon >= "
+            lines.append(f"{protocol} beats {base} ({level:.4f}) at every epsilon >= "
                          f"{from_:g} of the grid, every seed above it.")
         if below:
-            lines.append(f"dp-fedmf is below {name} at epsilon "
+            lines.append(f"{protocol} is below {base} at epsilon "
                          f"{', '.join(f'{e:g}' for e in below)} (every seed).")
     if all("dp-popularity" in r for r in result["curve"]):
         over = [r["epsilon"] for r in result["curve"]
                 if min(r["ndcg@20"]) > max(r["dp-popularity"])]
         under = [r["epsilon"] for r in result["curve"]
                  if max(r["ndcg@20"]) < min(r["dp-popularity"])]
-        lines.append("dp-fedmf beats DP popularity at the same epsilon (every seed above "
+        lines.append(f"{protocol} beats DP popularity at the same epsilon (every seed above "
                      "every DP popularity seed) at epsilon "
                      f"{', '.join(f'{e:g}' for e in over) or 'none of the grid'}; below it "
                      f"at {', '.join(f'{e:g}' for e in under) or 'none'}.")
     top = result["curve"][-1]
     gap = float(np.mean(result["nonprivate"]["ndcg@20"])) - float(np.mean(top["ndcg@20"]))
-    lines.append(f"At epsilon {top['epsilon']:g} dp-fedmf is {gap:.4f} NDCG@20 below its "
+    lines.append(f"At epsilon {top['epsilon']:g} {protocol} is {gap:.4f} NDCG@20 below its "
                  "non-private counterpart (means of 3 seeds).")
     return lines
 
