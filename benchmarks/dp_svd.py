@@ -42,6 +42,8 @@ DELTA = 1e-5
 SEEDS = (0, 1, 2)
 #: (items kept, rank, iterations) tried on validation at every epsilon.
 GRID = ((250, 4, 3), (500, 8, 3), (1000, 8, 3), (1000, 16, 4), (2000, 16, 4))
+#: Weights of the noisy counts beside the low-rank score, tried for the chosen setting.
+POP_WEIGHTS = (0.0, 0.1, 1.0)
 #: The non-private counterpart's grid: the same, and the whole catalogue at higher rank.
 NONPRIVATE_GRID = (*GRID, (0, 32, 8), (0, 64, 8))
 K = 20
@@ -50,7 +52,8 @@ K = 20
 def _config(dataset: str) -> dict[str, Any]:
     return {"dataset": dataset, "epsilons": list(EPSILONS[dataset]), "delta": DELTA,
             "seeds": list(SEEDS), "grid": [list(g) for g in GRID],
-            "nonprivate-grid": [list(g) for g in NONPRIVATE_GRID], "pop-weight": 0.0,
+            "nonprivate-grid": [list(g) for g in NONPRIVATE_GRID],
+            "pop-weights": list(POP_WEIGHTS),
             "validation": "fedrec.recsys.mf.validation_split(train, seed=0) (10% of each "
                           "user's training items)", "top-k": K}
 
@@ -61,34 +64,44 @@ def _z(epsilon: float, iterations: int, users: int) -> float:
     return calibrate(epsilon * (1 - 1e-9), DELTA, 1.0, iterations + 1, users)
 
 
-def _run(train, test, setting: tuple[int, int, int], z: float, seed: int) -> dict[str, float]:
+def _run(train, test, setting: tuple, z: float, seed: int) -> dict[str, float]:
+    """``setting``: (items kept, rank, iterations[, pop weight])."""
     from fedrec.recsys.dp_svd import DPSVDParams, scores, simulate
     from fedrec.recsys.metrics import evaluate_ranking
 
-    items, rank, iterations = setting
+    items, rank, iterations = setting[:3]
+    weight = setting[3] if len(setting) > 3 else 0.0
     t0 = time.process_time()
     model = simulate(train, DPSVDParams(rank=rank, iterations=iterations, items=items), z,
                      seed=seed, noise_seed=1000 + seed)
     n = train.shape[1]
-    m = evaluate_ranking(lambda rows: scores(train[rows], model.items, model.X, n),
+    m = evaluate_ranking(lambda rows: scores(train[rows], model.items, model.X, n,
+                                             model.counts, weight),
                          train, test, k=K).means()
     return {"ndcg@20": m[f"ndcg@{K}"], "recall@20": m[f"recall@{K}"],
             "cpu_s": time.process_time() - t0}
 
 
-def _key(setting: tuple[int, int, int]) -> str:
+def _key(setting: tuple) -> str:
     return "|".join(str(v) for v in setting)
 
 
+_FIELDS = ("items", "rank", "iterations", "pop_weight")
+
+
 def _choose(units: Units, tag: str, grid, fit, valid, z_of) -> tuple[tuple, list[dict]]:
-    tried = []
-    for s in grid:
+    """The best of ``grid`` on validation (pop weight 0), then the best pop weight of
+    :data:`POP_WEIGHTS` for it: (items, rank, iterations, pop weight) and what was tried."""
+    def score(s: tuple) -> dict[str, Any]:
         got = units.get(f"valid|{tag}|{_key(s)}",
                         lambda: (log(f"valid {tag} {s}"), _run(fit, valid, s, z_of(s), 0))[1])
-        tried.append({"items": s[0], "rank": s[1], "iterations": s[2], "z": z_of(s),
-                      "valid_ndcg@20": got["ndcg@20"]})
+        return {**dict(zip(_FIELDS, s)), "z": z_of(s), "valid_ndcg@20": got["ndcg@20"]}
+
+    tried = [score((*s, 0.0)) for s in grid]
     best = max(tried, key=lambda t: t["valid_ndcg@20"])
-    return (best["items"], best["rank"], best["iterations"]), tried
+    tried += [score((*(best[f] for f in _FIELDS[:3]), w)) for w in POP_WEIGHTS if w]
+    best = max(tried, key=lambda t: t["valid_ndcg@20"])
+    return tuple(best[f] for f in _FIELDS), tried
 
 
 def measure(dataset: str, resume: bool) -> dict[str, Any]:
@@ -107,7 +120,7 @@ def measure(dataset: str, resume: bool) -> dict[str, Any]:
     rows = []
     for eps in EPSILONS[dataset]:
         def z_of(s: tuple, eps: float = eps) -> float:
-            return units.get(f"z|{eps}|{s[2]}", lambda: _z(eps, s[2], users))
+            return units.get(f"z|{eps}|{s[2]}", lambda: _z(eps, int(s[2]), users))
 
         setting, tried = _choose(units, f"{eps}", GRID, fit, valid, z_of)
         z = z_of(setting)
@@ -115,12 +128,12 @@ def measure(dataset: str, resume: bool) -> dict[str, Any]:
                            lambda: (log(f"test eps={eps} seed={seed}"),
                                     _run(data.train, data.test, setting, z, seed))[1])
                  for seed in SEEDS]
-        plan = [(multiplier_plan(z, 1.0, users), setting[2] + 1)]
+        plan = [(multiplier_plan(z, 1.0, users), int(setting[2]) + 1)]
         dp_pop = [units.get(f"dp-popularity|{eps}|{seed}",
                             lambda: _dp_popularity(data.train, data.test, eps, users, seed))
                   for seed in SEEDS]
         rows.append({"epsilon": eps, "delta": DELTA, "z": z,
-                     "chosen": dict(zip(("items", "rank", "iterations"), setting)),
+                     "chosen": dict(zip(_FIELDS, setting)),
                      "epsilon-charged": composed_epsilon(plan, DELTA),
                      "epsilon-discrete-general-bound": ddg_epsilon(plan, DELTA),
                      "valid": tried, "test": seeds,
@@ -140,14 +153,15 @@ def measure(dataset: str, resume: bool) -> dict[str, Any]:
     return {"config": _config(dataset), "machine": machine_info(),
             "command": COMMAND.format(dataset=dataset), "users": users,
             "items": int(data.train.shape[1]), "curve": rows,
-            "nonprivate": {"chosen": dict(zip(("items", "rank", "iterations"), setting)),
+            "nonprivate": {"chosen": dict(zip(_FIELDS, setting)),
                            "valid": tried, "test": nonprivate,
                            "ndcg@20": [r["ndcg@20"] for r in nonprivate]},
             "popularity": pop, "random": rand}
 
 
 def _setting(c: dict[str, int]) -> str:
-    return f"{c['items'] or 'all'} items, rank {c['rank']}, {c['iterations']} iterations"
+    return (f"{c['items'] or 'all'} items, rank {c['rank']}, {c['iterations']} iterations, "
+            f"pop weight {c['pop_weight']:g}")
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -165,14 +179,17 @@ def markdown(result: dict[str, Any]) -> str:
            "the discrete sum's general theorem (KLS Prop. 14) for the same noise.", "",
            "Settings (items kept by the noisy counts, rank, iterations) chosen per epsilon "
            f"on a validation split carved from train ({cfg['validation']}) among "
-           f"{', '.join(str(tuple(g)) for g in cfg['grid'])}. Never tuned on test.", "",
-           "| epsilon | items kept | rank | iterations | noise multiplier | NDCG@20 (mean) | "
-           "seeds (min - max) | DP popularity (mean) | popularity | non-private | "
-           "epsilon, general bound |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+           f"{', '.join(str(tuple(g)) for g in cfg['grid'])}, then the weight of the noisy "
+           f"counts beside the low-rank score among {cfg['pop-weights']} for the chosen one. "
+           "Never tuned on test.", "",
+           "| epsilon | items kept | rank | iterations | pop weight | noise multiplier | "
+           "NDCG@20 (mean) | seeds (min - max) | DP popularity (mean) | popularity | "
+           "non-private | epsilon, general bound |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["curve"]:
         c = r["chosen"]
         out.append(f"| {r['epsilon']:g} | {c['items'] or 'all'} | {c['rank']} | "
-                   f"{c['iterations']} | {r['z']:.3f} | {np.mean(r['ndcg@20']):.4f} | "
+                   f"{c['iterations']} | {c['pop_weight']:g} | {r['z']:.3f} | {np.mean(r['ndcg@20']):.4f} | "
                    f"{min(r['ndcg@20']):.4f} - {max(r['ndcg@20']):.4f} | "
                    f"{np.mean(r['dp-popularity']):.4f} | {pop:.4f} | {npm:.4f} | "
                    f"{r['epsilon-discrete-general-bound']:.3g} |")

@@ -136,7 +136,8 @@ class DPSVD(ProtocolStrategy):
         items = select_items(counts, p.items)
         if p.rank > items.size:
             raise ValueError(f"dpsvd-rank {p.rank} exceeds the {items.size} selected items")
-        X, history = initial_basis(items.size, p.rank, self.seed), self.new_history()
+        X = initial_basis(items.size, p.rank, self.seed, counts[items])
+        history = self.new_history()
         for t in range(1, p.iterations + 1):
             Y = fed.sum_of(IterateRequest(items=items, X=X, round=t), IterateSum,
                            max_abs=max_abs, phase="iterate", noise=noise).product

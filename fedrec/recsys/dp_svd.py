@@ -6,14 +6,14 @@ so one user moves each of the run's sums by at most 1 in L2 (add/remove neighbou
 1. **item selection** (one noisy sum): the sum of the scaled rows, the users' item counts
    at norm <= 1 each. The ``items`` largest noisy counts are the catalogue the subspace
    lives on (all items when ``items`` is 0). The noisy counts are public from here on;
-2. **subspace iteration** (``iterations`` noisy sums): from a public random orthonormal X
-   (items x rank, seeded), each user answers ``a_S (a_S^T X)`` on the selected items S,
+2. **subspace iteration** (``iterations`` noisy sums): from a public orthonormal X (items x
+   rank: the noisy counts on S and seeded Gaussian columns, orthonormalized), each user answers ``a_S (a_S^T X)`` on the selected items S,
    the server orthonormalizes the noisy sum ``Y = A_S^T A_S X + noise`` (Hardt & Price's
    noisy power method). ``||a_S a_S^T X||_F = ||a_S|| ||X^T a_S|| <= 1`` for an
    orthonormal X, so the reply needs no further clipping (the sum layer clips it to 1 all
    the same, whatever X the server sends);
 3. **scoring** (local, nothing released): a user ranks items by ``r_S X X^T`` on S, items
-   outside S by nothing (score 0), ties among them broken by the noisy counts scaled by
+   outside S by nothing (score 0), plus the noisy counts scaled to max 1 times
    ``pop_weight`` (0 by default: a pure low-rank filter).
 
 Every sum has L2 sensitivity 1, so one noise multiplier z serves all ``iterations + 1`` of
@@ -65,12 +65,19 @@ def select_items(noisy_counts: np.ndarray, items: int) -> np.ndarray:
     return np.sort(order[:items]).astype(np.int64)
 
 
-def initial_basis(n: int, rank: int, seed: int) -> np.ndarray:
-    """The public starting basis: orthonormal n x rank from a Gaussian seeded by ``seed``."""
+def initial_basis(n: int, rank: int, seed: int,
+                  start: np.ndarray | None = None) -> np.ndarray:
+    """The public starting basis: orthonormal n x rank from a Gaussian seeded by ``seed``,
+    its first column replaced by ``start`` when given (the selected items' noisy counts,
+    already released: the power method starts from the popularity direction, which the
+    top eigenvector of A^T A is near, and needs fewer noisy iterations to settle)."""
     if rank > n:
         raise ValueError(f"rank {rank} exceeds the {n} selected items")
     rng = np.random.default_rng([seed, 7103])
-    return qr_positive(rng.standard_normal((n, rank)))[0]
+    G = rng.standard_normal((n, rank))
+    if start is not None and np.any(start):
+        G[:, 0] = np.asarray(start, dtype=np.float64)
+    return qr_positive(G)[0]
 
 
 def power_share(rows: sp.spmatrix, items: np.ndarray, X: np.ndarray) -> np.ndarray:
@@ -119,7 +126,7 @@ def simulate(train: sp.spmatrix, p: DPSVDParams, noise_multiplier: float, seed: 
 
     counts = noisy(count_share(train))
     items = select_items(counts, p.items)
-    X = initial_basis(items.size, p.rank, seed)
+    X = initial_basis(items.size, p.rank, seed, counts[items])
     for _ in range(p.iterations):
         X = next_basis(noisy(power_share(train, items, X)))
     return SVDModel(counts=counts, items=items, X=X)
