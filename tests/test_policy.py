@@ -191,6 +191,13 @@ PRODUCTION_ACTIONS = {
                            "draw takes it) with its distributed discrete Gaussian share, "
                            "masked; charged to its dp-budget, refused below dp-min-noise",
     "query.dpfedmf_evaluate": "metric sums of the node's users (a sum contribution)",
+    "query.dpsvd_count": "the node's user's row scaled to L2 norm <= 1 with its distributed "
+                         "discrete Gaussian share, masked; charged to its dp-budget, refused "
+                         "below dp-min-noise or without a noise record",
+    "query.dpsvd_iterate": "a_S (a_S^T X) for the run's pinned items S and the server's X, "
+                           "clipped to L2 1 by the sum layer, with its noise share, masked; "
+                           "charged like the count",
+    "query.dpsvd_evaluate": "metric sums of the node's users (a sum contribution)",
     "train.default": "stock Flower train (fedmf): item factors in clear, only with the node's "
                      "allow-plain opt-in",
     "evaluate.default": "stock Flower evaluate (fedmf): means of the node's own users' metrics",
