@@ -32,9 +32,8 @@ from fedrec.config import (
     RunConfig,
     key_table,
     parse_assignments,
-    run_name,
 )
-from fedrec.results import ResultsError, release_run, reserve_run, results_dir
+from fedrec.results import ResultsError
 from fedrec.secure.secagg import SecAggError
 from fedrec.transport.messenger import NodeError, NodeTimeoutError, RunInterrupted
 from fl_app.registry import protocols, resolve_config
@@ -124,7 +123,7 @@ def policy_hints(message: str) -> list[str]:
 def refusal_flags(exc: Exception) -> list[str]:
     """The flags of this command that answer a refusal met before Flower starts: ``--set``
     for a run-config value, ``--node-policy`` for the simulated nodes' opt-ins."""
-    from fl_app.simulation import PolicyNotAllowed
+    from fl_app.plan import PolicyNotAllowed
 
     if isinstance(exc, SettingRefused):
         return [f"--set {exc.assignment}"]
@@ -135,7 +134,7 @@ def refusal_flags(exc: Exception) -> list[str]:
 
 def refusal_text(exc: Exception) -> str:
     """A refusal in this command's terms (a policy refusal names no Python route)."""
-    from fl_app.simulation import PolicyNotAllowed
+    from fl_app.plan import PolicyNotAllowed
 
     if isinstance(exc, PolicyNotAllowed):
         return (f"every simulated node would refuse this run's {exc.refused} (node policy "
@@ -169,19 +168,15 @@ def given_keys(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_config(args: argparse.Namespace) -> RunConfig:
     """The run's typed config, resolved once from this command line: what the command
-    hands down to the simulation and its ServerApp."""
+    plans the run from (:func:`fl_app.plan.plan_run` takes it as it is)."""
     given = given_keys(args)
     return resolve_config(given)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from fl_app.simulation import (
-        PolicyNotAllowed,
-        RunRefused,
-        resolve_node_policy,
-        run_in_simulation,
-    )
+    from fl_app.plan import PolicyNotAllowed, RunRefused, plan_run, resolve_node_policy
+    from fl_app.simulation import run_plan
 
     try:
         cfg = run_config(args)
@@ -205,17 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.output:
         import os
         os.environ["FEDREC_RESULTS"] = args.output
-    try:  # the results file is claimed before anything runs: nothing is lost at the end
-        cfg["run-name"] = reserve_run(run_name(cfg), explicit=bool(args.run_name),
-                                      overwrite=args.overwrite)
-    except ResultsError as exc:
-        return _error(str(exc))
-    try:
-        run_in_simulation(cfg, num_nodes=args.nodes, quiet=args.quiet,
-                          verbose_flower=args.verbose_flower, compare=not args.no_compare,
-                          node_policy=policy, overwrite=True)  # claimed above
-    except RunInterrupted:  # the ServerApp wrote the partial results under the reserved name
-        where = results_dir() / "runs" / f"{cfg['run-name']}.json"
+    try:  # the results file is claimed first: nothing is lost at the end
+        with plan_run(cfg, args.nodes, policy, overwrite=args.overwrite) as plan:
+            run_plan(plan, quiet=args.quiet, verbose_flower=args.verbose_flower,
+                     compare=not args.no_compare)
+    except RunInterrupted:  # the ServerApp wrote the partial results under the claimed name
+        where = plan.results_path  # the plan was made: only running it is interrupted
         print(f"interrupted: partial results written to {where}" if where.is_file() else
               "interrupted", file=sys.stderr)
         return 130
@@ -226,14 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         return report_refusals(exc.problems)
     except (PolicyNotAllowed, SettingRefused) as exc:  # before Flower or at the handshake
         return report_refusals([exc])
-    except (ConfigError, DataError, FileNotFoundError, NodeTimeoutError, NodeError,
-            PolicyError, PolicyRefusal, SecAggError) as exc:
+    except (ConfigError, DataError, ResultsError, FileNotFoundError, NodeTimeoutError,
+            NodeError, PolicyError, PolicyRefusal, SecAggError) as exc:
         # Bad input and node failures are one line; any other error (a bug, a user's own
         # protocol raising) keeps its traceback.
         refused = isinstance(exc, (NodeError, PolicyError, PolicyRefusal))  # by a node
         return _error(str(exc), *(policy_hints(str(exc)) if refused else []))
-    finally:
-        release_run(cfg["run-name"])
     return 0
 
 

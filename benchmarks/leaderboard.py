@@ -188,15 +188,15 @@ def prepare(cell: Cell, settings: Settings) -> tuple[Cell, str | None]:
     federation size, the partition), then what the protocol needs each node to hold and its
     ``FACT_CHECKS``, which the nodes' handshake would otherwise meet only after the
     simulation started."""
-    from fl_app.registry import resolve_config
-    from fl_app.server_app import build_strategy
-    from fl_app.simulation import (
+    from fl_app.plan import (
         check_federation_size,
         check_node_policy,
         check_partitions,
         check_simulated_roles,
         resolve_node_policy,
     )
+    from fl_app.registry import resolve_config
+    from fl_app.server_app import build_strategy
     from strategies.base import Federation, check_federation
 
     try:

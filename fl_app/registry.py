@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedrec.config import (
     CORE_KEYS,
@@ -29,6 +29,9 @@ from fedrec.config import (
     merge_config,
     option_assignments,
 )
+
+if TYPE_CHECKING:  # the node side imports this table: no server code at import time
+    from strategies.base import ProtocolStrategy
 
 
 @dataclass(frozen=True)
@@ -105,16 +108,15 @@ def client_modules() -> list[str]:
     return out
 
 
-def client_module(protocol: str, strategy: type | None = None) -> str:
+def client_module(protocol: str) -> str:
     """The node module of ``protocol`` (a registered name or a strategy path), declared once:
     the registration's, else the ``clients`` of the strategy class (a protocol given as
-    ``package.module:Class`` without a registration; ``strategy``, or loaded), else ''."""
+    ``package.module:Class`` without a registration), else ''."""
     entry = _REGISTRY.get(protocol) or next(
         (r for r in _REGISTRY.values() if r.strategy == protocol), None)
     if entry is not None:
         return entry.clients
-    cls = strategy if strategy is not None else load_strategy_class(protocol)
-    return str(getattr(cls, "clients", "") or "")
+    return str(getattr(load_strategy_class(protocol), "clients", "") or "")
 
 
 def load_strategy_class(name: str) -> type:
@@ -149,6 +151,19 @@ def load_strategy_class(name: str) -> type:
             "flwr.serverapp.strategy.Strategy subclass"
         )
     return cls
+
+
+def build_strategy(cfg: Mapping[str, Any]) -> ProtocolStrategy:
+    """The run's protocol, built once from the typed run config (``Cls(cfg)``): a
+    registered name or a ``package.module:Class`` of a ProtocolStrategy."""
+    from strategies.base import ProtocolStrategy
+
+    cls = load_strategy_class(cfg["protocol"])
+    if not issubclass(cls, ProtocolStrategy):
+        raise ConfigError(f"protocol {cfg['protocol']!r} is a plain Flower strategy, not a "
+                          "ProtocolStrategy: give it as 'strategy', with a 'protocol' whose "
+                          "nodes it drives (e.g. fedmf)")
+    return cls(cfg)
 
 
 def declared_keys(cls: type) -> tuple[Key, ...]:

@@ -24,7 +24,7 @@ from datasets.errors import DataError
 from fedrec.config import ConfigError, RunConfig, run_name
 from fedrec.results import print_run_table, write_run
 from fedrec.transport.messenger import Messenger, NodeError, NodeTimeoutError, RunInterrupted
-from fl_app.registry import load_strategy_class, resolve_config
+from fl_app.registry import build_strategy, load_strategy_class, resolve_config
 from strategies.base import ProtocolStrategy, RunOutcome
 from strategies.policy_needs import PolicyRefusal
 
@@ -35,17 +35,6 @@ log = logging.getLogger("fedrec")
 # (a slow PushLogs on a loaded machine) never reaches the user. Lingering a few upload and
 # stream intervals (0.2 s and 0.5 s in flwr 1.42.0) before returning lets the final table through.
 _LOG_DELIVERY_SECONDS = 1.5
-
-
-def build_strategy(cfg: Mapping[str, Any]) -> ProtocolStrategy:
-    """The run's protocol, built once from the typed run config (``Cls(cfg)``): a
-    registered name or a ``package.module:Class`` of a ProtocolStrategy."""
-    cls = load_strategy_class(cfg["protocol"])
-    if not issubclass(cls, ProtocolStrategy):
-        raise ConfigError(f"protocol {cfg['protocol']!r} is a plain Flower strategy, not a "
-                          "ProtocolStrategy: give it as 'strategy', with a 'protocol' whose "
-                          "nodes it drives (e.g. fedmf)")
-    return cls(cfg)
 
 
 @dataclass
@@ -200,30 +189,23 @@ def flower_overrides(grid: Grid) -> dict[str, Any]:
     return dict(getattr(getattr(grid, "run", None), "override_config", None) or {})
 
 
-def server_run_config(grid: Grid, context: Context,
-                      overrides: Mapping[str, Any] | None) -> RunConfig:
-    """The run's typed config, resolved once: ``overrides`` as they are when they are a
-    :class:`RunConfig` (a local simulation resolved and checked them before Flower
-    started); else Flower's run config, whose values ``pyproject.toml`` lists are defaults,
-    with the keys ``--run-config`` named and ``overrides`` as the given ones
-    (:func:`fl_app.registry.resolve_config` refuses those the protocol does not read)."""
-    if isinstance(overrides, RunConfig):
-        return overrides  # not merged with Flower's: a local simulation's run config is empty
-    given = {**flower_overrides(grid), **dict(overrides or {})}
-    return resolve_config(given, defaults=context.run_config)
+def server_run_config(grid: Grid, context: Context) -> RunConfig:
+    """A deployed run's typed config, resolved once: Flower's run config, whose values
+    ``pyproject.toml`` lists are defaults, with the keys ``--run-config`` named as the given
+    ones (:func:`fl_app.registry.resolve_config` refuses those the protocol does not
+    read)."""
+    return resolve_config(flower_overrides(grid), defaults=context.run_config)
 
 
-def make_server_app(overrides: Mapping[str, Any] | None = None,
+def make_server_app(strategy: ProtocolStrategy | None = None, *,
                     on_result: Callable[[dict[str, Any]], None] | None = None,
-                    quiet: bool = False,
-                    strategy: ProtocolStrategy | None = None) -> ServerApp:
-    """A ServerApp whose run config is Flower's (``context.run_config``) plus ``overrides``
-    (:func:`server_run_config`; a :class:`RunConfig` is the whole config, already resolved).
+                    quiet: bool = False) -> ServerApp:
+    """A ServerApp that runs ``strategy``, built and checked from the run's resolved config
+    (``strategy.cfg``: a local simulation's plan, ``fl_app/plan.py``); without one, the
+    protocol Flower's run config names (:func:`server_run_config`: a deployment).
 
     ``on_result`` receives the results record in the server's process (used by
     ``run_simulation.py`` and the tests); it is never a channel to or from the nodes.
-    ``strategy``: the protocol already built from that config (a local simulation builds
-    it once, to check it before Flower starts); else the ServerApp builds it.
     """
     server_app = ServerApp()
     flwr_log = logging.getLogger("flwr")
@@ -235,7 +217,7 @@ def make_server_app(overrides: Mapping[str, Any] | None = None,
         if not quiet:
             progress_to_console()
         try:
-            cfg = server_run_config(grid, context, overrides)
+            cfg = strategy.cfg if strategy is not None else server_run_config(grid, context)
         except ConfigError as exc:  # before any node is contacted
             log.error("run refused: %s", exc)
             raise

@@ -1,8 +1,10 @@
 """Run a protocol in a Flower simulation from Python (the engine behind run_simulation.py).
 
 Uses ``flwr.simulation.run_simulation`` (Ray backend) with this project's ServerApp and
-ClientApp. The partition scheme decides how many nodes there are when it is ``user`` (one
-per user); otherwise ``num_nodes`` is taken as given.
+ClientApp. A run is planned first (``fl_app/plan.py``: config, results file, strategy and
+every check before Flower starts); this module runs the plan and keeps the console and the
+processes in order around it. The partition scheme decides how many nodes there are when it
+is ``user`` (one per user); otherwise ``num_nodes`` is taken as given.
 """
 
 from __future__ import annotations
@@ -17,25 +19,22 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from clients.boundary import NonFiniteRequest
 from clients.policy import NodePolicy, PolicyError
-from datasets import DatasetSpec, describe, load_dataset
+from datasets import DatasetSpec, load_dataset
 from datasets.errors import DataError
-from datasets.partition import PartitionSpec, partition_users
-from fedrec.config import ConfigError, RunConfig, run_name
-from fedrec.results import print_run_table, release_run, write_run
+from fedrec.config import ConfigError
+from fedrec.results import print_run_table, write_run
 from fedrec.secure.identity import IdentityError
 from fedrec.transport.messenger import STOP
 from fedrec.wire.sums import AggregationError
+from fl_app.plan import RunPlan, plan_run
 from fl_app.quiet import quiet_flower_noise
-from fl_app.registry import client_module, resolve_config
-from strategies.base import ProtocolStrategy, RoleNeed, check_roles
-from strategies.policy_needs import PolicyNeed, unmet
-from strategies.refusals import ChecksCatalogue, SettingRefused
+from strategies.base import ProtocolStrategy
 
 #: One CPU per simulated node's worker: with 2 cores, two ClientApps run at once.
 DEFAULT_BACKEND: dict[str, Any] = {
@@ -94,139 +93,7 @@ class NodeRefusalFilter(logging.Filter):
 _REFUSAL_FILTER = NodeRefusalFilter()
 
 
-def resolve_node_policy(node_policy: NodePolicy | Mapping[str, Any] | None) -> NodePolicy:
-    """The simulated nodes' policy (None: ``$FEDREC_NODE_POLICY``), checked before Flower
-    starts: a misspelt or out-of-range key is a ConfigError, not a node failure later."""
-    try:
-        return NodePolicy.coerce(node_policy)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def check_federation_size(cfg: Mapping[str, Any], num_nodes: int, policy: NodePolicy) -> None:
-    """Refuse, before Flower starts, a simulation that could only wait or fail on its nodes.
-
-    Zero nodes, or fewer than ``min-nodes``, would make the handshake wait
-    ``startup-timeout`` for nodes that never connect; too few user nodes for the
-    partition scheme fail on every node; a built-in protocol's SecAgg+ sums need the node
-    policy's ``min-survivors`` user nodes (a user protocol may not sum at all, so it is
-    left to its nodes).
-    """
-    if num_nodes < 1:
-        raise ConfigError(f"simulated nodes (--nodes / num_nodes): expected at least 1, got "
-                          f"{num_nodes}")
-    if cfg["min-nodes"] > num_nodes:
-        raise ConfigError(f"run config 'min-nodes' = {cfg['min-nodes']}: expected at most the "
-                          f"{num_nodes} simulated nodes (--nodes / num_nodes); the run would "
-                          f"wait startup-timeout ({cfg['startup-timeout']:g} s) for the rest")
-    users = num_nodes - cfg["item-servers"]
-    if users < 1:
-        raise ConfigError(f"run config 'item-servers' = {cfg['item-servers']}: expected fewer "
-                          f"than the {num_nodes} simulated nodes (--nodes / num_nodes), so "
-                          "that some hold user rows")
-    from fl_app.registry import protocols
-
-    if (cfg["aggregator"] == "secagg+" and cfg["protocol"] in protocols()
-            and users < policy.min_survivors):
-        raise ConfigError(
-            f"{users} user node(s) (--nodes / num_nodes {num_nodes}, item-servers "
-            f"{cfg['item-servers']}): a SecAgg+ sum needs at least the node policy's "
-            f"min-survivors = {policy.min_survivors} (with fewer, each node could learn the "
-            "others' inputs from the sum); use more nodes, or aggregator = plain with the "
-            "node policy allow-plain=true")
-
-
-class PolicyNotAllowed(ConfigError):
-    """The simulated nodes' policy refuses what the run needs (``needs``: the unmet ones);
-    the message says how to opt in from Python, and ``run_simulation.py`` names its own
-    ``--node-policy`` flag instead."""
-
-    def __init__(self, needs: list[PolicyNeed], policy: Mapping[str, Any]) -> None:
-        self.needs = needs
-        self.refused = "; ".join(n.why for n in needs)
-        self.has = ", ".join(n.has(policy) for n in needs)
-        keys = ", ".join(f"'{n.key}': {n.opt_in.split('=', 1)[1].replace('true', 'True')}"
-                         for n in needs)
-        super().__init__(
-            f"every simulated node would refuse this run's {self.refused} (node policy "
-            f"{self.has}); opt in with run_in_simulation(..., node_policy={{{keys}}}) or "
-            f"FEDREC_NODE_POLICY='{','.join(n.opt_in for n in needs)}'")
-
-
-def policy_needs_of(cfg: Mapping[str, Any], strategy: ProtocolStrategy
-                    ) -> tuple[PolicyNeed, ...]:
-    """What the run asks of every node's policy: a stock strategy driving the protocol's
-    nodes (the protocol's ``STOCK_NEEDS``) or the protocol's own ``policy_needs()``."""
-    return strategy.STOCK_NEEDS if cfg.get("strategy") else strategy.policy_needs()
-
-
-def check_node_policy(cfg: Mapping[str, Any], strategy: ProtocolStrategy,
-                      policy: NodePolicy) -> None:
-    """Refuse, before Flower starts, a run every simulated node would refuse (they share
-    ``policy``): the same check the handshake makes on each node's reported policy."""
-    config = policy.as_config()
-    missing = unmet(policy_needs_of(cfg, strategy), config)
-    if missing:
-        raise PolicyNotAllowed(missing, config)
-
-
-def check_simulated_roles(cfg: Mapping[str, Any], strategy: ProtocolStrategy,
-                          num_nodes: int) -> None:
-    """Refuse, before Flower starts, a federation the protocol cannot run on: a simulation
-    assigns the roles itself (the last ``item-servers`` partitions are item servers, the
-    others users: ``NodeContext.role``), so the handshake's role check can run here first."""
-    needs = strategy.federation
-    if cfg.get("strategy"):
-        return
-    k = cfg["item-servers"]
-    roles = {p: "item-server" if p >= num_nodes - k else "user" for p in range(num_nodes)}
-    try:
-        check_roles(roles, tuple(needs), lambda p: f"simulated node {p}", cfg["protocol"])
-    except ValueError as exc:
-        fits = _item_servers_that_fit(tuple(needs), k)
-        if fits is not None:
-            raise SettingRefused(str(exc), "item-servers", fits) from None
-        raise ConfigError(f"{exc}; set the run config 'item-servers' (--set item-servers=N) "
-                          "or --nodes") from None
-
-
-def _item_servers_that_fit(needs: tuple[RoleNeed, ...], k: int) -> int | None:
-    """The item-server count nearest ``k`` that the protocol's needs allow (None when the
-    item servers are not what is wrong), so a role refusal can name the value to set."""
-    bounds = [(n.min, n.max) for n in needs if "item-server" in n.roles]
-    if not bounds:
-        return 0 if k else None
-    low, high = bounds[0]
-    fit = max(k, low) if high is None else min(max(k, low), high)
-    return None if fit == k else fit
-
-
-def check_partitions(cfg: Mapping[str, Any], num_nodes: int, policy: NodePolicy) -> int:
-    """Partition the data as the user nodes will (DataError naming an empty partition or a
-    scheme that does not fit), before Flower starts instead of on every node; return the
-    catalogue size (what the strategy's settings must fit: :class:`ChecksCatalogue`). A synthetic
-    dataset's size is checked first against the nodes' ``memory-budget-mb`` (what each node
-    checks before generating it), so an oversized one is refused before it is generated."""
-    users = num_nodes - cfg["item-servers"]
-    spec = DatasetSpec.from_config(cfg)  # ConfigError naming the key, e.g. a path as name
-    if spec.name == "synthetic":
-        from datasets.synthetic import footprint_bytes
-
-        mib = footprint_bytes(spec.synthetic_users, spec.synthetic_items, spec.synthetic_rank,
-                              spec.synthetic_density, spec.synthetic_clusters) / 2**20
-        if mib > policy.memory_budget_mb:
-            raise ConfigError(
-                f"run config synthetic-users = {spec.synthetic_users}, synthetic-items = "
-                f"{spec.synthetic_items}: generating this dataset needs about {mib:,.0f} MiB, "
-                f"more than the nodes' memory-budget-mb = {policy.memory_budget_mb:g} (each "
-                "node generates it); use smaller sizes or raise the node policy's "
-                "memory-budget-mb")
-    data = load_dataset(spec)
-    partition_users(data, PartitionSpec.from_config(cfg, users))
-    return int(data.n_items)
-
-
-def _ship_by_value(modules: list[str]) -> None:
+def _ship_by_value(modules: Iterable[str]) -> None:
     """Send a user protocol's node module to the simulation's workers with the ClientApp
     (by value), so it need not be importable there: Ray keeps one worker environment per
     process, fixed when the first simulation started."""
@@ -424,134 +291,56 @@ def run_in_simulation(overrides: Mapping[str, Any] | None = None, num_nodes: int
     the record and its table (``record["comparison"]``). Raises the ServerApp's exception
     (e.g. an unknown protocol, a node that timed out) as the same exception type, after
     Flower has shut the simulation down. Input that could only hang or fail on the nodes
-    (:func:`check_federation_size`, :func:`check_partitions`, a bad ``node_policy``) raises
-    ConfigError or DataError before Flower starts.
+    (:func:`fl_app.plan.check_federation_size`, :func:`fl_app.plan.check_partitions`, a bad
+    ``node_policy``) raises ConfigError or DataError before Flower starts.
 
     ``overwrite``: the results file (``results/runs/<run-name>.json``) is claimed before
-    Flower starts, as ``run_simulation.py`` does (:func:`fedrec.results.reserve_run`): a
+    Flower starts, as ``run_simulation.py`` does (:func:`fl_app.plan.plan_run`): a
     ``run-name`` given in ``overrides`` whose file exists raises ResultsError unless
     ``overwrite``; a default name whose file exists becomes ``<name>-2``, ``<name>-3``, ...
     (the record's ``config`` says which).
     """
-    cfg = resolve_config(overrides)  # a key unknown or unread fails before Ray starts
-    policy = resolve_node_policy(node_policy)
+    with plan_run(overrides, num_nodes, node_policy, overwrite=overwrite) as plan:
+        return run_plan(plan, quiet=quiet, backend_config=backend_config,
+                        verbose_flower=verbose_flower, compare=compare)
+
+
+def run_plan(plan: RunPlan, *, quiet: bool = False,
+             backend_config: dict[str, Any] | None = None, verbose_flower: bool = False,
+             compare: bool = False) -> dict[str, Any]:
+    """Run ``plan`` in Flower's simulation (:func:`run_in_simulation` says what each option
+    does) and return its record: the ServerApp runs the plan's strategy, the ClientApp
+    loads its node modules with its node policy and data description."""
     from fl_app.client_app import build_client_app
     from fl_app.server_app import RunFailedError, make_server_app
 
-    strategy = preflight(cfg, num_nodes, policy)
     # A protocol's own node module runs in this simulation's ClientApp (the user's code, on
     # the user's machine); a deployed node imports only what its operator lists.
-    extra = [m for m in [client_module(cfg["protocol"], type(strategy))] if m]
-    _ship_by_value(extra)
-    cfg = _claim_results(cfg, overrides, overwrite)
+    _ship_by_value(plan.client_modules)
     box: dict[str, Any] = {}
-    server_app = make_server_app(cfg, on_result=box.update, quiet=quiet or compare,
-                                 strategy=strategy)
+    server_app = make_server_app(plan.strategy, on_result=box.update, quiet=quiet or compare)
+    client_app = build_client_app(plan.client_modules, policy=plan.policy, data=plan.data)
     try:
-        # the simulation's operator describes the data its nodes offer (the run's, here),
-        # as a deployed SuperNode's does in node config: never the server's messages
-        simulate(server_app, build_client_app(extra, policy=policy, data=describe(cfg)),
-                 num_nodes, backend_config, verbose_flower)
+        simulate(server_app, client_app, plan.num_nodes, backend_config, verbose_flower)
     except RunFailedError as exc:  # the ServerApp's own exception, as documented above
         if isinstance(exc.__cause__, Exception):
             raise exc.__cause__ from None
         raise
-    finally:  # a run that wrote nothing leaves no empty claim behind
-        release_run(run_name(cfg))
     if not box:
         raise RuntimeError("the simulation ended without a result (see the log above)")
     if compare:
-        box["comparison"] = compare_with_references(cfg, strategy, box)
-        write_run(box, run_name(cfg))
+        box["comparison"] = compare_with_references(plan.cfg, plan.strategy, box)
+        write_run(box, plan.name)
         if not quiet:
             print_run_table(box)
             print_wall_times(box)
     if not quiet:  # after the table (the ServerApp prints it when there is no comparison)
-        why = unseeded_randomness(cfg, strategy)
+        why = unseeded_randomness(plan.cfg, plan.strategy)
         if why:
             print(f"note: not reproducible by seed: {why}", flush=True)
     if compare and not quiet:
         logging.getLogger("fedrec").info("results written to %s", box["results_path"])
     return box
-
-
-class RunRefused(ConfigError):
-    """Every refusal a simulated run meets before Flower starts (``problems``, in the order
-    met), raised together: one try names every change, not one change per try."""
-
-    def __init__(self, problems: list[ValueError]) -> None:
-        self.problems = problems
-        super().__init__("; ".join(str(p) for p in problems))
-
-
-def _build_strategy(cfg: Mapping[str, Any]) -> ProtocolStrategy:
-    """The run's strategy; its own config checks (e.g. a misspelt filter name) as
-    ConfigError."""
-    from fl_app.server_app import build_strategy
-
-    try:
-        return build_strategy(cfg)
-    except ConfigError:
-        raise
-    except ValueError as exc:
-        raise ConfigError(f"run config of protocol {cfg['protocol']!r}: {exc}") from None
-
-
-def preflight(cfg: Mapping[str, Any], num_nodes: int, policy: NodePolicy) -> ProtocolStrategy:
-    """The run's strategy, built once and checked against the simulated federation before
-    Ray starts: federation size, the protocol's own settings, node policy, roles, the
-    partitions and the catalogue size. In a local simulation the data is on this machine,
-    and loading it here also fills the disk cache the node processes read their rows from.
-
-    Every check runs: the refusals are raised together (:class:`RunRefused`; a single one
-    as itself). A :class:`SettingRefused` names a value that works; the checks after it
-    run with that value, so they report what the corrected run would still meet."""
-    problems: list[ValueError] = []
-    fixed = RunConfig(cfg) if isinstance(cfg, RunConfig) else dict(cfg)  # the fixes: typed
-
-    def attempt(check: Callable[[], Any]) -> Any:
-        try:
-            return check()
-        except SettingRefused as exc:
-            problems.append(exc)
-            fixed[exc.key] = exc.value
-        except (ConfigError, DataError) as exc:
-            problems.append(exc)
-        return None
-
-    strategy, fixed_keys = None, set()
-    while strategy is None:  # each fix may uncover the strategy's next setting check
-        strategy = attempt(lambda: _build_strategy(fixed))
-        last = problems[-1] if strategy is None else None
-        if not isinstance(last, SettingRefused) or last.key in fixed_keys:
-            break
-        fixed_keys.add(last.key)
-    sized = attempt(lambda: check_federation_size(fixed, num_nodes, policy) is None)
-    if strategy is not None:
-        attempt(lambda: check_node_policy(fixed, strategy, policy))
-        attempt(lambda: check_simulated_roles(fixed, strategy, num_nodes))
-        if sized:
-            n_items = attempt(lambda: check_partitions(fixed, num_nodes, policy))
-            if n_items is not None and isinstance(strategy, ChecksCatalogue):
-                attempt(lambda: strategy.check_catalogue(n_items))
-    if len(problems) == 1:
-        raise problems[0]
-    if problems:
-        raise RunRefused(problems)
-    assert strategy is not None  # built from ``cfg`` itself: nothing needed a fix
-    return strategy
-
-
-def _claim_results(cfg: RunConfig, overrides: Mapping[str, Any] | None,
-                   overwrite: bool) -> RunConfig:
-    """``cfg`` with the run name whose results file this run claimed (``reserve_run``): an
-    existing file is never replaced silently."""
-    from fedrec.results import reserve_run
-
-    name = run_name(cfg)
-    stem = reserve_run(name, explicit=bool((overrides or {}).get("run-name")),
-                       overwrite=overwrite)
-    return cfg if stem == name else RunConfig({**cfg, "run-name": stem})
 
 
 def unseeded_randomness(cfg: Mapping[str, Any], strategy: ProtocolStrategy) -> str:

@@ -5,7 +5,7 @@ which can be after rounds that already used its data, and then on every node at 
 node reports its policy in the handshake, so the server can see up front which node would
 refuse, and stop there with one line naming the node and the node-config opt-in. A local
 simulation knows its nodes' policy before Flower starts and checks it there
-(``fl_app/simulation.py``). The node still checks every request itself: this check only
+(``fl_app/plan.py``). The node still checks every request itself: this check only
 makes the refusal early, it never decides for the node.
 
 A protocol declares its needs with ``ProtocolStrategy.policy_needs()`` (strategies/base.py).

@@ -4,7 +4,7 @@ A protocol that cannot run with a value (FedMVMF with ``implicit = true``, Privi
 ``k`` above the catalogue) raises :class:`SettingRefused` with the key and a value that
 works; ``run_simulation.py`` turns it into ``--set key=value``, and a simulation's
 pre-flight applies the fix to go on looking for the run's other refusals, so one try
-names every change (``fl_app/simulation.py``).
+names every change (``fl_app/plan.py``).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from fedrec.config import ConfigError
 from fedrec.results import ResultsError, reserve_run
 from fedrec.transport.messenger import Messenger, NodeTimeoutError
 from fl_app.registry import load_strategy_class, protocols, resolve_config
+from strategies.base import ProtocolStrategy
 from strategies.policy_needs import PolicyNeed, PolicyRefusal, check_node_policies
 from tests.localgrid import LocalGrid
 
@@ -166,7 +167,7 @@ def test_a_default_run_that_a_default_node_refuses_says_the_exact_opt_in(
 
 def test_every_default_run_passes_or_names_its_opt_ins_and_passes_with_them() -> None:
     from clients.policy import NodePolicy
-    from fl_app.simulation import PolicyNotAllowed, check_node_policy
+    from fl_app.plan import PolicyNotAllowed, check_node_policy
 
     for name in protocols():
         # the multi-view protocols factorize explicit ratings (their one required change)
@@ -274,8 +275,8 @@ def test_the_python_api_claims_the_results_file_as_the_cli_does(
 
     names: list[str] = []
 
-    def fake_server_app(cfg: dict, **_: object) -> None:
-        names.append(str(cfg["run-name"]))
+    def fake_server_app(strategy: ProtocolStrategy, **_: object) -> None:
+        names.append(str(strategy.cfg["run-name"]))
 
     def fake_simulate(*_: object) -> None:
         raise Started
@@ -499,7 +500,7 @@ def test_a_default_run_names_every_flag_it_needs_in_one_try(
     assert hint.startswith("hint: run again with ") and all(f in hint for f in flags), err
     from clients.policy import NodePolicy
     from fedrec.config import parse_assignments
-    from fl_app.simulation import preflight
+    from fl_app.plan import preflight
 
     words = hint.removeprefix("hint: run again with ").split(" (")[0].split()
     pairs = list(zip(words[::2], words[1::2]))

@@ -188,9 +188,9 @@ def test_flwr_run_refuses_a_named_key_the_protocol_does_not_read_before_any_node
     with pytest.raises(ConfigError, match="'rounds': protocol 'privirec' does not read"):
         make_server_app(quiet=True)(_UntouchableGrid(given), _flwr_context(given))
     fine = {"protocol": "fedmf", "rounds": 3}
-    cfg = server_run_config(_UntouchableGrid(fine), _flwr_context(fine), None)
+    cfg = server_run_config(_UntouchableGrid(fine), _flwr_context(fine))
     assert cfg["protocol"] == "fedmf" and cfg["rounds"] == 3
-    cfg = server_run_config(_UntouchableGrid({}), _flwr_context({}), None)
+    cfg = server_run_config(_UntouchableGrid({}), _flwr_context({}))
     assert cfg["protocol"] == "privirec"
 
 

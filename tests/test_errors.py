@@ -143,6 +143,7 @@ def test_help_gives_each_default_once() -> None:
 def test_a_node_policy_refusal_names_the_flag(monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     """A node refusing during the run: its own error line, then how to opt in from here."""
+    import fl_app.plan
     import fl_app.simulation
     from clients.policy import NodePolicy, PolicyError
     from fedrec.transport.messenger import NodeError
@@ -153,7 +154,8 @@ def test_a_node_policy_refusal_names_the_flag(monkeypatch: pytest.MonkeyPatch,
         except PolicyError as exc:
             raise NodeError("plain_sum", "node 7 (partition 1)", str(exc)) from None
 
-    monkeypatch.setattr(fl_app.simulation, "run_in_simulation", refuse)
+    monkeypatch.setattr(fl_app.plan, "preflight", lambda *_: None)  # a run that starts
+    monkeypatch.setattr(fl_app.simulation, "run_plan", refuse)
     assert run_simulation.main(["--set", "aggregator=plain", "--quiet"]) == 2
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 2 and lines[0].startswith("error: node 7 (partition 1)")

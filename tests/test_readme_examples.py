@@ -68,8 +68,8 @@ def test_a_readme_example_passes_every_check_before_flower(args: list[str]) -> N
     import run_simulation
     from clients.policy import NodePolicy
     from fedrec.config import parse_assignments
+    from fl_app.plan import preflight
     from fl_app.registry import resolve_config
-    from fl_app.simulation import preflight
 
     ns = run_simulation.build_parser().parse_args(args)
     given = run_simulation.given_keys(ns)
@@ -97,8 +97,8 @@ def test_the_own_data_example_works_as_written(tmp_path: Path, monkeypatch) -> N
 
     import run_simulation
     from clients.policy import NodePolicy
+    from fl_app.plan import preflight
     from fl_app.registry import resolve_config
-    from fl_app.simulation import preflight
 
     lines = own_data_block()
     assert 2 <= len(lines) <= 5, lines
