@@ -99,6 +99,8 @@ PROTOCOLS: list[tuple[str, dict[str, Any], float]] = [
     # SecAgg+ with distributed noise, unseeded: the line checks the rounds and metric keys;
     # its epsilon within the nodes' dp-budget of 1
     ("dp-fedmf", {"rounds": 1, "dpmf-dim": 4, "dpmf-rate": 0.5, "dpmf-epsilon": 0.9}, 1.0),
+    ("dp-svd", {"dpsvd-rank": 2, "dpsvd-items": 12, "dpsvd-iterations": 1,
+                "dpsvd-epsilon": 0.9}, 1.0),
 ]
 #: The protocols with an item server, run deployed by tests/test_deployment_failure.py on
 #: NUM_NODES user SuperNodes and one SuperNode with node config ``role="item-server"``.
