@@ -27,22 +27,35 @@ from fedrec.recsys.metrics import evaluate_ranking
 from fedrec.recsys.mf import init_user_factors
 from fedrec.wire.dp_fedmf import Action, EvaluateRequest, TrainRequest, TrainSum
 from fedrec.wire.evaluation import RankingSum
+from fedrec.wire.message import Message, message, reply
 from fedrec.wire.sums import AggregationError, NoiseRequest
 
 R = TypeVar("R", TrainRequest, EvaluateRequest)
-#: Node state: this node's user factors (array ``U``), never sent.
-_STATE = "dpfedmf.users"
+#: The node-local name of the user factors' array (never sent).
 _U = "U"
 
 
+# typed so that a corrupted or stale state is refused on reload (clients/state.py)
+@message()
+class DPFedMFUsers(Message):
+    """This node's users' factors, kept between rounds and never sent: one row per user of
+    the node (checked on reload against the node's user count)."""
+
+    CONFIG = "dpfedmf.state"  # empty: marks the state kept
+    ARRAYS = "dpfedmf.users"
+
+    U: np.ndarray = reply(name=_U, shape=("users", "dim"))
+
+
 def _users(node: NodeContext, dim: int, seed: int) -> np.ndarray:
-    stored = node.load_arrays(_STATE)
+    users = node.data().user_ids
+    stored = node.load_state(DPFedMFUsers, dims={"users": len(users)})
     if stored is None:
-        return init_user_factors(node.data().user_ids, dim, seed)
-    if stored[_U].shape[1] != dim:
+        return init_user_factors(users, dim, seed)
+    if stored.U.shape[1] != dim:
         raise ValueError(f"{node.who}: stored user factors have dimension "
-                         f"{stored[_U].shape[1]}, the request's item factors {dim}")
-    return stored[_U]
+                         f"{stored.U.shape[1]}, the request's item factors {dim}")
+    return stored.U
 
 
 def _request(node: NodeContext, cls: type[R]) -> R:
@@ -81,7 +94,7 @@ def dpfedmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
                          np.full(U.shape[0], takes, dtype=bool), p, seed=req.seed,
                          round_=req.round)
     reply = sum_reply(node, TrainSum(update=step.item_update))
-    node.store_arrays(_STATE, {_U: step.user_factors})
+    node.save_state(DPFedMFUsers(U=step.user_factors))
     return reply
 
 

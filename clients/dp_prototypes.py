@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 
+import numpy as np
 from flwr.app import RecordDict
 
 from clients.handlers import handler
@@ -38,11 +39,23 @@ from fedrec.wire.dp_prototypes import (
     PrototypesRequest,
 )
 from fedrec.wire.evaluation import RANKING, RATING
+from fedrec.wire.message import Message, message, reply
 
-#: Node state: this silo's user factors (array ``U``), fitted at evaluation, never sent.
-_USER_FACTORS = "dpp.users"
+#: The node-local name of the user factors' array (never sent).
 _U = "U"
 _SILO_ROLES = ("silo", "user")
+
+
+# typed so that a corrupted or stale state is refused on reload (clients/state.py)
+@message()
+class DPPrototypesUsers(Message):
+    """This silo's non-negative user factors, fitted at evaluation against the broadcast
+    item factors and kept, never sent: one row per user of the silo."""
+
+    CONFIG = "dpp.state"  # empty: marks the state kept
+    ARRAYS = "dpp.users"
+
+    U: np.ndarray = reply(name=_U, shape=("users", "rank"))
 
 
 def _params(req: PrototypesRequest, who: str) -> PrototypeParams:
@@ -115,6 +128,6 @@ def dpp_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     node.reserve(_evaluate_bytes(len(data.user_ids), data.n_items, V.shape[1]),
                  f"dp-prototypes evaluation with item factors of rank {V.shape[1]}")
     U = fit_user_factors(data.train, V, req.reg, req.nmf_iters)
-    node.store_arrays(_USER_FACTORS, {_U: U})
+    node.save_state(DPPrototypesUsers(U=U))
     sums = silo_metric_sums(U @ V.T, data.train, data.test, req.value_max, req.top_k)
     return sum_reply(node, MetricSums(ranking=sums[RANKING], rating=sums[RATING]))

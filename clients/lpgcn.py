@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -41,8 +41,9 @@ from clients.nodeset import committed_members, read_bounded, signed_set_digest
 from clients.nodeset import sign as sign_node_set
 from clients.policy import PolicyError
 from clients.relay_node import get_shared_secret
+from clients.state import check_state, load_state
 from clients.sums_node import ranking_bytes, sum_reply
-from fedrec.records import array_record, config_record, from_array_record
+from fedrec.records import array_record
 from fedrec.recsys.arrays import (
     NUMPY,
     DeviceError,
@@ -90,6 +91,7 @@ from fedrec.wire.lpgcn import (
     RoundStatus,
     VerifyRequest,
 )
+from fedrec.wire.message import Message, WireError, message, reply
 from fedrec.wire.sums import NodeSetRequest, NodeSetSignature
 
 H = TypeVar("H", bound=Hyper)
@@ -109,9 +111,9 @@ _CONV_HPOS, _OWN_COUNT, _COUNTS_SENT = "conv_hpos", "own_count", "counts_sent"
 _HOLD_CNT, _CONV_DEGREE, _DEGREE = "hold_cnt", "conv_degree", "degree"
 #: Keys of the params record: the item, user and W tables, the ids of their rows.
 _V, _U, _W, _CONV_REAL, _USER_IDS = "V", "U", "W", "conv_real", "user_ids"
-#: Keys of the flags record: the step and whether it trains; degrees all in; a W update
-#: waiting for its gradient mail.
-_AT, _TRAIN, _DEGREES, _W_PENDING = "step", "train", "degrees", "w-pending"
+#: Keys of the flags record: the step and whether it trains; a W update waiting for its
+#: gradient mail; what is done (the marks); the mark of every degree in.
+_AT, _TRAIN, _W_PENDING, _DONE, _DEGREES = "step", "train", "w-pending", "done", "degrees"
 #: Keys of the losses record: the steps this node trained, its loss share of each.
 _LOSS_STEPS, _LOSS = "step", "loss"
 #: The step's array of the requested negatives' rows (every layer).
@@ -126,6 +128,107 @@ _MAIL_ITEMS, _MAIL_COUNT, _MAIL_DEGREE, _MAIL_ROWS = "items", "count", "degree",
 #: Where a delivered part goes in the step's state (a per-layer part's key gets its layer).
 _DELIVERED = {Part.NEG_ROWS: _NEG, Part.W: "w_held", Part.ITEM_ROWS: "ei",
               Part.ITEM_GRAD: "gsum"}
+
+
+# -- this node's typed state (clients/state.py) --------------------------------------------
+# Shape symbols: items = the node's catalogue, held = its held items (real and virtual, in
+# ascending pseudonym order), conv = the held items it convolves, lists / slots = their
+# holder lists' pointers and entries, users = its users, dim = lpgcn-dim, steps = the steps
+# it trained. A setup request adds its arrays to the setup, so those after the holdings'
+# are optional.
+@message()
+class LPGCNSetup(Message):
+    """This node's setup: its pseudonyms and held items with the cover it drew them for
+    (``lpgcn_holdings``), the convolution assignment (``lpgcn_assign``), its counts and
+    the degrees (the two ``lpgcn_verify``)."""
+
+    CONFIG = f"{_SETUP}.config"  # empty: marks the state kept (its arrays: StateArrays)
+    ARRAYS = _SETUP
+
+    pseudo_all: np.ndarray = reply(name=_PSEUDO_ALL, shape=("items",))
+    held_real: np.ndarray = reply(name=_HELD_REAL, shape=("held",))
+    held: np.ndarray = reply(name=HELD, shape=("held",))
+    isreal: np.ndarray = reply(name=_ISREAL, shape=("held",))
+    cover: np.ndarray = reply(name=_COVER, shape=(3,), doc="alpha, mask scale, holdings")
+    conv_of: np.ndarray | None = reply(None, name=CONV_OF, shape=("held",))
+    conv_hpos: np.ndarray | None = reply(None, name=_CONV_HPOS, shape=("conv",))
+    hold_ptr: np.ndarray | None = reply(None, name=HOLD_PTR, shape=("lists",))
+    hold_nodes: np.ndarray | None = reply(None, name=HOLD_NODES, shape=("slots",))
+    own_count: np.ndarray | None = reply(None, name=_OWN_COUNT, shape=("conv",))
+    counts_sent: np.ndarray | None = reply(None, name=_COUNTS_SENT, shape=(1,))
+    hold_cnt: np.ndarray | None = reply(None, name=_HOLD_CNT, shape=("slots",))
+    conv_degree: np.ndarray | None = reply(None, name=_CONV_DEGREE, shape=("conv",))
+    degree: np.ndarray | None = reply(None, name=_DEGREE, shape=("held",))
+
+
+@message()
+class LPGCNParams(Message):
+    """This node's layer-0 rows: its convolution items' V (and W, LightGCN+) rows, its
+    users' U rows (LightGCN), the ids of their rows, and each table's Adam moments once it
+    stepped (or from the operator's checkpoint)."""
+
+    CONFIG = f"{_PARAMS}.config"  # empty: marks the state kept (its arrays: StateArrays)
+    ARRAYS = _PARAMS
+
+    conv_real: np.ndarray = reply(name=_CONV_REAL, shape=("conv",))
+    user_ids: np.ndarray | None = reply(None, name=_USER_IDS, shape=("users",))
+    V: np.ndarray = reply(name=_V, shape=("conv", "dim"))
+    V_m: np.ndarray | None = reply(None, name=f"{_V}.m", shape=("conv", "dim"))
+    V_v: np.ndarray | None = reply(None, name=f"{_V}.v", shape=("conv", "dim"))
+    V_t: np.ndarray | None = reply(None, name=f"{_V}.t", shape=(1,))
+    U: np.ndarray | None = reply(None, name=_U, shape=("users", "dim"))
+    U_m: np.ndarray | None = reply(None, name=f"{_U}.m", shape=("users", "dim"))
+    U_v: np.ndarray | None = reply(None, name=f"{_U}.v", shape=("users", "dim"))
+    U_t: np.ndarray | None = reply(None, name=f"{_U}.t", shape=(1,))
+    W: np.ndarray | None = reply(None, name=_W, shape=("conv", "dim"))
+    W_m: np.ndarray | None = reply(None, name=f"{_W}.m", shape=("conv", "dim"))
+    W_v: np.ndarray | None = reply(None, name=f"{_W}.v", shape=("conv", "dim"))
+    W_t: np.ndarray | None = reply(None, name=f"{_W}.t", shape=(1,))
+
+
+@message()
+class LPGCNLosses(Message):
+    """This node's loss share of each step it trained (appended once per step, in a record
+    of its own: the flags, rewritten every round, would grow with the run)."""
+
+    CONFIG = f"{_LOSSES}.config"  # empty: marks the state kept (its arrays: StateArrays)
+    ARRAYS = _LOSSES
+
+    steps: np.ndarray = reply(name=_LOSS_STEPS, shape=("steps",))
+    loss: np.ndarray = reply(name=_LOSS, shape=("steps",))
+
+
+@message()
+class LPGCNFlags(Message):
+    """Where this node is in the run: its step (-1 before the first) and whether it trains,
+    the step whose W update waits for its gradient mail (-1: none), and the marks of what
+    it has done (parts received, sums added, mail sent, uploads; degrees in). A
+    :class:`Session` holds them as a dict, a mark a key set True (:meth:`of`, :meth:`as_dict`)."""
+
+    CONFIG = _FLAGS
+    ARRAYS = f"{_FLAGS}.arrays"  # none: a node state names its own records
+
+    step: int = reply(name=_AT, min=-1)
+    train: bool | None = reply(None, name=_TRAIN)
+    w_pending: int = reply(-1, name=_W_PENDING, min=-1)
+    done: list[str] = reply([], name=_DONE)
+
+    @classmethod
+    def of(cls, flags: Mapping[str, Any]) -> LPGCNFlags:
+        """The flags a :class:`Session` holds, as the typed state."""
+        return cls(step=int(flags[_AT]), train=flags.get(_TRAIN),
+                   w_pending=int(flags.get(_W_PENDING, -1)),
+                   done=[k for k, v in flags.items()
+                         if k not in (_AT, _TRAIN, _W_PENDING) and v])
+
+    def as_dict(self) -> dict[str, Any]:
+        """The flags as a :class:`Session` holds them (``train`` only once a step began)."""
+        out: dict[str, Any] = {_AT: self.step, _W_PENDING: self.w_pending}
+        if self.train is not None:
+            out[_TRAIN] = self.train
+        return {**out, **dict.fromkeys(self.done, True)}
+
+
 #: This process's rows per (run, node), for the many rounds of a run in one process.
 _DATA: dict[tuple[int, int, str, str], Any] = {}
 #: Each node's triples of its current epoch, per process, under the key of its rows: a pure
@@ -236,23 +339,61 @@ def reply_arrays(arrays: dict[str, Any]) -> ArrayRecord:
 
 
 class StateArrays(MutableMapping):
-    """Named arrays in one ArrayRecord of the node state, each read on first use and written
-    at :meth:`flush`, if still there: a round touches a few of a node's arrays, and
-    re-serializing all of them every round dominated the round's cost; an array a round
-    both receives and uses up (a layer's item rows, a gradient sum) is never written.
-    Arrays set are not copied: nothing may change one after setting it."""
+    """The arrays of one of this node's typed states (``state``: its class, whose ``ARRAYS``
+    record holds them), each written at :meth:`flush`, if still there: a round touches a
+    few of a node's arrays, and re-serializing all of them every round dominated the
+    round's cost; an array a round both receives and uses up (a layer's item rows, a
+    gradient sum) is never written. Arrays set are not copied: nothing may change one after
+    setting it.
 
-    def __init__(self, node: NodeContext, name: str) -> None:
-        record = array_record(node.state, name)
-        if record is None:
-            record = node.state[name] = ArrayRecord()
-        self.record = record
+    Checked on reload: every kept array's shape (as its record entry declares it, which is
+    what :func:`state_view` reads the bytes by) against the class's declaration (rank, fixed
+    sizes, sizes that agree across arrays and with ``dims``, the arrays every such state
+    has), refused naming the record and the field (``clients.state.check_state``); an
+    array's bytes are read on first use, and refused there, by name, if they do not hold
+    that shape. The check reads no array: a round uses a few of them. The one record not
+    declared is the step's scratch (``state`` the record name :data:`_STEP`): its arrays are
+    named by layer, sender and step, and each is checked where it enters (a delivery's shape
+    in :meth:`Session.checked_deliveries`, a letter's rows in :meth:`Session.gather`)."""
+
+    def __init__(self, node: NodeContext, state: type[Message] | str,
+                 dims: Mapping[str, int] | None = None) -> None:
+        self.state, self.who = node.state, node.who
+        self.cls = state if isinstance(state, type) else None
+        self.name = state if isinstance(state, str) else state.ARRAYS
+        kept = self.cls is None or self.cls.CONFIG in node.state
+        self.record = array_record(node.state, self.name) if kept else None
         self.cache: dict[str, np.ndarray] = {}
         self.dirty: set[str] = set()  # set since the last flush
+        if self.cls is not None and kept:
+            self._check(self.cls, dims)
+
+    def _check(self, cls: type[Message], dims: Mapping[str, int] | None) -> None:
+        """Every kept array's declared shape against the declaration of ``cls``."""
+        shapes = {}
+        for key in self.record or ():
+            try:
+                shapes[key] = _shaped(self.record[key].shape)
+            except (ValueError, TypeError):
+                raise self._unreadable(key) from None
+        check_state(cls, shapes, {}, self.who, self.name, dims)
+
+    def _unreadable(self, key: str) -> WireError:
+        return WireError(f"{self.who}: its node state '{self.name}' does not deserialise: "
+                         f"array '{key}' does not hold the shape its record declares")
 
     def __getitem__(self, key: str) -> np.ndarray:
         if key not in self.cache:
-            self.cache[key] = state_view(self.record[key])
+            if self.record is None:
+                raise KeyError(key)
+            array = self.record[key]
+            try:
+                view = state_view(array)
+            except (ValueError, TypeError):
+                raise self._unreadable(key) from None
+            if view.shape != tuple(array.shape):  # read by numpy's own header instead
+                raise self._unreadable(key)
+            self.cache[key] = view
         return self.cache[key]
 
     def __setitem__(self, key: str, value: np.ndarray) -> None:
@@ -262,31 +403,62 @@ class StateArrays(MutableMapping):
     def __delitem__(self, key: str) -> None:
         if key not in self:
             raise KeyError(key)
-        if key in self.record:
+        if self.record is not None and key in self.record:
             del self.record[key]
         self.cache.pop(key, None)
         self.dirty.discard(key)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(list(dict.fromkeys([*self.record.keys(), *sorted(self.dirty)])))
+        kept = self.record.keys() if self.record is not None else ()
+        return iter(list(dict.fromkeys([*kept, *sorted(self.dirty)])))
 
     def __len__(self) -> int:
-        return len(set(self.record.keys()) | self.dirty)
+        return len(set(self.record.keys() if self.record is not None else ()) | self.dirty)
 
     def __contains__(self, key: object) -> bool:
-        return key in self.dirty or key in self.record
+        return key in self.dirty or (self.record is not None and key in self.record)
 
     def flush(self) -> None:
-        """Write what was set since the last flush (the end of a request's writes)."""
+        """Write what was set since the last flush (the end of a request's writes); a typed
+        state's first write also marks it kept (its empty ``CONFIG`` record)."""
+        if not self.dirty:
+            return
+        if self.record is None:
+            self.record = self.state[self.name] = ArrayRecord()
         for key in sorted(self.dirty):
             self.record[key] = state_array(self.cache[key])
         self.dirty.clear()
+        if self.cls is not None and self.cls.CONFIG not in self.state:
+            self.state[self.cls.CONFIG] = ConfigRecord()
 
     def replace(self, arrays: dict[str, np.ndarray]) -> None:
         for key in list(self):
             del self[key]
         for key, value in arrays.items():
             self[key] = value
+
+
+#: The one byte every :func:`_shaped` array views.
+_ONE_BYTE = np.zeros(1, np.int8)
+
+
+def _shaped(shape: Any) -> np.ndarray:
+    """An array of ``shape`` that reads no data (one byte, every stride 0): what a shape
+    check of a declaration looks at, for an array not read yet."""
+    shape = tuple(int(n) for n in shape)
+    if any(n < 0 for n in shape):  # numpy would read -1 as "the size the buffer has"
+        raise ValueError("a negative size")
+    return np.ndarray(shape, np.int8, buffer=_ONE_BYTE, strides=(0,) * len(shape))
+
+
+def _setup(node: NodeContext) -> StateArrays:
+    """This node's :class:`LPGCNSetup`, checked against its catalogue."""
+    return StateArrays(node, LPGCNSetup, {"items": _data(node).train.shape[1]})
+
+
+def _params(node: NodeContext, dim: int) -> StateArrays:
+    """This node's :class:`LPGCNParams`, checked against its users and ``lpgcn-dim``."""
+    return StateArrays(node, LPGCNParams, {"users": len(_data(node).user_ids), "dim": dim})
 
 
 #: Arrays of (layers + 1) x (users + items) x dim a node keeps at once in a round (user and
@@ -375,9 +547,9 @@ def _check_cover(node: NodeContext, hp: Hyper) -> None:
         pol.require("allow-sampled-holdings", "LP-GCN with sampled virtual items "
                     "(lpgcn-holdings = sampled: an item held by one node is that node's real "
                     "item, so the server's holder counts name real holdings)", node.who)
-    pinned = array_record(node.state, _SETUP)
-    if pinned is not None and _COVER in pinned:
-        was = state_view(pinned[_COVER])
+    pinned = _setup(node)
+    if _COVER in pinned:
+        was = pinned[_COVER]
         if (alpha, scale, float(HOLDINGS.index(mode))) != tuple(float(x) for x in was):
             raise PolicyError(
                 f"{node.who} refuses an LP-GCN request with lpgcn-alpha = {alpha:g}, "
@@ -431,7 +603,7 @@ def holdings(content: RecordDict, node: NodeContext) -> RecordDict:
     """
     hp = _request(node, HoldingsRequest)
     train = _real_rows(node)
-    if HELD in StateArrays(node, _SETUP):
+    if HELD in _setup(node):
         raise PolicyError(f"{node.who} refuses a second lpgcn_holdings in this run: its "
                           "virtual items are drawn once (two draws would differ in the "
                           "virtual items only, showing the server the real ones)")
@@ -446,7 +618,7 @@ def holdings(content: RecordDict, node: NodeContext) -> RecordDict:
     held_real = np.concatenate([real, virtual])
     order = np.argsort(pseudo_all[held_real])
     held_real = held_real[order]
-    setup = StateArrays(node, _SETUP)
+    setup = _setup(node)
     setup.replace({_PSEUDO_ALL: pseudo_all, _HELD_REAL: held_real,
                    HELD: pseudo_all[held_real], _ISREAL: np.isin(held_real, real),
                    _COVER: np.array([hp.alpha, hp.mask_scale,
@@ -465,7 +637,7 @@ def assign(content: RecordDict, node: NodeContext) -> RecordDict:
     holders; mail every other holder, sealed, the pseudonyms of the items it convolves for
     it (the confirmation). Nothing about real or virtual holdings leaves before
     ``lpgcn_verify`` checked the confirmations against the server's assignment."""
-    setup = StateArrays(node, _SETUP)
+    setup = _setup(node)
     if HELD not in setup:
         raise LosslessnessError(f"{node.who}: lpgcn_assign before lpgcn_holdings")
     if CONV_OF in setup:
@@ -547,7 +719,7 @@ def _check_whole_set(node: NodeContext, ptr: np.ndarray, holders: np.ndarray) ->
 def verify(content: RecordDict, node: NodeContext) -> RecordDict:
     """The verification, in two requests: first every node checks the confirmations and
     mails its counts; then every convolution node forms its items' degrees."""
-    setup = StateArrays(node, _SETUP)
+    setup = _setup(node)
     if CONV_OF not in setup:
         raise LosslessnessError(f"{node.who}: lpgcn_verify before lpgcn_assign")
     hp = _request(node, VerifyRequest)
@@ -623,10 +795,10 @@ def _degrees(node: NodeContext, setup: StateArrays, hp: VerifyRequest) -> None:
     held_degree = np.zeros(len(setup[HELD]))
     held_degree[conv_hpos] = degree
     setup.update({_HOLD_CNT: hold_cnt, _CONV_DEGREE: degree, _DEGREE: held_degree})
-    stored = StateArrays(node, _PARAMS)
+    stored = _params(node, hp.dim)
     stored.replace(params)
     stored.flush()
-    node.state[_FLAGS] = ConfigRecord({_AT: hp.start_step - 1, _DEGREES: False})
+    node.save_state(LPGCNFlags(step=hp.start_step - 1))
 
 
 #: Node config key (the operator's, never the server's): a checkpoint of the model at the run's
@@ -749,14 +921,14 @@ class Session:
         self.node = node
         self.hp = hp
         self.me = node.context.node_id
-        self.setup = StateArrays(node, _SETUP)
-        self.params = StateArrays(node, _PARAMS)
-        flags = config_record(node.state, _FLAGS)
+        self.setup = _setup(node)
+        self.params = _params(node, hp.dim)
+        flags = node.load_state(LPGCNFlags)
         if _V not in self.params or flags is None:
             raise LosslessnessError(f"{node.who}: lpgcn_round before the LP-GCN setup")
         self.cur = StateArrays(node, _STEP)
-        self.losses = StateArrays(node, _LOSSES)
-        self.flags: dict[str, Any] = dict(flags)
+        self.losses = StateArrays(node, LPGCNLosses)
+        self.flags: dict[str, Any] = flags.as_dict()
         self.L = hp.layers
         self.plus = hp.backbone == _PLUS
         self.dtype = np.dtype(hp.dtype)
@@ -780,7 +952,7 @@ class Session:
     def save(self) -> None:
         for arrays in (self.cur, self.params, self.setup, self.losses):
             arrays.flush()
-        self.node.state[_FLAGS] = ConfigRecord(self.flags)
+        self.node.save_state(LPGCNFlags.of(self.flags))
 
     def done(self, name: str) -> bool:
         return bool(self.flags.get(name, False))
@@ -1161,7 +1333,7 @@ class Session:
         return scale * keyed_normal(self.secret, f"{step}|{layer}|{holder}|{conv}", (n, d))
 
     def require_degrees(self) -> None:
-        if not self.done("degrees"):
+        if not self.done(_DEGREES):
             missing = [c for c in self.conv_nodes() if not self.done(f"deg.{c}")]
             raise LosslessnessError(f"{self.node.who}: no item degrees yet from node(s) "
                                     f"{missing}")
@@ -1230,7 +1402,7 @@ def lpgcn_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     node maps it to item ids with its pseudonym table.
     """
     req = _request(node, EvaluateRequest)
-    cur, setup = StateArrays(node, _STEP), StateArrays(node, _SETUP)
+    cur, setup = StateArrays(node, _STEP), _setup(node)
     layers = req.layers
     if _PSEUDO_ALL not in setup or not all(f"eu{layer}" in cur for layer in range(layers + 1)):
         raise LosslessnessError(f"{node.who}: evaluation before a finished forward pass")
@@ -1254,7 +1426,7 @@ def lpgcn_losses(content: RecordDict, node: NodeContext) -> RecordDict:
     """This node's loss share of every training step so far, as a share of a sum."""
     steps = _request(node, LossesRequest).steps
     node.reserve(8.0 * steps, f"LP-GCN losses of {steps} steps")
-    kept = StateArrays(node, _LOSSES)
+    kept = StateArrays(node, LPGCNLosses)
     out = np.zeros(steps)
     for s, value in zip(*((kept[_LOSS_STEPS], kept[_LOSS]) if _LOSS in kept else ((), ()))):
         if 0 <= int(s) < steps:
@@ -1264,8 +1436,9 @@ def lpgcn_losses(content: RecordDict, node: NodeContext) -> RecordDict:
 
 def stored_params(state: RecordDict) -> dict[str, np.ndarray]:
     """This node's layer-0 rows as kept in its state (``U`` with ``user_ids``; ``V``, ``W``
-    with ``conv_real``): for tests that compare a run with the centralized reference."""
-    record = array_record(state, _PARAMS)
-    if record is None:
+    with ``conv_real``), checked: for tests that compare a run with the centralized
+    reference."""
+    kept = load_state(state, LPGCNParams, "the node")
+    if kept is None:
         raise KeyError(_PARAMS)
-    return from_array_record(record)
+    return kept.to_arrays()

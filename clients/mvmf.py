@@ -32,6 +32,7 @@ from fedrec.recsys.multiview import (
 )
 from fedrec.wire import mvmf as mvmf_wire
 from fedrec.wire.evaluation import RankingSum
+from fedrec.wire.message import Message, message, reply
 from fedrec.wire.mvmf import (
     Action,
     ColdFactors,
@@ -47,9 +48,21 @@ from fedrec.wire.mvmf import (
 #: The item server's requests, and the user nodes'.
 ItemReq = TypeVar("ItemReq", ItemGradientRequest, ItemColdRequest)
 UserReq = TypeVar("UserReq", TrainRequest, EvaluateRequest)
-#: Node state: the SGD users' ids and factors (arrays ``ids`` and ``P``).
-_FACTORS = "mvmf.factors"
+#: Node-local names of the SGD users' ids and factors (never sent).
 _IDS, _P = "ids", "P"
+
+
+# typed so that a corrupted or stale state is refused on reload (clients/state.py)
+@message()
+class MVMFFactors(Message):
+    """The factors p_i of this node's users that SGD moved (``p-update = sgd``), kept between
+    epochs and never sent: one id and one row of dimension K per such user."""
+
+    CONFIG = "mvmf.state"  # empty: marks the state kept
+    ARRAYS = "mvmf.factors"
+
+    ids: np.ndarray = reply(name=_IDS, shape=("kept",))
+    P: np.ndarray = reply(name=_P, shape=("kept", "dim"))
 
 
 def _model(req: ModelRequest) -> MVMFConfig:
@@ -88,11 +101,12 @@ def _user_inputs(node: NodeContext, cls: type[UserReq]
     return data, X, req, model
 
 
-def _factors(node: NodeContext) -> dict[int, np.ndarray]:
-    stored = node.load_arrays(_FACTORS)
+def _factors(node: NodeContext, model: MVMFConfig) -> dict[int, np.ndarray]:
+    """The SGD users' kept factors by user id, of the model's dimension K."""
+    stored = node.load_state(MVMFFactors, dims={"dim": model.dim})
     if stored is None:
         return {}
-    return {int(u): p for u, p in zip(stored[_IDS], stored[_P])}
+    return {int(u): p for u, p in zip(stored.ids, stored.P)}
 
 
 @handler(Action.TRAIN, sums=True)
@@ -101,14 +115,13 @@ def mvmf_train(content: RecordDict, node: NodeContext) -> RecordDict:
     _require(node, "user", Action.TRAIN)
     data, X, req, model = _user_inputs(node, TrainRequest)
     step = users_step(data.train, X, data.user_ids, req.Q, req.U, model, req.epoch,
-                      _factors(node))
+                      _factors(node, model))
     reply = sum_reply(node, TrainSum(gQ=step.grad_Q, gU=step.grad_U,
                                      loss=np.array([step.loss]),
                                      users=np.array([float(step.n_users)])))
     if model.p_update == "sgd" and step.factors:  # kept once the reply passed its checks
         ids = np.array(sorted(step.factors), dtype=np.int64)
-        node.store_arrays(_FACTORS, {_IDS: ids,
-                                     _P: np.stack([step.factors[int(u)] for u in ids])})
+        node.save_state(MVMFFactors(ids=ids, P=np.stack([step.factors[int(u)] for u in ids])))
     return reply
 
 
@@ -121,7 +134,7 @@ def mvmf_evaluate(content: RecordDict, node: NodeContext) -> RecordDict:
     node.reserve(8.0 * len(data.user_ids) * (6.0 * data.n_items + 2.0 * model.dim),
                  f"MVMF evaluation (dim={model.dim})")
     P = user_factors_for_scoring(data.train, X, data.user_ids, req.Q, req.U, model, req.epoch,
-                                 _factors(node))
+                                 _factors(node, model))
     sums = rating_ranking_sums(user_scores(P, req.Q), data.train, data.test, req.top_k,
                                req.threshold, _new_items(node, req.new_items, data.n_items))
     return sum_reply(node, RankingSum(ranking=sums))

@@ -21,7 +21,7 @@ from numpy.lib.format import BUFFER_SIZE
 from clients.state import drop_state, load_state, save_state
 from datasets import DatasetSpec, NodeData, PartitionSpec, load_item_server_data, load_node_data
 from datasets.synthetic import footprint_bytes as synthetic_bytes
-from fedrec.records import array_record, from_array_record, state_record, to_array_record
+from fedrec.records import array_record, state_record
 from fedrec.wire import request as wire_request
 from fedrec.wire.handshake import DATA as DATA_KEY  # the data config's record, for fl_app
 from fedrec.wire.message import Message, WireError, run_fixed_values, wire_fields
@@ -357,10 +357,12 @@ class NodeContext:
         self.policy.check_iterations(int(count) * max(int(times), 1), name, self.who)
 
     # -- typed state kept in Flower's node state ---------------------------------------
-    def load_state(self, cls: type[M], key: str | None = None) -> M | None:
+    def load_state(self, cls: type[M], key: str | None = None, *,
+                   dims: Mapping[str, int] | None = None) -> M | None:
         """This node's state of type ``cls`` (the one kept under ``key``, if given), every
-        field checked on reload, or None before the first save (``clients/state.py``)."""
-        return load_state(self.state, cls, self.who, key)
+        field checked on reload (``dims``: shape symbols of sizes the node knows), or None
+        before the first save (``clients/state.py``)."""
+        return load_state(self.state, cls, self.who, key, dims=dims)
 
     def save_state(self, msg: Message, key: str | None = None) -> None:
         """Keep the state ``msg`` (under ``key``) in the node state (``clients/state.py``)."""
@@ -369,15 +371,3 @@ class NodeContext:
     def drop_state(self, cls: type[Message], key: str | None = None) -> None:
         """Forget this node's state of type ``cls`` (under ``key``)."""
         drop_state(self.state, cls, key)
-
-    # -- private arrays kept in Flower's node state ------------------------------------
-    def load_arrays(self, key: str) -> dict[str, np.ndarray] | None:
-        """Arrays this node stored under ``key`` in an earlier message, or None."""
-        record = array_record(self.state, key)
-        if record is None:
-            return None
-        return from_array_record(record)
-
-    def store_arrays(self, key: str, arrays: Mapping[str, np.ndarray]) -> None:
-        """Keep private arrays (e.g. user factors) in the node state for later messages."""
-        self.state[key] = to_array_record(arrays)

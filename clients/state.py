@@ -12,13 +12,20 @@ as Flower's SecAgg+ state dataclass and Opacus's ``state_dict`` are.
 A mechanism that keeps one state per name the server chooses (the key relay's secret per
 purpose) passes that name as ``key``: the state then lives in records ``CONFIG.<key>`` and
 ``ARRAYS.<key>`` (:func:`state_keys` lists the keys held), each instance checked alike.
+
+A state whose arrays a round reads and writes a few at a time (LP-GCN's rows and setup,
+where rewriting every array each round dominated the round) keeps them in its ``ARRAYS``
+record itself and checks them with :func:`check_state` when it reloads them, the same
+checks and refusals as :func:`load_state`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
 from fedrec.wire.message import Message, WireError
@@ -48,10 +55,12 @@ def _names(cls: type[Message], key: str | None) -> tuple[str, str]:
     return f"{cls.CONFIG}.{key}", f"{cls.ARRAYS}.{key}"
 
 
-def load_state(state: RecordDict, cls: type[M], who: str, key: str | None = None) -> M | None:
+def load_state(state: RecordDict, cls: type[M], who: str, key: str | None = None, *,
+               dims: Mapping[str, int] | None = None) -> M | None:
     """The state of type ``cls`` (under ``key``) as :func:`save_state` kept it in ``state``,
     or None before the first save (no config record); a record off its declaration is
-    refused naming the record and the field, never a value."""
+    refused naming the record and the field, never a value. ``dims`` fixes shape symbols
+    to sizes the node knows (``users`` = its users), as ``NodeContext.read`` does."""
     config, arrays = _names(cls, key)
     if config not in state:
         return None
@@ -61,14 +70,31 @@ def load_state(state: RecordDict, cls: type[M], who: str, key: str | None = None
         if arrays in state:
             view[cls.ARRAYS] = state[arrays]
     try:
-        return cls.from_records(view, who)
-    except WireError as exc:  # a reply field's refusal names its type, not its value
-        why = str(exc).removeprefix(f"{who} refuses the request: ")
-        raise WireError(f"{who}: its node state '{config}' does not match "
-                        f"{cls.__qualname__} (corrupted or stale): {why}") from None
+        return cls.from_records(view, who, dims)
+    except WireError as exc:
+        raise _refused(cls, config, who, exc) from None
     except (ValueError, TypeError) as exc:  # an array record that does not deserialise
         raise WireError(f"{who}: its node state '{arrays}' of {cls.__qualname__} does "
                         f"not deserialise ({type(exc).__name__})") from None
+
+
+def check_state(cls: type[M], arrays: Mapping[str, np.ndarray], config: Mapping[str, Any],
+                who: str, record: str, dims: Mapping[str, int] | None = None) -> M:
+    """``cls`` from arrays and scalars a node kept by other means than :func:`save_state`
+    (a state whose arrays it reads and writes one by one), every field checked as
+    :func:`load_state` checks it; refused naming ``record`` and the field, never a value."""
+    try:
+        return cls.from_parts(arrays, config, who, dims)
+    except WireError as exc:
+        raise _refused(cls, record, who, exc) from None
+
+
+def _refused(cls: type[Message], record: str, who: str, exc: WireError) -> WireError:
+    """The refusal of a kept state off its declaration: a reply field's refusal names its
+    type, never its value; the node's state is no request."""
+    why = str(exc).removeprefix(f"{who} refuses the request: ")
+    return WireError(f"{who}: its node state '{record}' does not match "
+                     f"{cls.__qualname__} (corrupted or stale): {why}")
 
 
 def save_state(state: RecordDict, msg: Message, key: str | None = None) -> None:
@@ -105,9 +131,10 @@ class NodeState:
     state: RecordDict
     who: str
 
-    def load_state(self, cls: type[M], key: str | None = None) -> M | None:
+    def load_state(self, cls: type[M], key: str | None = None, *,
+                   dims: Mapping[str, int] | None = None) -> M | None:
         """:func:`load_state` on this node's state."""
-        return load_state(self.state, cls, self.who, key)
+        return load_state(self.state, cls, self.who, key, dims=dims)
 
     def save_state(self, msg: Message, key: str | None = None) -> None:
         """:func:`save_state` on this node's state."""

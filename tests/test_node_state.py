@@ -14,8 +14,12 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
 
 import clients
 from clients.common import HelloAnswered
+from clients.dp_fedmf import DPFedMFUsers
+from clients.dp_prototypes import DPPrototypesUsers
 from clients.fedsvd import CheckedSelectionContext, SyncNoise
 from clients.identity_node import VerifiedKeys
+from clients.lpgcn import LPGCNFlags, LPGCNLosses, LPGCNParams, LPGCNSetup, StateArrays
+from clients.mvmf import MVMFFactors
 from clients.node import NodeContext
 from clients.nodeset import NodeSetCommitted
 from clients.noise_node import NoiseHistory
@@ -66,6 +70,8 @@ NOISE = SyncNoise(t=4, mode="secagg+", weight=0.25, std=0.5,
 #: A relayed secret, kept per purpose.
 RELAYED = SharedSecret(secret=b"\x09" * 32, make="random-key", owner=1003,
                        fingerprint=b"\x0a" * 32)
+#: LP-GCN's progress: in step 5, training, its W update of step 4 waiting, some parts done.
+FLAGS = LPGCNFlags(step=5, train=True, w_pending=4, done=["degrees", "deg.1003", "got.ei0"])
 
 
 # -- round trip ------------------------------------------------------------------------
@@ -85,10 +91,12 @@ RELAYED = SharedSecret(secret=b"\x09" * 32, make="random-key", owner=1003,
     INBOX,
     HELLO,
     CHECKED,
+    FLAGS,
+    LPGCNFlags(step=-1),
 ], ids=["key-setup", "after-share-round", "committed", "committed-with-dropouts",
         "nodeset-by-root", "nodeset-whole", "mail-key", "mail-directory", "empty-directory",
         "noise-history", "verified-keys", "none-verified", "mail-inbox", "hello-answered",
-        "checked-selection-context"])
+        "checked-selection-context", "lpgcn-flags", "lpgcn-flags-before-the-first-step"])
 def test_a_state_round_trips(state: Message) -> None:
     node = _node()
     assert node.load_state(type(state)) is None  # nothing kept yet
@@ -258,6 +266,12 @@ CORRUPTIONS = [
     (SyncNoise, NOISE, "weight", -7.0, "must be >= 0"),
     (SyncNoise, NOISE, "std", SECRET, "must be float"),
     (SyncNoise, NOISE, "t", _MISSING, "has no field"),
+    (LPGCNFlags, FLAGS, "step", -7, "must be an integer >= -1"),
+    (LPGCNFlags, FLAGS, "step", _MISSING, "has no field"),
+    (LPGCNFlags, FLAGS, "train", SECRET, "must be bool"),
+    (LPGCNFlags, FLAGS, "w-pending", SECRET.encode(), "must be an integer"),
+    (LPGCNFlags, FLAGS, "done", SECRET, "must be a list of str"),
+    (LPGCNFlags, FLAGS, "done", [SECRET.encode()], "must be list of str"),
 ]
 
 
@@ -528,7 +542,8 @@ def test_node_states_name_distinct_records_never_a_wire_one() -> None:
             for name in (c.CONFIG, c.ARRAYS)} | {Message.CONFIG, Message.ARRAYS}
     assert {SecAggState, SecAggCommitted, NodeSetCommitted, MailKeyState, MailDirectory,
             NoiseHistory, SharedSecret, VerifiedKeys, MailInbox, HelloAnswered, SyncNoise,
-            CheckedSelectionContext} <= set(states)
+            CheckedSelectionContext, DPFedMFUsers, DPPrototypesUsers, MVMFFactors,
+            LPGCNSetup, LPGCNParams, LPGCNLosses, LPGCNFlags} <= set(states)
     names = [name for c in states for name in (c.CONFIG, c.ARRAYS)]
     assert len(names) == len(set(names)), sorted(names)
     assert not set(names) & wire, sorted(set(names) & wire)
@@ -623,3 +638,257 @@ def test_fedmf_state_with_mismatched_moments_is_refused_on_reload() -> None:
     node.save_state(FedMFState(U=np.ones((3, 4)), user_m=np.zeros((3, 5))))
     with pytest.raises(WireError, match=r"'fedmf.state' does not match FedMFState.*adamU.m"):
         node.load_state(FedMFState)
+
+
+# -- the protocols' private arrays (dp-fedmf, dp-prototypes, MVMF, LP-GCN) --------------------
+#: An array value no refusal may echo.
+VALUE = 7.25
+
+
+def _array_states() -> list[tuple[Message, dict[str, int]]]:
+    """Each protocol's array state with the sizes its node checks it against on reload."""
+    rows = np.full((3, 4), VALUE)
+    return [(DPFedMFUsers(U=rows), {"users": 3}),
+            (DPPrototypesUsers(U=rows), {"users": 3}),
+            (MVMFFactors(ids=np.array([2, 5, 9], np.int64), P=rows), {"dim": 4})]
+
+
+def _equal(a: Message, b: Message | None) -> bool:
+    """Two states field for field (arrays by value, dtype and shape)."""
+    assert b is not None and type(a) is type(b)
+    for f in wire_fields(type(a)):
+        x, y = getattr(a, f.attr), getattr(b, f.attr)
+        if f.is_array and x is not None and y is not None:
+            if x.dtype != y.dtype or not np.array_equal(x, y):
+                return False
+        elif x is not None or y is not None:
+            if f.is_array or x != y:
+                return False
+    return True
+
+
+@pytest.mark.parametrize("index", range(3), ids=["dp-fedmf", "dp-prototypes", "mvmf"])
+def test_a_protocol_array_state_round_trips(index: int) -> None:
+    state, dims = _array_states()[index]
+    node = _node()
+    assert node.load_state(type(state), dims=dims) is None
+    node.save_state(state)
+    assert _equal(state, node.load_state(type(state), dims=dims))
+    assert _equal(state, _node(node.state).load_state(type(state), dims=dims))
+
+
+#: (state index, array, stored value, what the refusal says): an array reshaped, of other
+#: rows than the node's users or of another dimension than the model's, or dropped.
+ARRAY_CORRUPTIONS = [
+    (0, "U", np.full((2, 4), VALUE), "axis 0 expected users = 3"),
+    (0, "U", np.full(12, VALUE), "must have 2 dimension(s)"),
+    (0, "U", None, "has no field 'U'"),
+    (1, "U", np.full((5, 4), VALUE), "axis 0 expected users = 3"),
+    (1, "U", None, "has no field 'U'"),
+    (2, "P", np.full((3, 6), VALUE), "axis 1 expected dim = 4"),
+    (2, "P", np.full((2, 4), VALUE), "axis 0 expected kept"),
+    (2, "ids", np.zeros((3, 1)), "must have 1 dimension(s)"),
+    (2, "ids", None, "has no field 'ids'"),
+]
+
+
+@pytest.mark.parametrize(("index", "name", "value", "says"), ARRAY_CORRUPTIONS,
+                         ids=[f"{c[0]}-{c[1]}-{i}" for i, c in enumerate(ARRAY_CORRUPTIONS)])
+def test_a_corrupted_protocol_array_state_is_refused_naming_record_and_field(
+        index: int, name: str, value: np.ndarray | None, says: str) -> None:
+    from fedrec.records import from_array_record, to_array_record
+
+    state, dims = _array_states()[index]
+    cls = type(state)
+    node = _node()
+    node.save_state(state)
+    arrays = from_array_record(node.state[cls.ARRAYS])
+    if value is None:
+        del arrays[name]
+    else:
+        arrays[name] = value
+    node.state[cls.ARRAYS] = to_array_record(arrays)
+    with pytest.raises(WireError) as info:
+        node.load_state(cls, dims=dims)
+    text = str(info.value)
+    assert f"'{cls.CONFIG}'" in text and f"'{name}'" in text and says in text, text
+    assert node.who in text and "corrupted or stale" in text and str(VALUE) not in text, text
+    assert info.value.__cause__ is None
+
+
+def test_the_protocol_array_states_keep_their_records() -> None:
+    """The arrays stay in the records they always had (a reader of the node state, such as
+    the LP-GCN attack tests, finds them where it did), under their node-local names."""
+    assert [(c.ARRAYS, [f.name for f in wire_fields(c)]) for c in (
+        DPFedMFUsers, DPPrototypesUsers, MVMFFactors, LPGCNLosses)] == [
+        ("dpfedmf.users", ["U"]), ("dpp.users", ["U"]), ("mvmf.factors", ["ids", "P"]),
+        ("lpgcn.losses", ["step", "loss"])]
+    assert (LPGCNSetup.ARRAYS, LPGCNParams.ARRAYS, LPGCNFlags.CONFIG) == (
+        "lpgcn.setup", "lpgcn.params", "lpgcn.flags")
+    assert [f.name for f in wire_fields(LPGCNSetup)] == [
+        "pseudo_all", "held_real", "held", "isreal", "cover", "conv_of", "conv_hpos",
+        "hold_ptr", "hold_nodes", "own_count", "counts_sent", "hold_cnt", "conv_degree",
+        "degree"]
+    assert [f.name for f in wire_fields(LPGCNParams)] == [
+        "conv_real", "user_ids", "V", "V.m", "V.v", "V.t", "U", "U.m", "U.v", "U.t", "W",
+        "W.m", "W.v", "W.t"]
+
+
+def test_the_array_state_readers_refuse_a_corrupted_state_before_using_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """dp-fedmf's user factors of other rows than the node's users, MVMF's factors of
+    another dimension than the request's: each read refuses by record and field."""
+    from types import SimpleNamespace
+
+    from clients.dp_fedmf import _users
+    from clients.mvmf import _factors
+
+    monkeypatch.setattr(NodeContext, "data",
+                        lambda self: SimpleNamespace(user_ids=np.arange(4)))
+    node = _node()
+    node.save_state(DPFedMFUsers(U=np.full((3, 2), VALUE)))
+    with pytest.raises(WireError, match=r"'dpfedmf\.state'.*'U'.*expected users = 4"):
+        _users(node, 2, 0)
+    node.save_state(MVMFFactors(ids=np.arange(2), P=np.full((2, 3), VALUE)))
+    assert set(_factors(node, SimpleNamespace(dim=3))) == {0, 1}  # type: ignore[arg-type]
+    with pytest.raises(WireError, match=r"'mvmf\.state'.*'P'.*expected dim = 5"):
+        _factors(node, SimpleNamespace(dim=5))  # type: ignore[arg-type]
+
+
+# LP-GCN keeps its setup, rows and losses array by array (StateArrays: a round reads and
+# writes a few), each checked on reload against its declaration as load_state checks.
+SETUP = {"pseudo_all": np.array([9, 4, 7, 1], np.uint64), "held_real": np.array([3, 1, 2]),
+         "held": np.array([1, 4, 7], np.uint64), "isreal": np.array([True, False, True]),
+         "cover": np.array([0.5, 0.1, 0.0]), "conv_of": np.array([7, 8, 7], np.uint64),
+         "conv_hpos": np.array([0, 2]), "hold_ptr": np.array([0, 2, 4]),
+         "hold_nodes": np.array([7, 8, 7, 8], np.uint64), "degree": np.full(3, VALUE)}
+PARAMS = {"conv_real": np.array([3, 2]), "user_ids": np.array([11, 12, 13]),
+          "V": np.full((2, 4), VALUE), "U": np.full((3, 4), VALUE),
+          "U.m": np.zeros((3, 4)), "U.v": np.zeros((3, 4)), "U.t": np.array([2], np.int64)}
+LOSSES = {"step": np.array([0, 1], np.int64), "loss": np.array([VALUE, 0.5])}
+#: (class, arrays, the node's sizes)
+LAZY = [(LPGCNSetup, SETUP, {"items": 4}), (LPGCNParams, PARAMS, {"users": 3, "dim": 4}),
+        (LPGCNLosses, LOSSES, {})]
+
+
+@pytest.mark.parametrize(("cls", "arrays", "dims"), LAZY, ids=["setup", "params", "losses"])
+def test_an_lpgcn_state_round_trips_array_by_array(cls: type[Message],
+                                                   arrays: dict[str, np.ndarray],
+                                                   dims: dict[str, int]) -> None:
+    """Written array by array, reloaded checked (by a later request, or whole through
+    ``load_state``); an array written later and one deleted round-trip too."""
+    node = _node()
+    kept = StateArrays(node, cls, dims)
+    assert not list(kept) and cls.ARRAYS not in node.state  # nothing kept, nothing written
+    kept.replace(arrays)
+    kept.flush()
+    assert cls.CONFIG in node.state  # marked kept
+    back = StateArrays(_node(node.state), cls, dims)
+    assert sorted(back) == sorted(arrays)
+    for name, value in arrays.items():
+        assert back[name].dtype == value.dtype and np.array_equal(back[name], value), name
+    whole = node.load_state(cls, dims=dims)
+    assert whole is not None and all(np.array_equal(whole.to_arrays()[k], v)
+                                     for k, v in arrays.items())
+    first = next(iter(arrays))
+    back[first] = arrays[first] + 1
+    back.flush()
+    again = StateArrays(_node(node.state), cls, dims)
+    assert np.array_equal(again[first], arrays[first] + 1)
+
+
+#: (class, arrays, sizes, array, stored value (None: dropped), what the refusal says)
+LAZY_CORRUPTIONS = [
+    (LPGCNSetup, SETUP, {"items": 4}, "conv_of", np.zeros(5, np.uint64),
+     "axis 0 expected held"),
+    (LPGCNSetup, SETUP, {"items": 4}, "pseudo_all", np.zeros(6, np.uint64),
+     "axis 0 expected items = 4"),
+    (LPGCNSetup, SETUP, {"items": 4}, "cover", np.full(2, VALUE), "axis 0 expected 3"),
+    (LPGCNSetup, SETUP, {"items": 4}, "held", None, "has no field 'held'"),
+    (LPGCNSetup, SETUP, {"items": 4}, "degree", np.full((3, 1), VALUE),
+     "must have 1 dimension(s)"),
+    (LPGCNParams, PARAMS, {"users": 3, "dim": 4}, "U", np.full((4, 4), VALUE),
+     "axis 0 expected users = 3"),
+    (LPGCNParams, PARAMS, {"users": 3, "dim": 4}, "U.m", np.zeros((3, 5)),
+     "axis 1 expected dim = 4"),
+    (LPGCNParams, PARAMS, {"users": 3, "dim": 4}, "V", np.full((3, 4), VALUE),
+     "axis 0 expected conv"),
+    (LPGCNParams, PARAMS, {"users": 3, "dim": 4}, "V", None, "has no field 'V'"),
+    (LPGCNLosses, LOSSES, {}, "loss", np.full(3, VALUE), "axis 0 expected steps"),
+    (LPGCNLosses, LOSSES, {}, "step", None, "has no field 'step'"),
+]
+
+
+@pytest.mark.parametrize(("cls", "arrays", "dims", "name", "value", "says"), LAZY_CORRUPTIONS,
+                         ids=[f"{c[0].__name__}-{c[3]}-{i}"
+                              for i, c in enumerate(LAZY_CORRUPTIONS)])
+def test_a_corrupted_lpgcn_state_is_refused_on_reload_naming_record_and_field(
+        cls: type[Message], arrays: dict[str, np.ndarray], dims: dict[str, int], name: str,
+        value: np.ndarray | None, says: str) -> None:
+    from fedrec.records import to_array_record
+
+    node = _node()
+    kept = StateArrays(node, cls, dims)
+    kept.replace(arrays)
+    kept.flush()
+    changed = {k: v for k, v in arrays.items() if k != name}
+    if value is not None:
+        changed[name] = value
+    node.state[cls.ARRAYS] = to_array_record(changed)
+    for read in (lambda: StateArrays(node, cls, dims), lambda: node.load_state(cls, dims=dims)):
+        with pytest.raises(WireError) as info:
+            read()
+        text = str(info.value)
+        assert f"'{name}'" in text and says in text and "corrupted or stale" in text, text
+        assert node.who in text and str(VALUE) not in text and info.value.__cause__ is None
+    with pytest.raises(WireError, match=rf"'{cls.ARRAYS}' does not match"):
+        StateArrays(node, cls, dims)  # the record its arrays are in
+
+
+def test_an_lpgcn_state_whose_arrays_are_gone_or_unreadable_is_refused() -> None:
+    """Marked kept but its arrays record gone, an array whose record entry declares no
+    shape, or whose bytes do not hold the shape declared: refused by record and array
+    (the bytes when first read, before any use), never used."""
+    node = _node()
+    kept = StateArrays(node, LPGCNLosses)
+    kept.replace(LOSSES)
+    kept.flush()
+    record = node.state[LPGCNLosses.ARRAYS]
+    loss = record["loss"]
+    record["loss"] = type(loss)(dtype=loss.dtype, shape=loss.shape, stype=loss.stype,
+                                data=loss.data[:-8])
+    reloaded = StateArrays(node, LPGCNLosses)  # the shapes match: read when used
+    with pytest.raises(WireError, match=r"'lpgcn\.losses' does not deserialise: array "
+                                        r"'loss' does not hold the shape"):
+        reloaded["loss"]  # noqa: B018
+    record["loss"] = type(loss)(dtype=loss.dtype, shape=(-1,), stype=loss.stype,
+                                data=loss.data)
+    with pytest.raises(WireError, match=r"'lpgcn\.losses' does not deserialise: array 'loss'"):
+        StateArrays(node, LPGCNLosses)
+    del node.state[LPGCNLosses.ARRAYS]
+    with pytest.raises(WireError, match=r"'lpgcn\.losses' does not match.*has no field"):
+        StateArrays(node, LPGCNLosses)
+
+
+def test_lpgcn_stored_params_refuses_corrupted_rows() -> None:
+    from clients.lpgcn import stored_params
+    from fedrec.records import to_array_record
+
+    node = _node()
+    kept = StateArrays(node, LPGCNParams, {"users": 3, "dim": 4})
+    kept.replace(PARAMS)
+    kept.flush()
+    assert sorted(stored_params(node.state)) == sorted(PARAMS)
+    node.state[LPGCNParams.ARRAYS] = to_array_record({**PARAMS, "U.v": np.zeros((3, 2))})
+    with pytest.raises(WireError, match=r"'lpgcn\.params\.config'.*'U\.v'"):
+        stored_params(node.state)
+
+
+def test_lpgcn_flags_hold_what_a_session_marks() -> None:
+    """A session's flags (a dict, a mark a key set True) and the typed state hold the same:
+    a mark not set is no mark, ``train`` is absent before the first step."""
+    flags = {"step": 5, "train": True, "w-pending": 4, "degrees": True, "deg.1003": True,
+             "got.ei0": True, "sum.ei0": False}
+    assert LPGCNFlags.of(flags) == FLAGS
+    assert FLAGS.as_dict() == {k: v for k, v in flags.items() if v is not False}
+    assert LPGCNFlags(step=-1).as_dict() == {"step": -1, "w-pending": -1}
