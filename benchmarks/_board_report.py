@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._board import LABEL, ORDER, REPO, label
+from benchmarks._board_dp import lines as dp_curve_lines
 from benchmarks._report import stored_result
 
 
@@ -339,6 +340,7 @@ def markdown(result: dict[str, Any], png: str = "leaderboard.png") -> str:
         lines += ["## Cells that did not run", "",
                   "A protocol that refuses a split says why; the board shows it, not a number.",
                   ""] + [f"- `{key}`: {why}" for key, why in sorted(failed.items())] + [""]
+    lines += dp_curve_lines(REPO)
     lines += ceiling_lines(result)
     lines += [f"![NDCG@20 per protocol, beside centralized and popularity]({png})", "",
               f"Machine: {result.get('machine', {})}.", ""]

@@ -28,3 +28,14 @@ def test_a_point_off_by_more_than_the_tolerance_does_not_agree() -> None:
 
 def test_a_control_inside_the_tolerance_says_the_rule_cannot_separate() -> None:
     assert not verdict(_points(1.0, 0.995))["control_separates"]
+
+
+def test_a_disagreement_is_called_conservative_only_when_the_node_charges_more() -> None:
+    over = [{"dataset": "d", "target": 10.0, "kind": "point", "charged": 10.0,
+             "flower": 9.7, "opacus_fractional": 9.71},
+            {"dataset": "d", "target": 10.0, "kind": "control", "charged": 8.8}]
+    v = verdict(over)
+    assert not v["agree"] and v["disagreements_conservative"] and v["fractional_agree"]
+    under = [{**over[0], "flower": 10.3, "opacus_fractional": 10.0}, over[1]]
+    v = verdict(under)
+    assert not v["disagreements_conservative"] and not v["fractional_agree"]
