@@ -55,6 +55,7 @@ SIZES: dict[str, int] = {
     "dpp-trials": 10**4, "dpp-shifts": 10**4, "dpp-swaps": 10**4,
     "mvmf-dim": 10**4, "mvmf-top-k": 10**5,
     "dpmf-dim": 10**4, "dpmf-negatives": 10**5,
+    "dpsvd-rank": 10**4, "dpsvd-items": 10**6,
 }
 #: Integer keys that count requests (rounds, steps, blocks) or name a step, never a size
 #: inside one request: each request they add is bounded by the sizes above.
@@ -65,6 +66,7 @@ NOT_SIZES: dict[str, str] = {
     "fedsvd-min-rows": "the fewest rows a node answers with (a threshold, not a size)",
     "rounds": "rounds of requests",
     "dpmf-epochs": "local passes over the node's own rows inside one request",
+    "dpsvd-iterations": "rounds of requests (one noisy sum each)",
 }
 #: Keys drawn in one example (the others keep the case's tiny values).
 PER_EXAMPLE = 2
