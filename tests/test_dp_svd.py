@@ -163,3 +163,18 @@ def test_calibration_meets_the_target_and_no_less_noise_would() -> None:
     assert composed_epsilon([(multiplier_plan(z, 1.0, 100), 4)], 1e-5) <= 5.0
     assert composed_epsilon([(multiplier_plan(z * 0.99, 1.0, 100), 4)], 1e-5) > 5.0
     assert math.isfinite(z)
+
+
+def test_the_defaults_are_the_validation_choice_at_epsilon_5() -> None:
+    """docs/protocols/dp-svd.md: the defaults are what validation chose at epsilon 5 on
+    every curve (a curve that chose otherwise fails this)."""
+    root = Path(__file__).resolve().parents[1] / "results" / "dp_svd"
+    curves = sorted(root.glob("curve-*.json"))
+    if not curves:
+        pytest.skip("no dp-svd curve in results/dp_svd")
+    d = dp_svd.DPSVDParams()
+    for path in curves:
+        point = next(r for r in json.loads(path.read_text())["curve"] if r["epsilon"] == 5)
+        assert point["chosen"] == {"items": d.items, "rank": d.rank,
+                                   "iterations": d.iterations, "pop_weight": d.pop_weight}, \
+            path.name
