@@ -120,10 +120,10 @@ def _dp_popularity(train, test, epsilon: float, users: int, seed: int) -> dict[s
     """DP item popularity (:data:`DP_POPULARITY`) on ``train``, scored on ``test``."""
     from fedrec.recsys.metrics import evaluate_ranking
 
+    from fedrec.recsys.dp_svd import count_share
+
     z = _z(epsilon, 1.0, users, rounds=1)
-    degree = np.asarray(train.sum(axis=1)).ravel()
-    weights = 1.0 / np.maximum(1.0, np.sqrt(degree))
-    counts = np.asarray(train.T @ weights).ravel()
+    counts = count_share(train)  # dp-svd's first release: rows at L2 norm <= 1, summed
     rng = np.random.default_rng([seed, 4242])
     noisy = counts + rng.normal(0.0, z, size=counts.shape)
     m = evaluate_ranking(lambda rows: np.tile(noisy, (len(rows), 1)), train, test,
