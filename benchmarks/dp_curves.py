@@ -52,6 +52,7 @@ import time  # noqa: E402
 import warnings  # noqa: E402
 import zlib  # noqa: E402
 from collections.abc import Mapping, Sequence  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -60,7 +61,7 @@ import numpy as np  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # first: Opacus installs a top-level package named benchmarks
 
-from benchmarks._board import cells  # noqa: E402
+from benchmarks._board import LABEL, cells  # noqa: E402
 from benchmarks._report import (  # noqa: E402
     Units,
     log,
@@ -72,6 +73,11 @@ from benchmarks._report import (  # noqa: E402
 
 OUT = REPO / "results" / "dp_curves" / "ml-1m.json"
 DATASET = "ml-1m"
+#: Gowalla's and Yelp2018's grid: the user-level range a privacy review signs.
+USER_LEVEL_EPSILONS = [0.5, 1.0, 2.0, 5.0, 10.0, 20.0]
+#: fedsvd-privacy's delta per iteration there: T delta = 9.2e-6 over its 92 iterations,
+#: below 1 / n_users (3.3e-5 on Gowalla, 3.2e-5 on Yelp2018).
+LARGE_FEDSVD_DELTA = 1e-7
 EPSILONS = [0.1, 1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6]
 #: Half-decades for the methods whose points take seconds (dp-prototypes: minutes).
 FINE_EPSILONS = [0.3, 3.0, 30.0, 300.0, 3e3, 3e4, 3e5]
@@ -89,36 +95,94 @@ REFRESH_COMMAND = "python benchmarks/dp_curves.py --refresh-full-nmf"
 #: 5 seeds where dp-prototypes crosses popularity (the verdict's epsilons).
 PROTOTYPES_SEEDS_COMMAND = ("python benchmarks/dp_curves.py --resume --seeds 5 --protocols "
                             "dp-prototypes --epsilons 1000 3000 10000")
-PROTOCOLS = ["dp-popularity", "fedsvd-privacy", "dp-prototypes"]
+PROTOCOLS = ["dp-popularity", "fedsvd-privacy", "fedsvd-ddp", "dp-prototypes"]
 #: L1 bound of a user's contribution to DP popularity: dp-prototypes' per-user sparsity
 #: (``dpp-sparsity`` = 50 entries), so the baseline bounds a user as the protocol does.
 POP_CLIP = 50.0
 #: Which reference each protocol is drawn against (the leaderboard's centralized column).
-REFERENCE = {"dp-prototypes": "full-nmf", "fedsvd-privacy": "exact-svd"}
+REFERENCE = {"dp-prototypes": "full-nmf", "fedsvd-privacy": "exact-svd",
+             "fedsvd-ddp": "exact-svd"}
 REFERENCE_LABEL = {"full-nmf": "Full NMF, tuned (dp-prototypes' non-private ceiling: sweeps "
                                "and L2 weight chosen on a validation split of train)",
                    "exact-svd": "exact truncated SVD (fedsvd-privacy's non-private reference)"}
 
 
 # -- the settings --------------------------------------------------------------------------
-def run_config(protocol: str, seed: int, epsilon: float | None = None) -> tuple[dict, int]:
-    """The resolved run config and node count of ``protocol``'s leaderboard cell on ML-1M
-    at ``seed`` (dp-popularity: dp-prototypes' silos), with ``epsilon`` set through the
-    protocol's own key."""
+@dataclass(frozen=True)
+class Setting:
+    """What one dataset's curves run beyond the protocols' leaderboard cells: the grid, the
+    seeds, the protocols, and what replaces a cell's config where the dataset lacks what
+    the cell needs (Gowalla and Yelp2018 have no zip codes and no ratings)."""
+
+    dataset: str
+    epsilons: tuple[float, ...]
+    protocols: tuple[str, ...]
+    #: Run-config keys over dp-prototypes' (and dp-popularity's) cell, and its silo count
+    #: (0: the cell's own).
+    silos: dict[str, Any] = field(default_factory=dict)
+    silo_nodes: int = 0
+    #: Run-config keys over fedsvd-privacy's cell, and its node count (0: the cell's own).
+    fedsvd: dict[str, Any] = field(default_factory=dict)
+    fedsvd_nodes: int = 0
+    #: Whether the dataset comes with its train/test split (the seed then draws only the
+    #: partition, the public randomness and the noise; the references are computed once).
+    fixed_split: bool = False
+
+    @property
+    def out(self) -> Path:
+        return OUT.with_name(f"{self.dataset}.json")
+
+
+def _large(dataset: str) -> Setting:
+    """Gowalla's and Yelp2018's setting: 10 random silos of ~3,000 users for dp-prototypes
+    (no zip codes), the 0/1 data's own value bound 1, ML-1M's k = 50; fedsvd on ML-1M's 4
+    contiguous shards at a delta below 1 / n_users; the user-level grid."""
+    return Setting(dataset, tuple(USER_LEVEL_EPSILONS),
+                   ("dp-popularity", "fedsvd-privacy", "fedsvd-ddp", "dp-prototypes"),
+                   silos={"partition": "shards-random", "implicit": True, "dpp-k": 50,
+                          "dpp-value-max": 1.0}, silo_nodes=10,
+                   fedsvd={"fedsvd-delta": LARGE_FEDSVD_DELTA}, fedsvd_nodes=4,
+                   fixed_split=True)
+
+
+SETTINGS = {"ml-1m": Setting("ml-1m", tuple(EPSILONS),
+                             ("dp-popularity", "fedsvd-privacy", "dp-prototypes")),
+            "gowalla": _large("gowalla"), "yelp2018": _large("yelp2018")}
+
+
+def run_config(protocol: str, seed: int, epsilon: float | None = None,
+               dataset: str = DATASET) -> tuple[dict, int]:
+    """The resolved run config and node count of ``protocol``'s leaderboard cell on
+    ``dataset`` at ``seed`` (dp-popularity: dp-prototypes' silos; fedsvd-ddp:
+    fedsvd-privacy's cell with ``fedsvd-ddp`` on and a sync every iteration), with the
+    dataset's :class:`Setting` over it and ``epsilon`` set through the protocol's own key."""
     from fl_app.registry import resolve_config
 
-    base = "dp-prototypes" if protocol == "dp-popularity" else protocol
-    cell = cells([DATASET], [base])[0]
+    setting = SETTINGS[dataset]
+    base = {"dp-popularity": "dp-prototypes", "fedsvd-ddp": "fedsvd-privacy"}.get(protocol,
+                                                                              protocol)
+    cell = cells([dataset], [base])[0]
     over = {k: v for k, v in cell.config.items() if k != "timeout"}
+    nodes = cell.nodes
+    if base == "dp-prototypes":
+        over.update(setting.silos)
+        nodes = setting.silo_nodes or nodes
+    else:
+        over.update(setting.fedsvd)
+        nodes = setting.fedsvd_nodes or nodes
     over["seed"] = seed
     if protocol == "dp-popularity":
         over["implicit"] = True
+    if protocol == "fedsvd-ddp":
+        # the paper's distributed variant (Sec. 5) where the sum is what is released: every
+        # iteration synchronizes, so no node-local iterate escapes the sum's noise
+        over.update({"fedsvd-ddp": True, "fedsvd-sync-every": 1})
     if epsilon is not None and protocol == "dp-prototypes":
         over["dpp-epsilon"] = float(epsilon)
     cfg = resolve_config(over)
-    if epsilon is not None and protocol == "fedsvd-privacy":
+    if epsilon is not None and base == "fedsvd-privacy":
         cfg = {**cfg, "fedsvd-sigma": fedsvd_sigma(cfg, epsilon)}
-    return cfg, cell.nodes
+    return cfg, nodes
 
 
 def fedsvd_sigma(cfg: Mapping[str, Any], epsilon: float) -> float:
@@ -218,19 +282,25 @@ def seeded_noise(key: str) -> Any:
     return noise
 
 
-def point(protocol: str, epsilon: float, seed: int) -> dict[str, Any]:
+def point(protocol: str, epsilon: float, seed: int, dataset: str = DATASET
+          ) -> dict[str, Any]:
     """One unit: the protocol at ``epsilon`` and ``seed``: its metrics, wall time and the
-    noise it ran with."""
+    noise it ran with (fedsvd-ddp: also each node's share and the epsilon its ledger
+    charges for it, which cannot count on the other nodes' shares)."""
     t0 = time.perf_counter()
-    cfg, nodes = run_config(protocol, seed, epsilon)
+    cfg, nodes = run_config(protocol, seed, epsilon, dataset)
     out: dict[str, Any] = {}
     if protocol == "dp-prototypes":
         metrics = dp_prototypes_point(cfg, nodes)
-    elif protocol == "fedsvd-privacy":
+    elif protocol in ("fedsvd-privacy", "fedsvd-ddp"):
         from fedrec.recsys import power_svd as svd
 
         metrics = fedsvd_point(cfg, nodes, seeded_noise(unit_key(protocol, epsilon, seed)))
         params = svd.params_from_config(cfg)
+        if params.ddp:
+            share = params.node_sigma("fedsvd-privacy", nodes)
+            out.update(node_sigma=share,
+                       node_epsilon=svd.release_epsilon(params, share, params.r, params.T))
         ledger = svd.release_ledger(params, params.sigma, params.r, params.T)
         multiplier = params.sigma / svd.sensitivity(params)
         with warnings.catch_warnings():  # Opacus warns about its optimal order's range
@@ -245,30 +315,39 @@ def point(protocol: str, epsilon: float, seed: int) -> dict[str, Any]:
             "nodes": nodes, "seconds": time.perf_counter() - t0}
 
 
-def references(seed: int) -> dict[str, Any]:
+def references(seed: int, dataset: str = DATASET) -> dict[str, Any]:
     """Item popularity (0/1 counts, as the leaderboard), Full NMF and the exact truncated SVD
     on the split of ``seed``."""
     from fedrec.recsys.metrics import popularity_sums
     from strategies.fedsvd import FedSvdPrivacy
 
     t0 = time.perf_counter()
-    cfg, nodes = run_config("fedsvd-privacy", seed)
+    cfg, nodes = run_config("fedsvd-privacy", seed, dataset=dataset)
     data, _ = node_rows(cfg, nodes)
     out = {"popularity": popularity_sums(data.train, data.test).means()["ndcg@20"],
            "exact-svd": FedSvdPrivacy(cfg).reference(data)["ndcg@20"]}
-    return {**out, **full_nmf(seed), "seconds": time.perf_counter() - t0}
+    return {**out, **full_nmf(seed, dataset), "seconds": time.perf_counter() - t0}
 
 
-def full_nmf(seed: int) -> dict[str, float]:
+def full_nmf(seed: int, dataset: str = DATASET) -> dict[str, float]:
     """dp-prototypes' centralized ceiling on the split of ``seed`` (``DPPrototypes.reference``:
     Full NMF tuned on a validation split of train): its NDCG@20 and what tuning chose."""
     from strategies.dp_prototypes import DPPrototypes
 
-    cfg, nodes = run_config("dp-prototypes", seed)
+    cfg, nodes = run_config("dp-prototypes", seed, dataset=dataset)
     data, _ = node_rows(cfg, nodes)
     ref = DPPrototypes(cfg).reference(data)
     return {"full-nmf": ref["ndcg@20"],
             **{f"full-nmf/{k}": v for k, v in ref.items() if k.startswith("tuned-")}}
+
+
+def reference_unit(done: Mapping[str, Any], seed: int, setting: Setting) -> dict[str, Any]:
+    """The references of ``seed``: computed, or on a dataset with its own split (the same
+    for every seed) seed 0's, marked as such."""
+    first = done.get("reference/0")
+    if setting.fixed_split and seed > 0 and first is not None:
+        return {**first, "same_split_as": 0}
+    return references(seed, setting.dataset)
 
 
 def refresh_full_nmf(path: Path) -> dict[str, Any]:
@@ -281,7 +360,7 @@ def refresh_full_nmf(path: Path) -> dict[str, Any]:
     for key, unit in sorted(result["units"].items()):
         if key.startswith("reference/") and "full-nmf/tuned-reg" not in unit:
             t0 = time.perf_counter()
-            unit.update(full_nmf(int(key.split("/")[1])))
+            unit.update(full_nmf(int(key.split("/")[1]), result["config"]["dataset"]))
             unit["full-nmf/seconds"] = time.perf_counter() - t0
             log(f"{key}: tuned Full NMF {unit['full-nmf']:.4f} (reg "
                 f"{unit['full-nmf/tuned-reg']:g}, {unit['full-nmf/tuned-rounds']:.0f} sweeps, "
@@ -372,12 +451,17 @@ def _f(x: float | None, fmt: str = "{:.4f}") -> str:
     return "-" if x is None or not math.isfinite(x) else fmt.format(x)
 
 
-def markdown(result: Mapping[str, Any]) -> str:
+def _header(result: Mapping[str, Any], lines: Mapping[str, tuple[float, float]]
+            ) -> list[str]:
+    """The report's opening: what ran, how to reproduce it, the references, the guarantees."""
     cfg = result["config"]
-    cs, lines = curves(result), reference_lines(result)
-    grid = sorted({e for curve in cs.values() for e in curve})
     pop = lines.get("popularity", (float("nan"),) * 2)
-    out = [
+    refs = [f"- Item popularity: NDCG@20 {_f(pop[0])} +- {_f(pop[1])}.",
+            *(f"- {REFERENCE_LABEL[name]}: {_f(lines[name][0])} +- {_f(lines[name][1])}."
+              for name in REFERENCE_LABEL if name in lines)]
+    if cfg["dataset"] != "ml-1m":
+        return _large_header(result, refs)
+    return [
         "# DP protocols on ML-1M (users 1-2999): NDCG@20 against epsilon", "",
         "Each protocol in its leaderboard setting; epsilon set through its own keys; "
         "seeds as listed per point (a seed draws the 80/20 split, the public randomness and the "
@@ -394,9 +478,7 @@ def markdown(result: Mapping[str, Any]) -> str:
         "dp-prototypes' "
         f"Full NMF reference recomputed alone as the tuned ceiling by `{REFRESH_COMMAND}`. flwr "
         f"{cfg['machine']['flwr_version']}, machine {cfg['machine']}.", "",
-        f"- Item popularity: NDCG@20 {_f(pop[0])} +- {_f(pop[1])}.",
-        *(f"- {REFERENCE_LABEL[name]}: {_f(lines[name][0])} +- {_f(lines[name][1])}."
-          for name in REFERENCE_LABEL if name in lines),
+        *refs,
         "- Guarantees: dp-prototypes and dp-popularity are pure epsilon-DP per silo at user "
         "level (10 zip silos, parallel composition); fedsvd-privacy is (epsilon, T delta)-DP "
         f"per node, epsilon by basic composition of Theorem 2 over T = 92 iterations (delta = "
@@ -405,7 +487,73 @@ def markdown(result: Mapping[str, Any]) -> str:
         "0.05).",
         f"- dp-popularity: the DP baseline: every silo releases its item counts plus "
         f"Laplace(clip / epsilon) noise, each user's row scaled to L1 norm <= {cfg['pop_clip']:g} "
-        "(dp-prototypes' per-user sparsity), `fedrec/recsys/dp_popularity.py`.", "",
+        "(dp-prototypes' per-user sparsity), `fedrec/recsys/dp_popularity.py`.", ""]
+
+
+def _large_header(result: Mapping[str, Any], refs: list[str]) -> list[str]:
+    """:func:`_header` for a dataset of :func:`_large`: the user-level grid, and what each
+    protocol's epsilon is a guarantee of (fedsvd's is not user level)."""
+    cfg = result["config"]
+    setting = SETTINGS[cfg["dataset"]]
+    label = LABEL[cfg["dataset"]]
+    delta = cfg["fedsvd_delta"]
+    command = f"python benchmarks/dp_curves.py --dataset {cfg['dataset']} --resume"
+    return [
+        f"# The papers' DP protocols on {label}: NDCG@20 against epsilon", "",
+        f"{label}'s own train/test split; epsilon {', '.join(f'{e:g}' for e in setting.epsilons)}"
+        "; 3 seeds (a seed draws the silos, the public randomness and the noise). Points are "
+        "the protocols' arithmetic in one process (the nodes' and server's functions in "
+        "their order, as on ML-1M: `tests/test_dp_curves.py` shows a point equals the Flower "
+        "run's metrics with the same noise); dp-prototypes draws its noise with the project's "
+        "exact sampler, fedsvd's Gaussian noise comes from numpy's seeded generator (same "
+        f"distribution). Command: `{command}`. flwr {cfg['machine']['flwr_version']}, "
+        f"machine {cfg['machine']}.", "",
+        *refs,
+        "- Settings: dp-prototypes and dp-popularity on 10 silos of users drawn at random "
+        f"(`partition = shards-random`: {label} has no zip codes), the 0/1 data's own value "
+        "bound (`dpp-value-max = 1`), k = 50 as on ML-1M; fedsvd-privacy on ML-1M's 4 "
+        f"contiguous shards, T = 92, delta {delta:g} per iteration (T delta = {92 * delta:.2g}, "
+        "below 1 / users).",
+        "- Guarantees: dp-prototypes and dp-popularity are pure epsilon-DP per silo at user "
+        "level (a user's row added or removed; parallel composition over silos). "
+        "fedsvd-privacy's epsilon is the paper's (Theorem 2 over T iterations, basic "
+        "composition): its neighbouring relation is one entry of a node's Gram matrix "
+        "M'_i = M_i^T M_i / s_i changed within m_hat, NOT a user: one user's row moves up to "
+        "degree^2 entries and the paper bounds no row, so at the same epsilon its guarantee "
+        "is weaker than the others' and its curve is an upper bound on what a user-level "
+        "version of it could reach (the user-level form of this method is `dp-svd`, "
+        "`results/dp_svd/`).",
+        "- fedsvd-ddp: the paper's distributed variant (`fedsvd-ddp = true`, Sec. 5) with a "
+        "sync every iteration (`fedsvd-sync-every = 1`, so no node-local iterate escapes the "
+        "sum): each of the 4 nodes adds N(0, sigma^2 / 4) inside the SecAgg+ sum; its "
+        "epsilon is the sum's (Theorem 2 at the total sigma, all 4 shares in the sum: the "
+        "paper's claim for the variant); each node's ledger charges what its own share gives "
+        "(column 'node charges': it cannot count on the other nodes' noise).",
+        f"- dp-popularity: the DP baseline: every silo releases its item counts plus "
+        f"Laplace(clip / epsilon) noise, each user's row scaled to L1 norm <= "
+        f"{cfg['pop_clip']:g} (dp-prototypes' per-user sparsity), "
+        "`fedrec/recsys/dp_popularity.py`.", ""]
+
+
+def planned(dataset: str) -> list[str]:
+    """Every unit the dataset's commands run (the report lists those not yet run)."""
+    if dataset != "ml-1m":
+        setting = SETTINGS[dataset]
+        return [unit_key(p, e, s) for s in range(3) for p in setting.protocols
+                for e in setting.epsilons]
+    keys = [unit_key(p, e, s) for p in SETTINGS["ml-1m"].protocols for e in EPSILONS
+            for s in range(3)] + [
+        unit_key(p, e, s) for p in CHEAP for e in EPSILONS + FINE_EPSILONS for s in range(5)] + [
+        unit_key("dp-prototypes", e, s) for e in PROTOTYPES_FINE for s in range(3)]
+    return list(dict.fromkeys(keys))
+
+
+def markdown(result: Mapping[str, Any]) -> str:
+    cfg = result["config"]
+    cs, lines = curves(result), reference_lines(result)
+    grid = sorted({e for curve in cs.values() for e in curve})
+    out = [
+        *_header(result, lines),
         "## When each becomes useful", "",
         "Rule (chosen here; the issue asks where privacy starts to cost less than it "
         "gives): a protocol is useful at an epsilon when its NDCG@20 gain over item "
@@ -438,29 +586,29 @@ def markdown(result: Mapping[str, Any]) -> str:
     for protocol in PROTOCOLS:
         if protocol not in cs:
             continue
-        svd = protocol == "fedsvd-privacy"
+        svd, ddp = protocol.startswith("fedsvd"), protocol == "fedsvd-ddp"
+        sigma = "total sigma | node share | node charges" if ddp else "node sigma"
         out += ["", f"## {protocol}", "",
                 "| epsilon | NDCG@20 | gain over popularity | useful | seeds | seconds per "
-                "point |" + (f" node sigma | Opacus RDP epsilon (delta "
+                "point |" + (f" {sigma} | Opacus RDP epsilon (delta "
                              f"{cfg['fedsvd_delta']:g}) |" if svd else ""),
-                "|---|---|---|---|---|---|" + ("---|---|" if svd else "")]
+                "|---|---|---|---|---|---|" + ("---|---|" + "---|---|" * ddp if svd else "")]
         for eps, row in sorted(cs[protocol].items()):
             units = [result["units"][unit_key(protocol, eps, s)] for s in row["seeds"]]
             n, sn = mean_spread(row["ndcg"])
             g, sg = mean_spread(row["gain"])
-            extra = (f" {units[0]['sigma']:.4g} | {_f(units[0].get('epsilon_rdp'), '{:.4g}')} |"
-                     if svd else "")
+            share = (f" {units[0]['node_sigma']:.4g} | {units[0]['node_epsilon']:.4g} |"
+                     if ddp else "")
+            extra = (f" {units[0]['sigma']:.4g} |{share} "
+                     f"{_f(units[0].get('epsilon_rdp'), '{:.4g}')} |" if svd else "")
             out.append(f"| {eps:g} | {n:.4f} +- {_f(sn)} | {g:+.4f} +- {_f(sg)} "
                        f"| {'yes' if useful(row['gain']) else 'no'} | {len(row['seeds'])} | "
                        f"{np.mean([u['seconds'] for u in units]):.1f} |" + extra)
-    planned = [unit_key(p, e, s) for p in PROTOCOLS for e in EPSILONS for s in range(3)] + [
-        unit_key(p, e, s) for p in CHEAP for e in EPSILONS + FINE_EPSILONS for s in range(5)] + [
-        unit_key("dp-prototypes", e, s) for e in PROTOTYPES_FINE for s in range(3)]
-    missing = [key for key in dict.fromkeys(planned) if key not in result["units"]]
+    missing = [key for key in planned(cfg["dataset"]) if key not in result["units"]]
     if missing:
         out += ["", f"Not yet run ({len(missing)} units; `--resume` runs them): "
                 + ", ".join(missing) + "."]
-    out += ["", "Plot: `ml-1m.png`.", ""]
+    out += ["", f"Plot: `{cfg['dataset']}.png`.", ""]
     return "\n".join(out)
 
 
@@ -473,7 +621,8 @@ def plot(result: Mapping[str, Any], path: Path) -> None:
     cs, lines = curves(result), reference_lines(result)
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     colours = {"dp-prototypes": "tab:red", "fedsvd-privacy": "tab:blue",
-               "dp-popularity": "tab:green"}
+               "fedsvd-ddp": "tab:purple", "dp-popularity": "tab:green"}
+    dataset = result["config"]["dataset"]
     for protocol in PROTOCOLS:
         if protocol not in cs:
             continue
@@ -490,11 +639,12 @@ def plot(result: Mapping[str, Any], path: Path) -> None:
             ax.axhline(lines[name][0], color=colours[protocol], ls="--", lw=1,
                        label=REFERENCE_LABEL[name].split(" (")[0] + f" ({protocol} ref.)")
     ax.set_xscale("log")
-    ax.set_xlabel("epsilon (dp-*: pure, per silo; fedsvd-privacy: basic composition, "
-                  "delta 9.2e-4)", fontsize=8)
+    delta = 92 * result["config"]["fedsvd_delta"]
+    ax.set_xlabel(f"epsilon (dp-*: pure, per silo, user level; fedsvd-*: basic composition, "
+                  f"delta {delta:.2g}, one Gram entry)", fontsize=8)
     ax.set_ylabel("NDCG@20")
-    ax.set_title("ML-1M (users 1-2999): mean +- std over seeds (dp-prototypes 3, others 5)",
-                 fontsize=10)
+    seeds = ("dp-prototypes 3, others 5" if dataset == "ml-1m" else "3 seeds")
+    ax.set_title(f"{LABEL[dataset]}: mean +- std over seeds ({seeds})", fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -503,16 +653,21 @@ def plot(result: Mapping[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", default=DATASET, choices=sorted(SETTINGS))
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--epsilons", type=float, nargs="+", default=EPSILONS)
-    ap.add_argument("--protocols", nargs="+", default=PROTOCOLS, choices=PROTOCOLS)
+    ap.add_argument("--epsilons", type=float, nargs="+",
+                    help="default: the dataset's grid (ML-1M: the decades 0.1-1e6)")
+    ap.add_argument("--protocols", nargs="+", choices=PROTOCOLS,
+                    help="default: the dataset's (fedsvd-ddp beside the others off ML-1M)")
     ap.add_argument("--resume", action="store_true", help="keep the units already stored")
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--out", type=Path, help="default: results/dp_curves/<dataset>.json")
     ap.add_argument("--markdown-only", action="store_true")
     ap.add_argument("--refresh-full-nmf", action="store_true",
                     help="recompute only the stored references' Full NMF (the tuned "
                          "ceiling), keep every other unit")
     args = ap.parse_args(argv)
+    setting = SETTINGS[args.dataset]
+    args.out = args.out or setting.out
     if args.refresh_full_nmf:
         result = refresh_full_nmf(args.out)
         write_report(args.out, result, markdown(result))
@@ -526,18 +681,22 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(args.seeds))
     # what gives a unit its meaning; the grid and the seeds are in the units' keys, so a
     # later --resume may add epsilons or seeds to the same file
-    config = {"dataset": DATASET, "pop_clip": POP_CLIP, "fedsvd_delta": SvdParams().delta,
+    config = {"dataset": args.dataset, "pop_clip": POP_CLIP,
+              "fedsvd_delta": setting.fedsvd.get("fedsvd-delta", SvdParams().delta),
               "machine": machine_info()}
+    if args.dataset != "ml-1m":
+        config.update(silos=setting.silos, silo_nodes=setting.silo_nodes,
+                      fedsvd_nodes=setting.fedsvd_nodes)
     units = Units(args.out, config, args.resume)
     # seed by seed, cheap protocols first: a stopped run leaves whole curves of its seeds
     for seed in seeds:
-        units.get(f"reference/{seed}", lambda: references(seed))
-        for protocol in args.protocols:
-            for eps in args.epsilons:
+        units.get(f"reference/{seed}", lambda: reference_unit(units.done, seed, setting))
+        for protocol in args.protocols or setting.protocols:
+            for eps in args.epsilons or setting.epsilons:
                 key = unit_key(protocol, eps, seed)
                 if key not in units.done:
                     log(f"{key}")
-                unit = units.get(key, lambda: point(protocol, eps, seed))
+                unit = units.get(key, lambda: point(protocol, eps, seed, args.dataset))
                 log(f"  {key}: NDCG@20 {unit['ndcg@20']:.4f} ({unit['seconds']:.1f} s)")
         result = {"config": config, "units": units.done}
         write_report(args.out, result, markdown(result))
