@@ -332,6 +332,9 @@ class ProtocolStrategy:
     #: Why a run's numbers change when it is run again with the same seed ("" when the seed
     #: fixes every draw); a subclass states its reason, as a class attribute or property.
     unseeded_randomness: str = ""
+    #: The one aggregator the protocol's guarantee needs, and why ("" when any will do):
+    #: a config naming another is refused when the strategy is built, before any message.
+    only_aggregator: ClassVar[tuple[str, str]] = ("", "")
 
     def __init__(self, cfg: Mapping[str, Any] | None = None) -> None:
         """``cfg``: the run's typed config (a :class:`RunConfig`, resolved where the run
@@ -347,6 +350,10 @@ class ProtocolStrategy:
                                         if k in table and k != "options"})
         #: The run's per-round rows (what a failed run's results keep: :meth:`partial_record`).
         self.history: list[dict[str, Any]] = []
+        only, why = self.only_aggregator
+        if only and self.cfg["aggregator"] != only:
+            raise ValueError(f"{self.name or self.cfg['protocol']} {why}: aggregator must be "
+                             f"{only}, got {self.cfg['aggregator']!r}")
 
     @classmethod
     def run_keys(cls) -> tuple[Key, ...]:

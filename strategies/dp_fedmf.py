@@ -77,12 +77,11 @@ class DPFedMF(ProtocolStrategy):
                            "OS-keyed ChaCha20 streams, never seeded (DP noise and the "
                            "sampling must be unpredictable to everyone, the server included)")
 
+    only_aggregator = ("secagg+", "adds its noise inside SecAgg+ sums")
+
     def __init__(self, cfg: Mapping[str, Any] | None = None) -> None:
         super().__init__(cfg)
         cfg = self.cfg
-        if cfg["aggregator"] != "secagg+":
-            raise ValueError("dp-fedmf adds its noise inside SecAgg+ sums: aggregator must be "
-                             f"secagg+, got {cfg['aggregator']!r}")
         self.params = DPMFParams(
             dim=cfg["dpmf-dim"], lr=cfg["dpmf-lr"], epochs=cfg["dpmf-epochs"],
             reg=cfg["dpmf-reg"], negatives=cfg["dpmf-negatives"],

@@ -79,12 +79,11 @@ class DPSVD(ProtocolStrategy):
                            "stream, never seeded (DP noise must be unpredictable to "
                            "everyone, the server included)")
 
+    only_aggregator = ("secagg+", "adds its noise inside SecAgg+ sums")
+
     def __init__(self, cfg: Mapping[str, Any] | None = None) -> None:
         super().__init__(cfg)
         cfg = self.cfg
-        if cfg["aggregator"] != "secagg+":
-            raise ValueError("dp-svd adds its noise inside SecAgg+ sums: aggregator must be "
-                             f"secagg+, got {cfg['aggregator']!r}")
         self.params = DPSVDParams(rank=cfg["dpsvd-rank"], iterations=cfg["dpsvd-iterations"],
                                   items=cfg["dpsvd-items"],
                                   pop_weight=cfg["dpsvd-pop-weight"])

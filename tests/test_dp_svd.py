@@ -112,12 +112,17 @@ def test_a_node_with_no_budget_refuses_the_first_sum(
     assert "Traceback" not in text
 
 
-def test_a_plain_aggregator_is_refused_before_any_message() -> None:
+@pytest.mark.parametrize("protocol", ["dp-svd", "dp-fedmf"])
+def test_a_plain_aggregator_is_refused_before_any_message(protocol: str) -> None:
     from fl_app.registry import load_strategy_class, resolve_config
 
-    cfg = resolve_config({**RUN, "aggregator": "plain"})
-    with pytest.raises(ValueError, match="aggregator must be secagg"):
-        load_strategy_class("dp-svd")(cfg)
+    base = {k: v for k, v in RUN.items() if not k.startswith("dpsvd-")}
+    base.update(RUN if protocol == "dp-svd" else {})
+    cfg = resolve_config({**base, "protocol": protocol, "aggregator": "plain"})
+    with pytest.raises(ValueError, match=f"^{protocol} adds its noise inside SecAgg\\+ "
+                       "sums: aggregator must be secagg\\+, got 'plain'$"):
+        load_strategy_class(protocol)(cfg)
+    load_strategy_class(protocol)(resolve_config({**base, "protocol": protocol}))  # secagg+
 
 
 def test_every_share_is_within_sensitivity_one_whatever_the_basis() -> None:
