@@ -193,7 +193,12 @@ def ddp_factor(cfg: Mapping[str, Any], nodes: int) -> float:
     is Theorem 2's times w_i sqrt(n) / ||w||_2; the largest over nodes (1 for equal weights,
     w_i = s_i / s the public row counts)."""
     _, parts = node_rows(cfg, nodes)
-    w = np.array([len(u) for u in parts], dtype=np.float64)
+    return weight_factor([len(u) for u in parts])
+
+
+def weight_factor(sizes: Sequence[int]) -> float:
+    """:func:`ddp_factor` of nodes holding ``sizes`` rows: max_i w_i sqrt(n) / ||w||_2."""
+    w = np.asarray(sizes, dtype=np.float64)
     w /= w.sum()
     return float(w.max() * math.sqrt(len(w)) / np.linalg.norm(w))
 

@@ -118,9 +118,8 @@ DP_POPULARITY = ("item popularity at the same user-level (epsilon, delta): every
 
 def _dp_popularity(train, test, epsilon: float, users: int, seed: int) -> dict[str, float]:
     """DP item popularity (:data:`DP_POPULARITY`) on ``train``, scored on ``test``."""
-    from fedrec.recsys.metrics import evaluate_ranking
-
     from fedrec.recsys.dp_svd import count_share
+    from fedrec.recsys.metrics import evaluate_ranking
 
     z = _z(epsilon, 1.0, users, rounds=1)
     counts = count_share(train)  # dp-svd's first release: rows at L2 norm <= 1, summed

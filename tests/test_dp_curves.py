@@ -77,6 +77,35 @@ def test_each_protocol_runs_in_its_leaderboard_setting():
     assert (nodes, cfg["partition"], cfg["implicit"]) == (10, "silo-zip", True)
 
 
+@pytest.mark.parametrize("dataset", ["gowalla", "yelp2018"])
+def test_the_large_datasets_run_random_silos_and_a_delta_below_one_over_users(dataset):
+    cfg, nodes = dp_curves.run_config("dp-prototypes", 1, 5.0, dataset)
+    assert (nodes, cfg["partition"], cfg["implicit"], cfg["dpp-value-max"], cfg["dpp-k"],
+            cfg["dpp-epsilon"], cfg["seed"]) == (10, "shards-random", True, 1.0, 50, 5.0, 1)
+    cfg, nodes = dp_curves.run_config("fedsvd-ddp", 0, dataset=dataset)
+    assert (nodes, cfg["fedsvd-ddp"], cfg["fedsvd-sync-every"]) == (4, True, 1)
+    cfg, nodes = dp_curves.run_config("fedsvd-privacy", 0, dataset=dataset)
+    assert (nodes, cfg["fedsvd-ddp"], cfg["fedsvd-sync-every"]) == (4, False, 4)
+    # T delta below 1 / users: the users of both datasets (results/dp_svd/curve-*.md)
+    assert cfg["fedsvd-iterations"] * cfg["fedsvd-delta"] < 1 / max(29858, 31668)
+    assert dp_curves.SETTINGS[dataset].epsilons == (0.5, 1.0, 2.0, 5.0, 10.0, 20.0)
+
+
+def test_fedsvd_ddp_calibrates_for_the_most_exposed_node_of_the_weighted_sum():
+    """The sum is sum_i w_i (Y_i + N(0, sigma^2 / n)): node i's shift over the sum's noise,
+    against Theorem 2's Delta / sigma, is the factor; its largest over nodes is what the
+    grid's epsilon is calibrated to (equal weights: exactly Theorem 2)."""
+    assert dp_curves.weight_factor([250, 250, 250, 250]) == pytest.approx(1.0, abs=1e-15)
+    sizes = [100, 200, 300, 400]
+    w = np.array(sizes) / sum(sizes)
+    delta, sigma, n = 1.3, 2.0, len(sizes)
+    sum_noise = math.sqrt(sum((wi * sigma / math.sqrt(n)) ** 2 for wi in w))
+    worst = max(wi * delta / sum_noise for wi in w)
+    assert dp_curves.weight_factor(sizes) == pytest.approx(worst / (delta / sigma),
+                                                           rel=1e-12)
+    assert dp_curves.weight_factor(sizes) > 1  # the larger node is the more exposed
+
+
 # -- the DP popularity baseline ------------------------------------------------------------
 def test_dp_popularity_bounds_each_users_contribution_by_the_clip():
     rng = np.random.default_rng(0)

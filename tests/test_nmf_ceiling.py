@@ -150,3 +150,21 @@ def test_zero_and_edge_weights() -> None:
     assert not reg_at_edge(0.0, [0.0, 0.01, 1.0])
     assert reg_at_edge(1.0, [0.0, 0.01, 1.0]) and reg_at_edge(0.01, [0.01, 1.0])
     assert not reg_at_edge(0.1, [0.01, 0.1, 1.0])
+
+
+def test_the_ceiling_scores_users_in_blocks_as_at_once(taste: tuple, monkeypatch) -> None:
+    """The ceiling's metrics summed over user blocks (how it fits Gowalla's catalogue in
+    memory) equal one block of every user: the sums add over users as over silos."""
+    import strategies.dp_prototypes as module
+
+    train, test = taste
+    strategy = _strategy()
+    model = NMFModel(RANK, 0.1, ITERS)
+    model.fit(train, ITERS)
+    data = SimpleNamespace(train=train, test=test)
+    whole = strategy.model_metrics(model, data)
+    monkeypatch.setattr(module, "SCORE_BLOCK", 7)  # 150 users: 22 blocks, the last short
+    blocks = strategy.model_metrics(model, data)
+    assert blocks.keys() == whole.keys()
+    for key, value in whole.items():
+        assert blocks[key] == pytest.approx(value, rel=1e-12, abs=1e-12), key
