@@ -538,9 +538,8 @@ def _large_header(result: Mapping[str, Any], refs: list[str]) -> list[str]:
         "composition): its neighbouring relation is one entry of a node's Gram matrix "
         "M'_i = M_i^T M_i / s_i changed within m_hat, NOT a user: one user's row moves up to "
         "degree^2 entries and the paper bounds no row, so at the same epsilon its guarantee "
-        "is weaker than the others' and its curve is an upper bound on what a user-level "
-        "version of it could reach (the user-level form of this method is `dp-svd`, "
-        "`results/dp_svd/`).",
+        "is weaker than the others'. The method's user-level form, with every user's row "
+        "bounded and the noise shared inside the sum, is `dp-svd` (`results/dp_svd/`).",
         "- fedsvd-ddp: the paper's distributed variant (`fedsvd-ddp = true`, Sec. 5) with a "
         "sync every iteration (`fedsvd-sync-every = 1`, so no node-local iterate escapes the "
         "sum): each of the 4 nodes adds N(0, sigma^2 / 4) inside the SecAgg+ sum; its "
