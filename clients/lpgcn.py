@@ -452,8 +452,12 @@ def _shaped(shape: Any) -> np.ndarray:
 
 
 def _setup(node: NodeContext) -> StateArrays:
-    """This node's :class:`LPGCNSetup`, checked against its catalogue."""
-    return StateArrays(node, LPGCNSetup, {"items": _data(node).train.shape[1]})
+    """This node's :class:`LPGCNSetup`, checked against its catalogue once per request (the
+    cover check and the handler share it: one object, so a write by either is the other's)."""
+    if "lpgcn.setup" not in node.memo:
+        node.memo["lpgcn.setup"] = StateArrays(node, LPGCNSetup,
+                                               {"items": _data(node).train.shape[1]})
+    return node.memo["lpgcn.setup"]
 
 
 def _params(node: NodeContext, dim: int) -> StateArrays:

@@ -97,6 +97,9 @@ class NodeContext:
     base_data: Mapping[str, Any] | None = None
     #: Bytes this request's estimates reserved so far (:meth:`reserve` adds them up).
     reserved: float = field(default=0.0, init=False)
+    #: What a handler reads more than once during this call, kept for the call only (a
+    #: protocol's checked node state: checked once per request, not once per reader).
+    memo: dict[str, Any] = field(default_factory=dict, init=False)
     #: The request's sum record once ``clients.sums_node.check_sum_request`` checked it
     #: (before a sum handler runs); ``sum_reply`` answers only a checked request.
     sum_record: ConfigRecord | None = field(default=None, init=False)
