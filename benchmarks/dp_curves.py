@@ -108,7 +108,8 @@ REFERENCE_LABEL = {"full-nmf": "Full NMF, tuned (dp-prototypes' non-private ceil
                    "full-nmf-untuned": "Full NMF at the run's own settings (dp-prototypes' "
                                        "non-private reference: its L2 weight and HALS "
                                        "sweeps, not tuned here, as the federated run is not; "
-                                       "no ceiling)"}
+                                       "no ceiling)",
+                   "random": "random ranking (uniform scores)"}
 
 
 # -- the settings --------------------------------------------------------------------------
@@ -340,7 +341,7 @@ def point(protocol: str, epsilon: float, seed: int, dataset: str = DATASET
 def references(seed: int, dataset: str = DATASET) -> dict[str, Any]:
     """Item popularity (0/1 counts, as the leaderboard), Full NMF and the exact truncated SVD
     on the split of ``seed``."""
-    from fedrec.recsys.metrics import popularity_sums
+    from fedrec.recsys.metrics import evaluate_ranking, popularity_sums
     from strategies.fedsvd import FedSvdPrivacy
 
     t0 = time.perf_counter()
@@ -348,8 +349,12 @@ def references(seed: int, dataset: str = DATASET) -> dict[str, Any]:
     data, _ = node_rows(cfg, nodes)
     out = {"popularity": popularity_sums(data.train, data.test).means()["ndcg@20"],
            "exact-svd": FedSvdPrivacy(cfg).reference(data)["ndcg@20"]}
-    nmf_ref = full_nmf_untuned if SETTINGS[dataset].fixed_split else full_nmf
-    return {**out, **nmf_ref(seed, dataset), "seconds": time.perf_counter() - t0}
+    if SETTINGS[dataset].fixed_split:
+        rng = np.random.default_rng([seed, 77])
+        out["random"] = evaluate_ranking(lambda r: rng.random((len(r), data.train.shape[1])),
+                                         data.train, data.test, k=20).means()["ndcg@20"]
+        return {**out, **full_nmf_untuned(seed, dataset), "seconds": time.perf_counter() - t0}
+    return {**out, **full_nmf(seed, dataset), "seconds": time.perf_counter() - t0}
 
 
 def full_nmf_untuned(seed: int, dataset: str) -> dict[str, float]:
@@ -434,9 +439,10 @@ def first_useful(curve: Mapping[float, Sequence[float]]) -> float | None:
     return next((eps for eps in sorted(curve) if useful(curve[eps])), None)
 
 
-def curves(result: Mapping[str, Any]) -> dict[str, dict[float, dict[str, list[float]]]]:
-    """protocol -> epsilon -> {"ndcg": per seed, "gain": per seed (minus popularity on the
-    same split), "seeds"}, from the stored units."""
+def curves(result: Mapping[str, Any], baseline: str = "popularity"
+           ) -> dict[str, dict[float, dict[str, list[float]]]]:
+    """protocol -> epsilon -> {"ndcg": per seed, "gain": per seed (minus ``baseline``, a
+    reference, on the same split), "seeds"}, from the stored units."""
     units = result["units"]
     out: dict[str, dict[float, dict[str, list[float]]]] = {}
     for key, unit in units.items():
@@ -444,12 +450,12 @@ def curves(result: Mapping[str, Any]) -> dict[str, dict[float, dict[str, list[fl
             continue
         protocol, eps, seed = key.split("/")
         ref = units.get(f"reference/{seed}")
-        if ref is None:
+        if ref is None or baseline not in ref:
             continue
         row = out.setdefault(protocol, {}).setdefault(float(eps), {"ndcg": [], "gain": [],
                                                                   "seeds": []})
         row["ndcg"].append(unit["ndcg@20"])
-        row["gain"].append(unit["ndcg@20"] - ref["popularity"])
+        row["gain"].append(unit["ndcg@20"] - ref[baseline])
         row["seeds"].append(int(seed))
     return out
 
@@ -593,18 +599,20 @@ def markdown(result: Mapping[str, Any]) -> str:
     cfg = result["config"]
     cs, lines = curves(result), reference_lines(result)
     grid = sorted({e for curve in cs.values() for e in curve})
+    rand = curves(result, "random") if "random" in lines else {}
     out = [
         *_header(result, lines),
         "## When each becomes useful", "",
-        "Rule (chosen here; the issue asks where privacy starts to cost less than it "
-        "gives): a protocol is useful at an epsilon when its NDCG@20 gain over item "
+        "Rule (chosen here, to say where privacy starts to cost less than it gives): a "
+        "protocol is useful at an epsilon when its NDCG@20 gain over item "
         "popularity on the same split, mean minus spread (sample standard deviation over "
         "seeds), is above 0; at least 2 seeds. Below that the protocol's per-user model ranks "
         "worse than recommending everyone the most popular items. The same rule against the "
         "DP baseline (dp-popularity at the same epsilon and seed) says from which epsilon a "
         "protocol beats what a user gets from DP item counts alone.", "",
         "| protocol | beats popularity | beats dp-popularity (same epsilon) | best mean "
-        "NDCG@20 (epsilon) |", "|---|---|---|---|"]
+        "NDCG@20 (epsilon) |" + (" beats random ranking |" if rand else ""),
+        "|---|---|---|---|" + ("---|" if rand else "")]
     for protocol in PROTOCOLS:
         if protocol not in cs:
             continue
@@ -612,8 +620,10 @@ def markdown(result: Mapping[str, Any]) -> str:
         dp_base = ("-" if protocol == "dp-popularity" else
                    verdict(gains_over(result, protocol, "dp-popularity"), grid))
         over_pop = verdict({e: r["gain"] for e, r in cs[protocol].items()}, grid)
+        over_rand = (" " + verdict({e: r["gain"] for e, r in rand[protocol].items()}, grid)
+                     + " |" if rand else "")
         out.append(f"| {protocol} | {over_pop} | {dp_base} | "
-                   f"{np.mean(best[1]['ndcg']):.4f} ({best[0]:g}) |")
+                   f"{np.mean(best[1]['ndcg']):.4f} ({best[0]:g}) |" + over_rand)
     out += ["", "Best DP method at each epsilon (mean NDCG@20):", "",
             "| epsilon | " + " | ".join(p for p in PROTOCOLS if p in cs) + " | best |",
             "|---|" + "---|" * (sum(p in cs for p in PROTOCOLS) + 1)]
@@ -675,6 +685,8 @@ def plot(result: Mapping[str, Any], path: Path) -> None:
                     label=protocol + (" (DP baseline)" if protocol == "dp-popularity" else ""))
     if "popularity" in lines:
         ax.axhline(lines["popularity"][0], color="grey", ls=":", label="popularity")
+    if "random" in lines:
+        ax.axhline(lines["random"][0], color="black", ls=":", lw=1, label="random ranking")
     for name, protocol in (("full-nmf", "dp-prototypes"), ("full-nmf-untuned", "dp-prototypes"),
                            ("exact-svd", "fedsvd-privacy")):
         if name in lines:
