@@ -159,3 +159,24 @@ def test_a_dp_prototypes_point_equals_the_flower_runs_metrics(monkeypatch):
     for key in ("ndcg@20", "recall@20", "rmse"):
         assert record["metrics"][key] == pytest.approx(point[key], abs=1e-12), key
     assert point["ndcg@20"] > 0
+
+
+def test_a_curve_at_the_random_level_is_never_called_above_random():
+    """The 'beats random ranking' verdict is the same rule against the split's random
+    ranking: points within the seeds' spread of it claim nothing; references without it
+    (ML-1M's) leave the column out."""
+    units = {f"reference/{s}": {"popularity": 0.03, "random": 0.0004} for s in range(3)}
+    for s, v in enumerate((0.0003, 0.0006, 0.0004)):
+        units[dp_curves.unit_key("dp-prototypes", 10.0, s)] = {"ndcg@20": v, "seconds": 1.0}
+    result = {"config": {"dataset": "gowalla", "pop_clip": 50.0, "fedsvd_delta": 1e-7,
+                         "machine": {"flwr_version": "1.42.0"}}, "units": units}
+    gains = {e: r["gain"] for e, r in dp_curves.curves(result, "random")["dp-prototypes"].items()}
+    assert dp_curves.verdict(gains, [10.0]) == "never in 10-10"
+    assert "| dp-prototypes | never in 10-10 | never in 10-10 | 0.0004 (10) | never in 10-10 |" \
+        in dp_curves.markdown(result)
+    for s, v in enumerate((0.010, 0.012, 0.011)):  # above random with every seed
+        units[dp_curves.unit_key("dp-prototypes", 10.0, s)]["ndcg@20"] = v
+    assert "| 0.0110 (10) | from epsilon 10 |" in dp_curves.markdown(result)
+    for s in range(3):
+        del units[f"reference/{s}"]["random"]
+    assert "beats random ranking" not in dp_curves.markdown(result)
