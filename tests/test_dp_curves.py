@@ -134,10 +134,13 @@ def flower_run(overrides: dict, policy: dict) -> dict:
         return run_protocol(grid, cfg)
 
 
-def test_a_fedsvd_privacy_point_equals_the_flower_runs_metrics(monkeypatch):
+@pytest.mark.parametrize("variant", [{"fedsvd-sync-every": 2},
+                                     {"fedsvd-sync-every": 1, "fedsvd-ddp": True}])
+def test_a_fedsvd_privacy_point_equals_the_flower_runs_metrics(monkeypatch, variant):
+    """The paper's form and its distributed variant (each node's noise sigma / sqrt(n))."""
     monkeypatch.setattr(svd, "draw_noise", known_noise)
     over = {**SYNTH, "protocol": "fedsvd-privacy", "fedsvd-k": 2, "fedsvd-rank": 3,
-            "fedsvd-iterations": 7, "fedsvd-sync-every": 2, "fedsvd-sigma": 0.05}
+            "fedsvd-iterations": 7, "fedsvd-sigma": 0.05, **variant}
     record = flower_run(over, {"dp-budget": 1e5})
     point = dp_curves.fedsvd_point(resolve_config(over), NODES, known_noise)
     for key in ("ndcg@20", "recall@20"):
