@@ -347,6 +347,19 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
+    extra = ([(result["fedmf"]["ndcg@20"], "FedMF, same rounds")]
+             if result["fedmf"] is not None else [])
+    plot_curve(result, path, "dp-fedmf", "same algorithm, non-private",
+               f"dp-fedmf on {result['config']['dataset']}, {result['config']['rounds']} "
+               "rounds", extra)
+
+
+def plot_curve(result: dict[str, Any], path: Path, protocol: str, nonprivate: str,
+               title: str, extra: list[tuple[float, str]] = ()) -> None:
+    """A user-level DP curve file's plot (dp-fedmf's, dp-svd's): the seeds' range per
+    epsilon beside the non-private counterpart (labelled ``nonprivate``), DP popularity
+    at the same epsilon, item popularity, random ranking and ``extra`` (value, label)
+    lines."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -357,12 +370,11 @@ def plot(result: dict[str, Any], path: Path) -> None:
     lo = [m - min(r["ndcg@20"]) for m, r in zip(mean, result["curve"])]
     hi = [max(r["ndcg@20"]) - m for m, r in zip(mean, result["curve"])]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    ax.errorbar(eps, mean, yerr=[lo, hi], marker="o", capsize=3, label="dp-fedmf (3 seeds)")
+    ax.errorbar(eps, mean, yerr=[lo, hi], marker="o", capsize=3, label=f"{protocol} (3 seeds)")
     ax.axhline(float(np.mean(result["nonprivate"]["ndcg@20"])), color="C2", ls="--",
-               label="same algorithm, non-private")
-    if result["fedmf"] is not None:
-        ax.axhline(result["fedmf"]["ndcg@20"], color="C4", ls="-.",
-                   label="FedMF, same rounds")
+               label=nonprivate)
+    for value, label in extra:
+        ax.axhline(value, color="C4", ls="-.", label=label)
     if all("dp-popularity" in r for r in result["curve"]):
         ax.plot(eps, [float(np.mean(r["dp-popularity"])) for r in result["curve"]],
                 color="C1", marker="s", ms=3, label="DP popularity (same epsilon)")
@@ -371,8 +383,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_xscale("log")
     ax.set_xlabel(f"user-level epsilon (delta = {result['config']['delta']:g})")
     ax.set_ylabel("NDCG@20 (test)")
-    ax.set_title(f"dp-fedmf on {result['config']['dataset']}, {result['config']['rounds']} "
-                 "rounds")
+    ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -31,7 +31,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._report import Units, log, machine_info, write_report  # noqa: E402
-from benchmarks.dp_fedmf import DP_POPULARITY, _data, _dp_popularity, verdicts  # noqa: E402
+from benchmarks.dp_fedmf import (  # noqa: E402
+    DP_POPULARITY,
+    _data,
+    _dp_popularity,
+    plot_curve,
+    verdicts,
+)
 
 OUT = Path("results/dp_svd")
 COMMAND = "nice python benchmarks/dp_svd.py --dataset {dataset}"
@@ -215,32 +221,8 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    curve = result["curve"]
-    eps = [r["epsilon"] for r in curve]
-    mean = [float(np.mean(r["ndcg@20"])) for r in curve]
-    lo = [m - min(r["ndcg@20"]) for m, r in zip(mean, curve)]
-    hi = [max(r["ndcg@20"]) - m for m, r in zip(mean, curve)]
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    ax.errorbar(eps, mean, yerr=[lo, hi], marker="o", capsize=3, label="dp-svd (3 seeds)")
-    ax.axhline(float(np.mean(result["nonprivate"]["ndcg@20"])), color="C2", ls="--",
-               label="same filter, non-private")
-    ax.plot(eps, [float(np.mean(r["dp-popularity"])) for r in curve], color="C1",
-            marker="s", ms=3, label="DP popularity (same epsilon)")
-    ax.axhline(result["popularity"], color="C1", ls=":", label="item popularity")
-    ax.axhline(float(np.mean(result["random"])), color="gray", ls=":", label="random")
-    ax.set_xscale("log")
-    ax.set_xlabel(f"user-level epsilon (delta = {result['config']['delta']:g})")
-    ax.set_ylabel("NDCG@20 (test)")
-    ax.set_title(f"dp-svd on {result['config']['dataset']}")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plot_curve(result, path, "dp-svd", "same filter, non-private",
+               f"dp-svd on {result['config']['dataset']}")
 
 
 def main(argv: list[str] | None = None) -> None:
