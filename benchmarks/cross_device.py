@@ -106,18 +106,24 @@ def growth(n: int) -> dict[str, Any]:
     return out
 
 
-def simulated_run(dataset: str, n: int, rounds: int | None) -> dict[str, Any]:
-    """FedMF, one user per node, in a Flower simulation at default settings; item
-    popularity on the same split beside it (the centralized ceiling is its own unit)."""
+def simulated_run(dataset: str, n: int, rounds: int | None, protocol: str = "fedmf",
+                  config: dict[str, Any] | None = None,
+                  policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``protocol`` (FedMF), one user per node, in a Flower simulation at default settings
+    but ``config`` and the nodes' ``policy``; item popularity on the same split beside it
+    (the centralized ceiling is its own unit)."""
     from fl_app.simulation import run_in_simulation
 
-    overrides: dict[str, Any] = {"protocol": "fedmf", "dataset": dataset, "partition": "user",
-                                 "run-name": f"cross-device-{dataset}-{n}"}
+    name = "cross-device" if protocol == "fedmf" else protocol
+    overrides: dict[str, Any] = {"protocol": protocol, "dataset": dataset,
+                                 "partition": "user", "run-name": f"{name}-{dataset}-{n}",
+                                 **(config or {})}
     if rounds is not None:
         overrides["rounds"] = rounds
     t0 = time.perf_counter()
     try:
-        record = run_in_simulation(overrides, n, quiet=True, overwrite=True)
+        record = run_in_simulation(overrides, n, quiet=True, overwrite=True,
+                                   node_policy=policy)
     except Exception as exc:  # noqa: BLE001  (a failed run is a result here)
         return {"dataset": dataset, "nodes": n, "completed": False,
                 "error": f"{type(exc).__name__}: {exc}"[:2000],
@@ -127,7 +133,9 @@ def simulated_run(dataset: str, n: int, rounds: int | None) -> dict[str, Any]:
                      "down_per_node": p["bytes_down"] / n, "up_per_node": p["bytes_up"] / n}
               for name, p in comm["phases"].items()}
     return {"dataset": dataset, "nodes": n, "completed": True,
-            "rounds": record["config"]["rounds"], "overrides": overrides,
+            "rounds": record["config"].get("rounds"), "overrides": overrides,
+            "dp": {k: (record.get("privacy") or {}).get("dp", {}).get(k)
+                   for k in ("epsilon", "delta")},
             "wall_seconds": time.perf_counter() - t0,
             "ndcg@20": record["metrics"].get("ndcg@20"),
             "popularity_ndcg@20": _popularity(overrides),
