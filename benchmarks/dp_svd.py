@@ -70,8 +70,10 @@ def _z(epsilon: float, iterations: int, users: int) -> float:
     return calibrate(epsilon * (1 - 1e-9), DELTA, 1.0, iterations + 1, users)
 
 
-def _run(train, test, setting: tuple, z: float, seed: int) -> dict[str, float]:
-    """``setting``: (items kept, rank, iterations[, pop weight])."""
+def _run(train, test, setting: tuple, z: float, seed: int,
+         noise_seed: int | None = None) -> dict[str, float]:
+    """``setting``: (items kept, rank, iterations[, pop weight]); ``seed`` draws the
+    initial basis, ``noise_seed`` (default 1000 + seed) the noise."""
     from fedrec.recsys.dp_svd import DPSVDParams, scores, simulate
     from fedrec.recsys.metrics import evaluate_ranking
 
@@ -79,7 +81,7 @@ def _run(train, test, setting: tuple, z: float, seed: int) -> dict[str, float]:
     weight = setting[3] if len(setting) > 3 else 0.0
     t0 = time.process_time()
     model = simulate(train, DPSVDParams(rank=rank, iterations=iterations, items=items), z,
-                     seed=seed, noise_seed=1000 + seed)
+                     seed=seed, noise_seed=1000 + seed if noise_seed is None else noise_seed)
     n = train.shape[1]
     m = evaluate_ranking(lambda rows: scores(train[rows], model.items, model.X, n,
                                              model.counts, weight),

@@ -50,8 +50,9 @@ def within(value: float, draws: list[float], band: float = BAND) -> bool:
 
 def in_process(seeds: int, run: dict[str, Any]) -> dict[str, Any]:
     """The same math in one process on the run's split (``benchmarks/dp_svd.py``'s point):
-    ``seeds`` basis and noise draws at the noise multiplier the run calibrates for its
-    node count, item popularity and random ranking."""
+    the run's own initial basis (its ``seed``) and ``seeds`` noise draws at the noise
+    multiplier the run calibrates for its node count (the run's noise is its only
+    randomness), item popularity and random ranking."""
     from benchmarks.dp_svd import _run
     from datasets import DatasetSpec, load_dataset
     from fedrec.recsys.metrics import evaluate_ranking, popularity_sums
@@ -63,7 +64,8 @@ def in_process(seeds: int, run: dict[str, Any]) -> dict[str, Any]:
     strategy, p = DPSVD(cfg), DPSVD(cfg).params
     z = strategy.noise_multiplier(run["nodes"])
     setting = (p.items, p.rank, p.iterations, p.pop_weight)
-    draws = [_run(data.train, data.test, setting, z, s)["ndcg@20"] for s in range(seeds)]
+    draws = [_run(data.train, data.test, setting, z, int(cfg["seed"]), 1000 + s)["ndcg@20"]
+             for s in range(seeds)]
     rng = np.random.default_rng([0, 77])
     rand = evaluate_ranking(lambda r: rng.random((len(r), data.train.shape[1])), data.train,
                             data.test, k=20).means()["ndcg@20"]
@@ -82,7 +84,8 @@ def markdown(result: dict[str, Any]) -> str:
              f"{result['epsilon']:g}, SecAgg+ with each node's discrete Gaussian share inside "
              "every sum, every node's policy `dp-budget` = epsilon and its own ledger. Beside "
              f"it the same math in one process at the run's noise multiplier "
-             f"({ref['noise_multiplier']:.4g}), {len(draws)} basis and noise draws. Command: "
+             f"({ref['noise_multiplier']:.4g}) and the run's initial basis (its seed), "
+             f"{len(draws)} noise draws. Command: "
              "`python benchmarks/dp_svd_flower.py`. flwr "
              f"{result['machine']['flwr_version']}, machine {result['machine']}.", ""]
     if not run["completed"]:
@@ -93,7 +96,8 @@ def markdown(result: dict[str, Any]) -> str:
         "| what | NDCG@20 |", "|---|---|",
         f"| dp-svd, Flower simulation (epsilon {run['dp']['epsilon']:.4g} reported, delta "
         f"{run['dp']['delta']:g}) | {fed:.4f} |",
-        f"| dp-svd, same math in one process (mean +- std of {len(draws)} draws; min - max) "
+        f"| dp-svd, same math in one process (mean +- std of {len(draws)} noise draws; min - "
+        "max) "
         f"| {mean:.4f} +- {sd:.4f} ({min(draws):.4f} - {max(draws):.4f}) |",
         f"| item popularity | {ref['popularity']:.4f} |",
         f"| random ranking | {ref['random']:.4f} |", "",
@@ -111,7 +115,7 @@ def markdown(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--epsilon", type=float, default=5.0)
-    ap.add_argument("--seeds", type=int, default=10, help="in-process draws")
+    ap.add_argument("--seeds", type=int, default=20, help="in-process noise draws")
     ap.add_argument("--markdown-only", action="store_true")
     args = ap.parse_args(argv)
     if args.markdown_only:
