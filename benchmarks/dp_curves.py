@@ -32,7 +32,15 @@ ML-1M point (4 nodes x 92 iterations x 3,883 x 10 values) against 0.5 s for the 
 Every finished (protocol, epsilon, seed) unit and every reference is stored in
 ``results/dp_curves/ml-1m.json`` at once; ``--resume`` continues an interrupted run.
 
+``--dataset gowalla`` / ``yelp2018`` (:class:`Setting`, :func:`_large`): the same protocols
+on each dataset's own split at epsilon 0.5-20, with the distributed variant ``fedsvd-ddp``
+(each node's noise sigma / sqrt(n) inside the sum, a sync every iteration) and random ranking
+beside them; dp-prototypes' silos are random user groups (no zip codes), its Full NMF
+reference runs at the protocol's own settings (``full_nmf_untuned``), and the report says
+what each epsilon protects (fedsvd's is one Gram entry, not a user).
+
     python benchmarks/dp_curves.py --resume
+    python benchmarks/dp_curves.py --dataset gowalla --resume
     python benchmarks/dp_curves.py --markdown-only
     python benchmarks/dp_curves.py --refresh-full-nmf   # the Full NMF references alone
 """
