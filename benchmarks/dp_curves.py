@@ -330,7 +330,9 @@ def point(protocol: str, epsilon: float, seed: int, dataset: str = DATASET
         params = svd.params_from_config(cfg)
         if params.ddp:
             share = params.node_sigma("fedsvd-privacy", nodes)
-            out.update(node_sigma=share, weight_factor=ddp_factor(cfg, nodes),
+            # run_config calibrated sigma to epsilon / factor (Theorem 2 is linear in 1/sigma)
+            factor = epsilon / svd.release_epsilon(params, params.sigma, params.r, params.T)
+            out.update(node_sigma=share, weight_factor=factor,
                        node_epsilon=svd.release_epsilon(params, share, params.r, params.T))
         ledger = svd.release_ledger(params, params.sigma, params.r, params.T)
         multiplier = params.sigma / svd.sensitivity(params)

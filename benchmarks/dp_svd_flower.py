@@ -61,7 +61,8 @@ def in_process(seeds: int, run: dict[str, Any]) -> dict[str, Any]:
 
     cfg = resolve_config(run["overrides"])
     data = load_dataset(DatasetSpec.from_config(cfg))
-    strategy, p = DPSVD(cfg), DPSVD(cfg).params
+    strategy = DPSVD(cfg)
+    p = strategy.params
     z = strategy.noise_multiplier(run["nodes"])
     setting = (p.items, p.rank, p.iterations, p.pop_weight)
     draws = [_run(data.train, data.test, setting, z, int(cfg["seed"]), 1000 + s)["ndcg@20"]
